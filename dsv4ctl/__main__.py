@@ -1,0 +1,3 @@
+from dsv4ctl.cli import main
+
+raise SystemExit(main())

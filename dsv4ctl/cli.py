@@ -1,0 +1,127 @@
+"""The dsv4ctl command line: thin Typer commands that parse, call the core, and render.
+
+Nothing else lives here. The core packages (`logs`, `planning`, `gpu`, `fixes`, `serve`) return
+dataclasses or raise `Dsv4ctlError`; this module turns results into output and exit codes, and every
+error into one line plus a hint (a traceback only with DSV4CTL_DEBUG=1).
+
+Keep imports at module level light: `dsv4ctl --help`, `diagnose` and `fit-length` must start fast on
+a machine without vLLM, torch or a GPU. Import heavy modules inside the command that needs them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+
+from dsv4ctl import __version__
+from dsv4ctl.errors import Dsv4ctlError, ExitCode, exit_code_table
+from dsv4ctl.render import error_line
+
+DEBUG_ENV = "DSV4CTL_DEBUG"
+
+
+def _debug() -> bool:
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+class _ErrorFunnel(TyperGroup):
+    """Turns every exception escaping a command into one line, a hint and an exit code."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Dsv4ctlError as exc:
+            if _debug():
+                traceback.print_exc()
+            error_line(exc.message, exc.hint)
+            raise typer.Exit(int(exc.exit_code)) from None
+        except KeyboardInterrupt:
+            error_line("interrupted")
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+        except (typer.Exit, typer.Abort):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the funnel's whole point
+            if _exc_is_click(exc):
+                raise
+            if _debug():
+                traceback.print_exc()
+                hint = None
+            else:
+                hint = f"this is a bug in dsv4ctl; rerun with {DEBUG_ENV}=1 for the traceback and report it"
+            error_line(f"internal error: {type(exc).__name__}: {exc}", hint)
+            raise typer.Exit(int(ExitCode.ERROR)) from None
+
+
+def _exc_is_click(exc: BaseException) -> bool:
+    # Typer vendors Click; its usage errors must keep Click's own handling (exit 2).
+    return any(cls.__name__ in ("ClickException", "UsageError", "BadParameter") for cls in type(exc).__mro__)
+
+
+HELP = f"""Launch and diagnose vLLM servers that run DeepSeek-V4.
+
+\b
+Exit codes:
+{exit_code_table()}
+
+Set {DEBUG_ENV}=1 for tracebacks, NO_COLOR=1 for plain output.
+"""
+
+app = typer.Typer(
+    cls=_ErrorFunnel,
+    help=HELP,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
+)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"dsv4ctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", "-V", callback=_version_callback, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Launch and diagnose vLLM servers that run DeepSeek-V4."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point. Returns the exit status instead of calling sys.exit itself."""
+    try:
+        app(args=argv, prog_name="dsv4ctl", standalone_mode=True)
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else int(ExitCode.ERROR))
+    return int(ExitCode.OK)
+
+
+# =============================================================================================
+# diagnose
+# =============================================================================================
+
+
+# =============================================================================================
+# gpus / fit-length
+# =============================================================================================
+
+
+# =============================================================================================
+# doctor / probe
+# =============================================================================================
+
+
+# =============================================================================================
+# serve
+# =============================================================================================

@@ -1,0 +1,74 @@
+"""Exit codes and the exceptions the core raises.
+
+The core never prints and never exits: it raises a `Dsv4ctlError` (or returns a result whose
+verdict maps to an exit code). Only `dsv4ctl.cli` turns either into output and an exit status.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Exit statuses of every dsv4ctl command (documented in `dsv4ctl --help` and docs/exit-codes.md)."""
+
+    OK = 0
+    ERROR = 1
+    USAGE = 2
+    FAILED_KNOWN_CAUSE = 3
+    FAILED_UNKNOWN_CAUSE = 4
+    INCONCLUSIVE = 5
+    DOES_NOT_FIT = 6
+    AFFECTED = 7
+    INTERRUPTED = 130
+
+
+def exit_code_table() -> str:
+    """One line per exit code, for `--help` and the docs."""
+    return "\n".join(f"{int(code):>3}  {code.__doc__ or code.name}" for code in ExitCode)
+
+
+# Attribute docstrings are not kept by Python; attach them explicitly so the help text is derived.
+for _code, _doc in {
+    ExitCode.OK: "ok (diagnose/serve: no failure)",
+    ExitCode.ERROR: "error: dsv4ctl could not do its job",
+    ExitCode.USAGE: "usage: bad command line",
+    ExitCode.FAILED_KNOWN_CAUSE: "startup failed, root cause identified (diagnose, serve)",
+    ExitCode.FAILED_UNKNOWN_CAUSE: "startup failed, cause not identified (diagnose, serve)",
+    ExitCode.INCONCLUSIVE: "log ends before ready, no failure seen (diagnose)",
+    ExitCode.DOES_NOT_FIT: "vLLM would refuse these settings on this box (fit-length, serve)",
+    ExitCode.AFFECTED: "this node's DeepGEMM is affected (probe deepgemm)",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
+}.items():
+    _code.__doc__ = _doc
+
+
+class Dsv4ctlError(Exception):
+    """An error with a one-line message and an optional hint naming the next step."""
+
+    exit_code: ExitCode = ExitCode.ERROR
+
+    def __init__(self, message: str, hint: str | None = None, exit_code: ExitCode | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class InputError(Dsv4ctlError):
+    """An input (file, config, snapshot) is missing, unreadable or malformed."""
+
+
+class UsageError(Dsv4ctlError):
+    """A command-line value is malformed or out of range."""
+
+    exit_code = ExitCode.USAGE
+
+
+class GpuUnavailableError(Dsv4ctlError):
+    """NVML cannot be used here (no driver, no GPU, no library)."""
+
+
+class EngineUnavailableError(Dsv4ctlError):
+    """vLLM (or torch) is needed for this command but cannot be imported."""
