@@ -1,0 +1,260 @@
+"""dsv4ctl's runtime fixes for vLLM, loaded by vLLM itself as a `vllm.general_plugins` plugin.
+
+vLLM calls `register()` (entry point `dsv4ctl`) once in every one of its processes: the API server,
+the model-registry subprocess, EngineCore and each worker. So this module must be cheap to import
+(standard library only), idempotent, and must never break a startup: every surprise turns into a
+skipped fix and a warning.
+
+Which fixes run is chosen by `DSV4CTL_FIXES`:
+- unset, empty or `none`: nothing is touched (one DEBUG line);
+- `all`: every fix whose check says this installation needs it;
+- a comma list of fix names: those fixes, installed even where the check says they are not needed
+  (as long as their target exists).
+
+Each process logs one INFO line starting with `dsv4ctl fixes:` through vLLM's logger, and, when
+`DSV4CTL_FIXES_REPORT` names a file, appends one JSON line describing what it did (see docs/fixes.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+
+FIXES_ENV = "DSV4CTL_FIXES"
+REPORT_ENV = "DSV4CTL_FIXES_REPORT"
+LOGGER_NAME = "vllm.plugins.dsv4ctl"
+LOG_PREFIX = "dsv4ctl fixes:"
+
+STALE_MAX_MODEL_LEN = "stale-max-model-len"
+DEEPGEMM_METADATA_CLAMP = "deepgemm-metadata-clamp"
+FIX_NAMES: tuple[str, ...] = (STALE_MAX_MODEL_LEN, DEEPGEMM_METADATA_CLAMP)
+
+# Statuses a fix can end in, in one process.
+APPLIED = "applied"
+NOT_NEEDED = "not-needed"
+SKIPPED = "skipped"
+NOT_REQUESTED = "not-requested"
+
+
+@dataclass(frozen=True)
+class FixSelection:
+    """What `DSV4CTL_FIXES` asks for. `mode` is `none`, `all` or `named`."""
+
+    mode: str
+    names: tuple[str, ...]
+    unknown: tuple[str, ...] = ()
+    raw: str | None = None
+
+    def requested(self, name: str) -> bool:
+        return self.mode == "all" or name in self.names
+
+    def forced(self, name: str) -> bool:
+        """Named explicitly: install even where the check says it is not needed."""
+        return self.mode == "named" and name in self.names
+
+
+def parse_selection(value: str | None) -> FixSelection:
+    """Parse a `DSV4CTL_FIXES` value. Pure; unknown names are kept aside, not fatal."""
+    if value is None or value.strip().lower() in ("", "none", "0", "off"):
+        return FixSelection("none", (), (), value)
+    items = [item.strip().lower() for item in value.split(",") if item.strip()]
+    if "all" in items:
+        unknown = tuple(i for i in items if i != "all" and i not in FIX_NAMES)
+        return FixSelection("all", FIX_NAMES, unknown, value)
+    names = tuple(dict.fromkeys(i for i in items if i in FIX_NAMES))
+    unknown = tuple(i for i in items if i not in FIX_NAMES and i != "none")
+    if not names:
+        return FixSelection("none", (), unknown, value)
+    return FixSelection("named", names, unknown, value)
+
+
+@dataclass(frozen=True)
+class FixCheck:
+    """A fix's need, computed from the installed code without changing anything.
+
+    `applicable` is False when the fix's target is missing or has an unexpected shape.
+    `needed` is True/False, or None when the code could not tell (see `reason`).
+    `installed` says whether the wrapper is already in place in this process.
+    """
+
+    name: str
+    applicable: bool
+    needed: bool | None
+    reason: str
+    installed: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "applicable": self.applicable, "needed": self.needed,
+                "reason": self.reason, "installed": self.installed}
+
+
+@dataclass(frozen=True)
+class FixOutcome:
+    """What `register()` did with one fix in this process."""
+
+    name: str
+    status: str
+    reason: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"status": self.status, "reason": self.reason}
+
+
+@dataclass
+class _ProcessState:
+    outcomes: dict[str, FixOutcome] = field(default_factory=dict)
+    calls: int = 0
+
+
+_STATE = _ProcessState()
+
+
+def _fix_module(name: str):
+    # Imported lazily: each module imports vLLM pieces only inside its functions.
+    if name == STALE_MAX_MODEL_LEN:
+        from dsv4ctl.fixes import stale_max_model_len as module
+    elif name == DEEPGEMM_METADATA_CLAMP:
+        from dsv4ctl.fixes import deepgemm_metadata_clamp as module
+    else:  # pragma: no cover - FIX_NAMES is closed
+        raise KeyError(name)
+    return module
+
+
+def check(name: str) -> FixCheck:
+    """Compute one fix's need and applicability from the installed vLLM, applying nothing.
+
+    Imports the vLLM modules the fix targets (so vLLM must be importable); never raises."""
+    try:
+        return _fix_module(name).check()
+    except Exception as exc:  # noqa: BLE001 - a check must never raise
+        return FixCheck(name, False, None, f"check failed: {type(exc).__name__}: {exc}")
+
+
+def status() -> dict[str, FixCheck]:
+    """`check()` for every fix (used by `dsv4ctl doctor`)."""
+    return {name: check(name) for name in FIX_NAMES}
+
+
+def outcomes() -> dict[str, FixOutcome]:
+    """What `register()` did in this process (empty before it ran)."""
+    return dict(_STATE.outcomes)
+
+
+def _decide(name: str, selection: FixSelection) -> FixOutcome:
+    if not selection.requested(name):
+        return FixOutcome(name, NOT_REQUESTED, f"not in {FIXES_ENV}")
+    try:
+        module = _fix_module(name)
+        result = module.check()
+        if not result.applicable:
+            return FixOutcome(name, SKIPPED, result.reason)
+        forced = selection.forced(name)
+        if result.needed is False and not forced:
+            return FixOutcome(name, NOT_NEEDED, result.reason)
+        what = module.install()
+        if forced and result.needed is False:
+            why = f"requested by name although not needed ({result.reason})"
+        elif result.needed is None:
+            why = f"applied as a precaution ({result.reason})"
+        else:
+            why = result.reason
+        return FixOutcome(name, APPLIED, f"{what}; {why}")
+    except Exception as exc:  # noqa: BLE001 - a fix must never break a startup
+        return FixOutcome(name, SKIPPED, f"unexpected {type(exc).__name__}: {exc}")
+
+
+def _process_identity() -> dict[str, object]:
+    import multiprocessing
+
+    return {
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "process": multiprocessing.current_process().name,
+        "argv0": sys.argv[0] if sys.argv else "",
+    }
+
+
+def _append_report(path: str, results: dict[str, FixOutcome], selection: FixSelection) -> str | None:
+    record = {
+        **_process_identity(),
+        "requested": selection.raw,
+        "fixes": {name: outcome.to_json() for name, outcome in results.items()},
+    }
+    data = (json.dumps(record, sort_keys=False) + "\n").encode("utf-8")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)  # one write on an O_APPEND descriptor: lines do not interleave
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return f"cannot append to {REPORT_ENV}={path}: {exc}"
+    return None
+
+
+def summary_line(results: dict[str, FixOutcome]) -> str:
+    """The one INFO line: `dsv4ctl fixes: <name> applied (...); <name> not needed (...)`."""
+    parts = []
+    for name, outcome in results.items():
+        label = outcome.status.replace("-", " ")
+        parts.append(f"{name} {label} ({outcome.reason})")
+    return f"{LOG_PREFIX} " + "; ".join(parts)
+
+
+def _vllm_logger() -> logging.Logger:
+    try:
+        from vllm.logger import init_logger
+
+        return init_logger(LOGGER_NAME)
+    except Exception:  # noqa: BLE001 - outside vLLM (or a broken one) use the same name
+        return logging.getLogger(LOGGER_NAME)
+
+
+def register() -> None:
+    """The `vllm.general_plugins` entry point. Cheap, idempotent and never raises."""
+    try:
+        _register()
+    except Exception as exc:  # noqa: BLE001 - last line of defence
+        logging.getLogger(LOGGER_NAME).warning("%s internal error, no fixes applied: %s: %s",
+                                               LOG_PREFIX, type(exc).__name__, exc)
+
+
+def _register() -> None:
+    selection = parse_selection(os.environ.get(FIXES_ENV))
+    _STATE.calls += 1
+    if selection.mode == "none":
+        results = {name: FixOutcome(name, NOT_REQUESTED, f"{FIXES_ENV} is unset or none") for name in FIX_NAMES}
+        first = not _STATE.outcomes
+        _STATE.outcomes = results
+        logger = logging.getLogger(LOGGER_NAME)  # no vLLM import when nothing is requested
+        if selection.unknown:
+            logger.warning("%s unknown fix name(s) in %s: %s (known: %s)", LOG_PREFIX, FIXES_ENV,
+                           ", ".join(selection.unknown), ", ".join(FIX_NAMES))
+        if first:
+            logger.debug("%s none requested (%s unset or none)", LOG_PREFIX, FIXES_ENV)
+            report = os.environ.get(REPORT_ENV)
+            if report:
+                _append_report(report, results, selection)
+        return
+
+    results = {name: _decide(name, selection) for name in FIX_NAMES}
+    changed = results != _STATE.outcomes
+    _STATE.outcomes = results
+    if not changed:
+        return  # loaded again in the same process: nothing new to say
+    logger = _vllm_logger()
+    if selection.unknown:
+        logger.warning("%s unknown fix name(s) in %s: %s (known: %s)", LOG_PREFIX, FIXES_ENV,
+                       ", ".join(selection.unknown), ", ".join(FIX_NAMES))
+    for outcome in results.values():
+        if outcome.status == SKIPPED:
+            logger.warning("%s %s skipped: %s", LOG_PREFIX, outcome.name, outcome.reason)
+    logger.info(summary_line(results))
+    report = os.environ.get(REPORT_ENV)
+    if report:
+        problem = _append_report(report, results, selection)
+        if problem:
+            logger.warning("%s %s", LOG_PREFIX, problem)

