@@ -1,0 +1,337 @@
+"""DeepSeek-V4 geometry: the few config.json values that shape vLLM's KV cache.
+
+Sources, in the order `load_geometry` tries them:
+- a checkpoint directory (its config.json, plus safetensors headers for the weight size),
+- a config.json path,
+- a built-in public model id (`deepseek-ai/DeepSeek-V4-Flash`, `deepseek-ai/DeepSeek-V4-Pro`), whose
+  published config values ship in `builtin_models.json` (nothing is downloaded).
+
+Both config forms are read: the `compress_ratios` list of the original release (vLLM <= 0.32 reads it)
+and the upstream-transformers form `layer_types` + `compress_rates` (vLLM 0.33 reads it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from dsv4ctl.errors import InputError
+
+DSV4_ARCHITECTURES = ("DeepseekV4ForCausalLM", "DeepseekV4ForConditionalGeneration")
+DSV4_MODEL_TYPES = ("deepseek_v4",)
+BUILTIN_FILE = "builtin_models.json"
+
+# vLLM's `derived_max_model_len_and_key` looks at these keys and takes the smallest one present.
+_MAX_LEN_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
+# RoPE types whose `factor` vLLM does not multiply into the derived length (YaRN configs are pre-scaled).
+_ROPE_TYPES_WITHOUT_FACTOR = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+
+
+@dataclass(frozen=True)
+class CheckpointWeights:
+    """Tensor bytes found in a checkpoint's safetensors headers (no tensor data is read)."""
+
+    total_bytes: int
+    expert_bytes: int  # routed experts (`.experts.` but not shared experts): split by expert parallelism
+    mtp_bytes: int  # multi-token-prediction (draft) layers: loaded only with MTP speculative decoding
+    num_files: int
+
+    @property
+    def dense_bytes(self) -> int:
+        return self.total_bytes - self.expert_bytes - self.mtp_bytes
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "total_bytes": self.total_bytes,
+            "expert_bytes": self.expert_bytes,
+            "mtp_bytes": self.mtp_bytes,
+            "num_files": self.num_files,
+        }
+
+
+@dataclass(frozen=True)
+class Dsv4Geometry:
+    """What vLLM's DeepSeek-V4 layers need to build their KV-cache specs."""
+
+    model: str  # as given: model id, directory or config.json path
+    source: str  # "builtin" | "config"
+    config_form: str  # "compress_ratios" | "layer_types"
+    architecture: str
+    num_hidden_layers: int
+    compress_ratios: tuple[int, ...]  # one per decoder layer; 0 = sliding-window only
+    num_nextn_predict_layers: int  # MTP draft layers shipped with the checkpoint
+    sliding_window: int
+    head_dim: int
+    index_head_dim: int
+    model_max_model_len: int  # what vLLM derives as the model's maximum length
+    max_len_key: str
+    config_path: str | None = None
+    weights: CheckpointWeights | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def num_csa_layers(self) -> int:
+        """Layers with compression ratio 4 (compressed sparse attention + lightning indexer)."""
+        return sum(1 for r in self.compress_ratios if r == 4)
+
+    @property
+    def num_hca_layers(self) -> int:
+        """Layers with compression ratio 128 (heavily compressed attention)."""
+        return sum(1 for r in self.compress_ratios if r == 128)
+
+    @property
+    def num_swa_only_layers(self) -> int:
+        return sum(1 for r in self.compress_ratios if r <= 1)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "source": self.source,
+            "config_form": self.config_form,
+            "architecture": self.architecture,
+            "num_hidden_layers": self.num_hidden_layers,
+            "compress_ratio_4_layers": self.num_csa_layers,
+            "compress_ratio_128_layers": self.num_hca_layers,
+            "sliding_window_only_layers": self.num_swa_only_layers,
+            "num_nextn_predict_layers": self.num_nextn_predict_layers,
+            "sliding_window": self.sliding_window,
+            "model_max_model_len": self.model_max_model_len,
+            "config_path": self.config_path,
+            "weights": self.weights.to_json() if self.weights else None,
+        }
+
+
+def builtin_model_ids() -> list[str]:
+    return [k for k in _builtin_configs() if not k.startswith("_")]
+
+
+def _builtin_configs() -> dict[str, Any]:
+    text = resources.files("dsv4ctl.planning").joinpath(BUILTIN_FILE).read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def load_geometry(model: str | Path) -> Dsv4Geometry:
+    """Read the DeepSeek-V4 geometry from a checkpoint dir, a config.json, or a built-in model id.
+
+    Raises InputError (one line + hint) for anything unreadable or not DeepSeek-V4.
+    """
+    text = str(model)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        config_path = path / "config.json"
+        if not config_path.is_file():
+            raise InputError(
+                f"{text}: no config.json in this directory",
+                hint="point at a DeepSeek-V4 checkpoint directory or its config.json",
+            )
+        config = _read_json(config_path)
+        geometry = _geometry_from_config(config, model=text, source="config", config_path=str(config_path), weights=None, directory=path)
+        weights = read_safetensors_weights(path, geometry.num_hidden_layers)
+        return replace(geometry, weights=weights)
+    if path.is_file():
+        config = _read_json(path)
+        return _geometry_from_config(config, model=text, source="config", config_path=str(path), weights=None, directory=path.parent)
+    builtins = _builtin_configs()
+    for model_id in builtin_model_ids():
+        if text == model_id or text.lower() == model_id.lower():
+            return _geometry_from_config(builtins[model_id], model=model_id, source="builtin", config_path=None, weights=None, directory=None)
+    if path.suffix == ".json" or text.startswith((".", "/", "~")) or text.count("/") != 1:
+        raise InputError(f"{text}: no such file or directory", hint="check the path")
+    raise InputError(
+        f"{text}: not a checkpoint directory, a config.json, or a known model id",
+        hint="built-in ids: " + ", ".join(builtin_model_ids()) + "; other models: pass the local checkpoint directory",
+    )
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}", hint="check the path and its permissions") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a text file", hint="pass the model's config.json") from None
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})", hint="pass the model's config.json") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object", hint="pass the model's config.json")
+    return data
+
+
+def _int_field(config: dict[str, Any], key: str, where: str, default: int | None = None, minimum: int = 1) -> int:
+    value = config.get(key, default)
+    if value is None:
+        raise InputError(f"{where}: missing `{key}`", hint="a DeepSeek-V4 config.json has it; is this the right file?")
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InputError(f"{where}: `{key}` must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _geometry_from_config(
+    config: dict[str, Any],
+    *,
+    model: str,
+    source: str,
+    config_path: str | None,
+    weights: CheckpointWeights | None,
+    directory: Path | None,
+) -> Dsv4Geometry:
+    where = config_path or model
+    text_config = config.get("text_config")
+    if isinstance(text_config, dict) and text_config.get("model_type") in DSV4_MODEL_TYPES:
+        merged = {**text_config, "architectures": config.get("architectures")}
+        config = merged
+    architectures = config.get("architectures") or []
+    if not isinstance(architectures, list):
+        architectures = [architectures]
+    model_type = config.get("model_type")
+    arch = next((a for a in architectures if a in DSV4_ARCHITECTURES), None)
+    if model_type not in DSV4_MODEL_TYPES and arch is None:
+        shown = model_type or (architectures[0] if architectures else "unknown")
+        raise InputError(
+            f"{where}: not a DeepSeek-V4 model (model_type={shown!r})",
+            hint="fit-length models DeepSeek-V4 (model_type deepseek_v4) only",
+        )
+    num_layers = _int_field(config, "num_hidden_layers", where)
+    num_mtp = _int_field(config, "num_nextn_predict_layers", where, default=0, minimum=0)
+    if config.get("compress_ratios") is not None:
+        form = "compress_ratios"
+        raw = config["compress_ratios"]
+        if not isinstance(raw, list) or len(raw) < num_layers:
+            raise InputError(f"{where}: `compress_ratios` must list at least num_hidden_layers={num_layers} entries")
+        ratios = raw[:num_layers]
+    elif config.get("compress_rates") is not None and config.get("layer_types") is not None:
+        form = "layer_types"
+        rates, types = config["compress_rates"], config["layer_types"]
+        if not isinstance(rates, dict) or not isinstance(types, list) or len(types) < num_layers:
+            raise InputError(
+                f"{where}: `layer_types` must list num_hidden_layers={num_layers} entries and `compress_rates` map them to ratios"
+            )
+        ratios = [rates.get(t, 0) for t in types[:num_layers]]
+    else:
+        raise InputError(
+            f"{where}: no per-layer compression (`compress_ratios`, or `layer_types` + `compress_rates`)",
+            hint="a DeepSeek-V4 config.json has one of the two",
+        )
+    for r in ratios:
+        if isinstance(r, bool) or not isinstance(r, int) or r not in (0, 1, 4, 128):
+            raise InputError(f"{where}: unsupported compression ratio {r!r} (vLLM's DeepSeek-V4 layers take 0, 4 or 128)")
+    head_dim = _int_field(config, "head_dim", where, default=512)
+    index_head_dim = _int_field(config, "index_head_dim", where, default=128)
+    sliding_window = _int_field(config, "sliding_window", where)
+    max_len, key = _derived_max_model_len(config, where)
+    if directory is not None:
+        tokenizer_config = directory / "tokenizer_config.json"
+        if tokenizer_config.is_file():
+            try:
+                tok_max = json.loads(tokenizer_config.read_text(encoding="utf-8")).get("model_max_length")
+            except (OSError, ValueError):
+                tok_max = None
+            if isinstance(tok_max, (int, float)) and not isinstance(tok_max, bool) and 0 < tok_max < max_len:
+                max_len, key = int(tok_max), "tokenizer_config.model_max_length"
+    return Dsv4Geometry(
+        model=model,
+        source=source,
+        config_form=form,
+        architecture=arch or "DeepseekV4ForCausalLM",
+        num_hidden_layers=num_layers,
+        compress_ratios=tuple(int(r) for r in ratios),
+        num_nextn_predict_layers=num_mtp,
+        sliding_window=sliding_window,
+        head_dim=head_dim,
+        index_head_dim=index_head_dim,
+        model_max_model_len=max_len,
+        max_len_key=key,
+        config_path=config_path,
+        weights=weights,
+        extra={k: config.get(k) for k in ("hidden_size", "num_attention_heads", "n_routed_experts") if k in config},
+    )
+
+
+def _derived_max_model_len(config: dict[str, Any], where: str) -> tuple[int, str]:
+    """vLLM's `_get_and_verify_max_len` for a text model with no user override."""
+    found = [(config[k], k) for k in _MAX_LEN_KEYS if isinstance(config.get(k), (int, float)) and not isinstance(config.get(k), bool)]
+    if not found:
+        return 2048, "default (no length key in config.json)"
+    value, key = min(found)
+    rope = config.get("rope_scaling") or config.get("rope_parameters")
+    if isinstance(rope, dict):
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        factor = rope.get("factor")
+        if rope_type not in _ROPE_TYPES_WITHOUT_FACTOR and isinstance(factor, (int, float)) and factor:
+            value *= factor
+    value = int(value)
+    if value < 1:
+        raise InputError(f"{where}: `{key}` must be positive, got {value}")
+    return value, key
+
+
+# --------------------------------------------------------------------------------------------------
+# safetensors headers: 8-byte little-endian header length, then a JSON header with every tensor's
+# dtype, shape and byte range. Only the headers are read.
+# --------------------------------------------------------------------------------------------------
+
+_MAX_HEADER_BYTES = 100 * 1024 * 1024
+
+
+def read_safetensors_weights(directory: Path, num_hidden_layers: int) -> CheckpointWeights | None:
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        return None
+    total = expert = mtp = 0
+    for file in files:
+        try:
+            with file.open("rb") as fh:
+                head = fh.read(8)
+                if len(head) != 8:
+                    raise InputError(f"{file}: truncated safetensors file", hint="re-download the checkpoint shard")
+                (length,) = struct.unpack("<Q", head)
+                if length <= 0 or length > _MAX_HEADER_BYTES:
+                    raise InputError(f"{file}: not a safetensors file (header length {length})")
+                header = json.loads(fh.read(length))
+        except OSError as exc:
+            raise InputError(f"cannot read {file}: {exc.strerror or exc}") from None
+        except (ValueError, UnicodeDecodeError):
+            raise InputError(f"{file}: safetensors header is not valid JSON") from None
+        if not isinstance(header, dict):
+            raise InputError(f"{file}: safetensors header is not a JSON object")
+        for name, meta in header.items():
+            if name == "__metadata__" or not isinstance(meta, dict):
+                continue
+            offsets = meta.get("data_offsets")
+            if not (isinstance(offsets, list) and len(offsets) == 2):
+                raise InputError(f"{file}: tensor {name!r} has no data_offsets")
+            size = int(offsets[1]) - int(offsets[0])
+            total += size
+            if _is_mtp_tensor(name, num_hidden_layers):
+                mtp += size
+            elif ".experts." in name and "shared_experts" not in name:
+                expert += size
+    return CheckpointWeights(total_bytes=total, expert_bytes=expert, mtp_bytes=mtp, num_files=len(files))
+
+
+_LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+def _is_mtp_tensor(name: str, num_hidden_layers: int) -> bool:
+    """Draft (MTP) tensors: `mtp.*`, or decoder layers numbered past num_hidden_layers."""
+    if name.startswith("mtp.") or ".mtp." in name:
+        return True
+    match = _LAYER_RE.search(name)
+    return bool(match) and int(match.group(1)) >= num_hidden_layers
