@@ -193,9 +193,10 @@ def load_snapshot(path: str | os.PathLike[str]) -> GpuSnapshot:
         raise InputError(f"GPU snapshot {str(p)!r} does not exist", hint=SNAPSHOT_HINT) from None
     except IsADirectoryError:
         raise InputError(f"GPU snapshot {str(p)!r} is a directory, not a file", hint=SNAPSHOT_HINT) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-        raise InputError(f"cannot read GPU snapshot {str(p)!r}: {reason}", hint=SNAPSHOT_HINT) from None
+    except UnicodeDecodeError:
+        raise InputError(f"GPU snapshot {str(p)!r} is not a UTF-8 text file", hint=SNAPSHOT_HINT) from None
+    except OSError as exc:
+        raise InputError(f"cannot read GPU snapshot {str(p)!r}: {exc.strerror or exc}", hint=SNAPSHOT_HINT) from None
     if not text.strip():
         raise InputError(f"GPU snapshot {str(p)!r} is empty", hint=SNAPSHOT_HINT)
     try:

@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dsv4ctl.gpu import GpuDevice, GpuSnapshot
-from dsv4ctl.units import format_gib
+from dsv4ctl.units import format_gib, gib
 
 
 def snapshot_origin(snapshot: GpuSnapshot) -> str:
@@ -24,31 +24,32 @@ def snapshot_origin(snapshot: GpuSnapshot) -> str:
 
 
 def gpus_table(snapshot: GpuSnapshot) -> Table:
+    """One row per device; memory columns in GiB (two decimals, as vLLM logs memory)."""
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    table.add_column("cuda", justify="right")
-    table.add_column("nvml", justify="right")
-    table.add_column("name", no_wrap=True)
-    table.add_column("sm")
-    table.add_column("NVML total", justify="right")
-    table.add_column("reserved", justify="right")
-    table.add_column("CUDA total", justify="right")
-    table.add_column("used", justify="right")
-    table.add_column("free", justify="right")
-    table.add_column("memory")
+    for header, justify in (
+        ("cuda", "right"), ("nvml", "right"), ("name", "left"), ("sm", "left"),
+        ("total GiB", "right"), ("reserved", "right"), ("CUDA total", "right"),
+        ("used", "right"), ("free", "right"), ("memory", "left"),
+    ):
+        table.add_column(header, justify=justify, no_wrap=True)
     for d in snapshot.devices:
         table.add_row(
             str(d.cuda_index),
             str(d.index),
             d.name + (" [MIG]" if d.is_mig else ""),
             d.sm,
-            format_gib(d.total_bytes),
-            format_gib(d.reserved_bytes) if d.reserved_bytes is not None else "n/a",
-            format_gib(d.cuda_total_bytes),
-            format_gib(d.used_bytes),
-            format_gib(d.free_bytes),
+            _gib(d.total_bytes),
+            _gib(d.reserved_bytes) if d.reserved_bytes is not None else "n/a",
+            _gib(d.cuda_total_bytes),
+            _gib(d.used_bytes),
+            _gib(d.free_bytes),
             _memory_label(d),
         )
     return table
+
+
+def _gib(n_bytes: int) -> str:
+    return f"{gib(n_bytes):.2f}"
 
 
 def _memory_label(d: GpuDevice) -> str:
@@ -77,8 +78,5 @@ def render_gpus(snapshot: GpuSnapshot, console: Console) -> None:
         for line in device_lines(d):
             console.print(line, markup=False)
     console.print()
-    console.print(
-        "CUDA total = NVML total - reserved: what torch.cuda.mem_get_info() reports and what vLLM "
-        "multiplies by --gpu-memory-utilization.",
-        markup=False,
-    )
+    console.print("CUDA total = total - reserved: the total torch.cuda.mem_get_info() reports;", markup=False)
+    console.print("vLLM's budget is CUDA total x --gpu-memory-utilization.", markup=False)
