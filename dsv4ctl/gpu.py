@@ -384,7 +384,7 @@ class _Candidate:
     is_mig: bool
 
 
-def select_visible(
+def _select_visible(
     candidates_by_gpu: list[list[_Candidate]], physical_uuids: list[str], value: str | None
 ) -> tuple[list[_Candidate], list[str]]:
     """Apply CUDA_VISIBLE_DEVICES the way CUDA (and torch's parser of it) does.
@@ -542,7 +542,7 @@ def _collect(nvml: ModuleType, cuda_visible_devices: str | None) -> GpuSnapshot:
         else:
             candidates_by_gpu.append([_Candidate(index, uuid, handle, handle, False)])
 
-    visible, notes = select_visible(candidates_by_gpu, physical_uuids, cuda_visible_devices)
+    visible, notes = _select_visible(candidates_by_gpu, physical_uuids, cuda_visible_devices)
     if not visible:
         if cuda_visible_devices is not None:
             message = f"no GPU is visible with {CUDA_VISIBLE_DEVICES}={cuda_visible_devices!r}"
@@ -582,7 +582,7 @@ def _collect(nvml: ModuleType, cuda_visible_devices: str | None) -> GpuSnapshot:
 
 
 def _device(nvml: ModuleType, cuda_index: int, c: _Candidate) -> GpuDevice:
-    total, free, used, reserved, struct = _memory(nvml, c.handle)
+    total, free, used, reserved, struct = _memory(nvml, c.handle, c.is_mig)
     major, minor = nvml.nvmlDeviceGetCudaComputeCapability(c.parent_handle)
     return GpuDevice(
         index=c.nvml_index,
@@ -600,7 +600,7 @@ def _device(nvml: ModuleType, cuda_index: int, c: _Candidate) -> GpuDevice:
     )
 
 
-def _memory(nvml: ModuleType, handle: Any) -> tuple[int, int, int, int | None, str]:
+def _memory(nvml: ModuleType, handle: Any, is_mig: bool = False) -> tuple[int, int, int, int | None, str]:
     """(total, free, used, reserved, struct): v2 where the driver has it, then v1, then host memory."""
     version = getattr(nvml, "nvmlMemory_v2", None)
     if version is not None:
@@ -621,12 +621,23 @@ def _memory(nvml: ModuleType, handle: Any) -> tuple[int, int, int, int | None, s
     except nvml.NVMLError as exc:
         if _code(exc) != _const(nvml, "NVML_ERROR_NOT_SUPPORTED"):
             raise
-    # Unified memory (GH200/GB10-style parts): NVML has no device memory figures. Like nvitop, use the
+    if is_mig:
+        raise GpuUnavailableError("NVML reports no memory figures for a MIG instance", hint=SNAPSHOT_HINT)
+    # Unified memory (GB10/GH200-style parts): NVML has no device memory figures. Like nvitop, use the
     # host's memory, which the GPU shares.
-    import psutil
+    total, available = _host_memory()
+    return total, available, total - available, None, "unified"
 
+
+def _host_memory() -> tuple[int, int]:
+    """(total, available) bytes of host RAM: psutil where installed, sysconf otherwise."""
+    try:
+        import psutil
+    except ImportError:
+        page = os.sysconf("SC_PAGE_SIZE")
+        return os.sysconf("SC_PHYS_PAGES") * page, os.sysconf("SC_AVPHYS_PAGES") * page
     host = psutil.virtual_memory()
-    return int(host.total), int(host.available), int(host.total - host.available), None, "unified"
+    return int(host.total), int(host.available)
 
 
 def _processes(nvml: ModuleType, handle: Any) -> tuple[GpuProcess, ...]:
@@ -649,8 +660,10 @@ def _processes(nvml: ModuleType, handle: Any) -> tuple[GpuProcess, ...]:
 
 
 def _process_name(pid: int) -> str | None:
-    import psutil
-
+    try:
+        import psutil
+    except ImportError:
+        return None
     try:
         return psutil.Process(pid).name()
     except (psutil.Error, OSError):

@@ -83,7 +83,7 @@ class FakeNvml(types.ModuleType):
         return "580.159.04"
 
     def nvmlSystemGetNVMLVersion(self):
-        return "13.580.159.04"
+        return b"13.580.159.04"  # nvidia-ml-py returns bytes here (no str conversion on this call)
 
     def nvmlSystemGetCudaDriverVersion(self):
         return 13000
@@ -173,6 +173,7 @@ def test_v2_struct_on_h200_gives_cuda_total(fake_nvml):
     assert (dev.index, dev.cuda_index, dev.is_mig) == (0, 0, False)
     assert snap.source == "nvml"
     assert snap.driver_version == "580.159.04"
+    assert snap.nvml_version == "13.580.159.04"
     assert snap.cuda_driver_version == "13.0"
     assert snap.cuda_visible_devices is None
     assert (fake.init_calls, fake.shutdown_calls) == (1, 1)
@@ -203,6 +204,24 @@ def test_unified_memory_falls_back_to_host_memory(fake_nvml):
     assert dev.used_bytes == dev.total_bytes - dev.free_bytes
     assert dev.sm == "sm_121"
     assert "(unified memory)" in snap.summary_lines()[0]
+
+
+def test_works_without_psutil(fake_nvml, monkeypatch):
+    monkeypatch.setitem(sys.modules, "psutil", None)
+    fake_nvml([h200(0, compute=[(os.getpid(), 2**30)])])
+    (dev,) = gpu.read_snapshot().devices
+    assert dev.processes == (gpu.GpuProcess(os.getpid(), None, 2**30),)
+    fake_nvml([FakeGpu(uuid="GPU-gb10", name="NVIDIA GB10", cc=(12, 1))], unified=True)
+    (dev,) = gpu.read_snapshot().devices
+    assert dev.total_bytes == os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_mig_instance_without_memory_figures_is_not_called_unified(fake_nvml):
+    mig = FakeGpu(uuid="MIG-1", fail={})
+    fake = fake_nvml([h200(0, migs=[mig]), h200(1)], unified=True)
+    with pytest.raises(GpuUnavailableError, match="no memory figures for a MIG instance"):
+        gpu.read_snapshot()
+    assert fake.shutdown_calls == 1
 
 
 # --- errors and cleanup --------------------------------------------------------------------------
