@@ -1,0 +1,172 @@
+"""What `dsv4ctl serve` shows: the preflight decision, live progress, the outcome and the diagnosis.
+
+While vLLM runs, fds 1 and 2 belong to the capture; this view writes to the original terminal
+(`FdTee.terminal_fd`). On a terminal (stdout and stderr both TTYs, colour allowed) vLLM's lines are
+printed through a Rich console with a status line underneath that follows the startup phases; when
+output is not a terminal (systemd, Kubernetes, a pipe), vLLM's bytes pass through unchanged and each
+phase adds one plain `dsv4ctl serve: …` line on stderr.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import threading
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+PHASE_LABELS = {
+    "starting": "starting",
+    "loading_weights": "loading weights",
+    "weights_loaded": "weights loaded",
+    "profiling": "profiling memory",
+    "kv_cache": "KV cache",
+    "capturing": "capturing CUDA graphs",
+    "ready": "ready",
+    "failed": "failed",
+    "shutdown": "shutting down",
+}
+
+PREFIX = "dsv4ctl serve:"
+
+
+def terminal_is_interactive() -> bool:
+    try:
+        return os.isatty(sys.stdout.fileno()) and os.isatty(sys.stderr.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return False
+
+
+class ServeConsole:
+    """The `ServeView` of `dsv4ctl.serve.session` plus the one-shot messages of the command."""
+
+    def __init__(self, live: bool | None = None) -> None:
+        self.live = terminal_is_interactive() if live is None else live
+        self._tee: Any = None
+        self._console = Console(file=sys.stderr, highlight=False, soft_wrap=True)
+        self._status: Any = None
+        self._pending: dict[int, bytes] = {}
+        self._lock = threading.RLock()
+        self.ready_url: str | None = None
+
+    # -- ServeView -------------------------------------------------------------------------------------
+
+    def attach(self, tee: Any) -> None:
+        self._tee = tee
+        if tee is not None:
+            stream = open(tee.terminal_fd(2), "w", encoding="utf-8", errors="replace", buffering=1, closefd=False)  # noqa: SIM115
+            self._console = Console(file=stream, highlight=False, soft_wrap=True, force_terminal=self.live or None)
+        if self.live:
+            self._status = self._console.status("starting vLLM…", spinner="dots")
+            self._status.start()
+
+    def detach(self) -> None:
+        with self._lock:
+            for fd, rest in list(self._pending.items()):
+                if rest:
+                    self._console.print(Text.from_ansi(rest.decode("utf-8", "replace")))
+            self._pending.clear()
+            if self._status is not None:
+                self._status.stop()
+                self._status = None
+            try:
+                self._console.file.flush()
+            except (OSError, ValueError):
+                pass
+            self._tee = None
+            self._console = Console(file=sys.stderr, highlight=False, soft_wrap=True)
+
+    def echo(self, fd: int, chunk: bytes) -> None:
+        """vLLM's bytes for the terminal (called by the capture's reader threads, serialised)."""
+        if not self.live:
+            _write_all(self._tee.terminal_fd(fd) if self._tee else fd, chunk)
+            return
+        with self._lock:
+            data = self._pending.get(fd, b"") + chunk
+            *lines, rest = data.split(b"\n")
+            self._pending[fd] = rest
+            for raw in lines:
+                text = raw.decode("utf-8", "replace").split("\r")[-1]  # a tqdm bar: keep its last redraw
+                if text:
+                    self._console.print(Text.from_ansi(text), soft_wrap=True)
+
+    def progress(self, event: Any) -> None:
+        phase = str(getattr(event, "phase", ""))
+        text = str(getattr(event, "text", "") or PHASE_LABELS.get(phase, phase))
+        label = PHASE_LABELS.get(phase, phase)
+        shown = text if text.lower().startswith(label.lower()) else f"{label}: {text}" if text and text != label else label
+        with self._lock:
+            if self.live and self._status is not None:
+                self._status.update(shown)
+                if phase in ("ready", "failed", "kv_cache", "weights_loaded"):
+                    self._console.print(Text(f"{PREFIX} {shown}", style=_phase_style(phase)))
+            else:
+                self.say(shown)
+
+    # -- one-shot messages -----------------------------------------------------------------------------
+
+    def say(self, message: str, style: str | None = None) -> None:
+        line = f"{PREFIX} {message}"
+        with self._lock:
+            if self._tee is not None and not self.live:
+                self._tee.write_terminal(2, (line + "\n").encode("utf-8", "replace"))
+            else:
+                self._console.print(Text(line, style=style or ""))
+
+    def decision(self, decision: Any) -> None:
+        self.say(f"model {decision.model}; --max-model-len requested: {decision.requested_text}")
+        self.say(f"preflight: {decision.reason}", style="bold" if decision.action != "refuse" else "bold red")
+        for note in decision.notes:
+            self.say(f"preflight note: {note}")
+
+    def dry_run(self, decision: Any) -> None:
+        """`--dry-run`: the decision on stderr, the exact vLLM argv on stdout (data)."""
+        self.decision(decision)
+        import shlex
+
+        sys.stdout.write(shlex.join(["vllm", "serve", *decision.flags]) + "\n")
+        sys.stdout.flush()
+
+    def outcome(self, outcome: Any, interrupted_exit: int) -> None:
+        children = outcome.reap
+        survivors = children.survivors if children else []
+        forced = (children.terminated + children.killed) if children else []
+        if outcome.status == "stopped":
+            self.say("vLLM shut down cleanly")
+        elif outcome.status == "interrupted":
+            self.say("interrupted before vLLM was serving" if not outcome.reached_ready else "stopped")
+        else:
+            self.say(f"vLLM failed: {outcome.error or 'no error text'}", style="bold red")
+        if forced:
+            self.say(f"stopped {len(forced)} leftover vLLM process(es) by pid: {', '.join(map(str, forced))}")
+        if survivors:
+            self.say(f"could not stop pid(s) {', '.join(map(str, survivors))}", style="bold red")
+        self.say(f"log: {outcome.log_file} ({outcome.log_bytes:,} bytes)")
+
+
+def _phase_style(phase: str) -> str:
+    return {"ready": "bold green", "failed": "bold red"}.get(phase, "cyan")
+
+
+def render_diagnosis(diagnosis: Any) -> None:
+    """The diagnosis on stderr (the report of `serve` is talk; stdout stays vLLM's)."""
+    from dsv4ctl.render import diagnose as render_diagnose
+
+    console = Console(file=sys.stderr, highlight=False, soft_wrap=True)
+    renderer = getattr(render_diagnose, "render_diagnosis", None) or getattr(render_diagnose, "render_text", None)
+    if renderer is None:
+        console.print(Text(f"{PREFIX} diagnosis: {getattr(diagnosis, 'verdict', diagnosis)}"))
+        return
+    try:
+        renderer(diagnosis, console=console)
+    except TypeError:
+        renderer(diagnosis)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]

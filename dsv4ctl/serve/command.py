@@ -1,0 +1,149 @@
+"""The `serve` command's core: preflight, one in-process vLLM run, diagnosis, retry decision.
+
+Returns a `ServeResult`; the CLI renders it, exits with `exit_code`, or re-executes itself with
+`retry_argv` (a fresh process for the second attempt: vLLM keeps process-wide state).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dsv4ctl.errors import ExitCode
+from dsv4ctl.serve.flags import set_max_model_len
+from dsv4ctl.serve.preflight import REFUSE, PreflightDecision, decide
+from dsv4ctl.serve.session import FAILED, INTERRUPTED, ServeOutcome, ServeSession, apply_environment
+
+ATTEMPT_ENV = "DSV4CTL_SERVE_ATTEMPT"
+LOG_DIR_ENV = "DSV4CTL_LOG_DIR"
+
+
+@dataclass
+class ServeOptions:
+    """dsv4ctl's own `serve` options (everything else is a vLLM flag)."""
+
+    log_file: Path | None = None
+    keep_auto: bool = False
+    retry: bool = False
+    fixes: str | None = None
+    dry_run: bool = False
+
+
+@dataclass
+class ServeResult:
+    exit_code: int
+    decision: PreflightDecision | None = None
+    outcome: ServeOutcome | None = None
+    diagnosis: Any = None
+    retry_max_model_len: int | None = None
+    retry_argv: list[str] | None = None
+    environment: dict[str, str] = field(default_factory=dict)
+
+
+def default_log_dir() -> Path:
+    """`$DSV4CTL_LOG_DIR`, else `$XDG_STATE_HOME/dsv4ctl/logs`, else `~/.local/state/dsv4ctl/logs`."""
+    if os.environ.get(LOG_DIR_ENV):
+        return Path(os.environ[LOG_DIR_ENV]).expanduser()
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "dsv4ctl" / "logs"
+
+
+def default_log_file(now: float | None = None, pid: int | None = None) -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now if now is not None else time.time()))
+    return default_log_dir() / f"serve-{stamp}-{pid or os.getpid()}.log"
+
+
+def attempt_number() -> int:
+    try:
+        return max(1, int(os.environ.get(ATTEMPT_ENV, "1")))
+    except ValueError:
+        return 1
+
+
+def plan_only(flags: list[str], options: ServeOptions) -> PreflightDecision:
+    """`--dry-run`: parse with vLLM's parser and decide; start nothing."""
+    from dsv4ctl.serve.vllm_entry import parse_serve_flags
+
+    apply_environment(options.fixes)
+    namespace = parse_serve_flags(flags)
+    return decide(namespace, flags, keep_auto=options.keep_auto)
+
+
+def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> ServeResult:
+    """Parse (vLLM's parser), decide, launch vLLM in this process, and diagnose a failure.
+
+    The capture starts before vLLM's parser runs, so everything vLLM prints (its plugin loading and
+    argument warnings included) is in the log. A refusal is raised (exit code 6) after the session
+    has cleaned up.
+    """
+    from dsv4ctl.serve.vllm_entry import parse_serve_flags, run_vllm_serve
+
+    environment = apply_environment(options.fixes)
+    refusal = None
+    with ServeSession(log_file, view) as session:
+        namespace = parse_serve_flags(flags)
+        decision = decide(namespace, flags, keep_auto=options.keep_auto)
+        view.decision(decision)
+        if decision.action == REFUSE:
+            refusal = decision.refusal
+        else:
+            if getattr(namespace, "headless", False) is False:
+                view.ready_url = server_url(namespace)
+            session.run(lambda: run_vllm_serve(decision.flags))
+    outcome = session.outcome
+    if refusal is not None:
+        raise refusal
+    assert outcome is not None
+    result = ServeResult(ExitCode.OK, decision, outcome, environment=environment)
+    if outcome.status == INTERRUPTED:
+        result.exit_code = ExitCode.OK if outcome.reached_ready else ExitCode.INTERRUPTED
+    elif outcome.status == FAILED:
+        result.diagnosis = diagnose_log(log_file)
+        result.exit_code = int(getattr(result.diagnosis, "exit_code", ExitCode.FAILED_UNKNOWN_CAUSE))
+        if options.retry and attempt_number() == 1:
+            length = retry_length(result.diagnosis)
+            if length is not None:
+                result.retry_max_model_len = length
+                result.retry_argv = retry_argv(flags, options, length, log_file)
+    return result
+
+
+def server_url(namespace: Any) -> str:
+    host = getattr(namespace, "host", None) or "0.0.0.0"
+    port = getattr(namespace, "port", None) or 8000
+    scheme = "https" if getattr(namespace, "ssl_certfile", None) else "http"
+    if getattr(namespace, "uds", None):
+        return f"unix:{namespace.uds}"
+    return f"{scheme}://{host}:{port}"
+
+
+def diagnose_log(log_file: Path) -> Any:
+    from dsv4ctl.logs.diagnose import diagnose
+
+    return diagnose([str(log_file)])
+
+
+def retry_length(diagnosis: Any) -> int | None:
+    """The explicit length the diagnosis says would have avoided the failure (stale length after
+    auto-fit, KV cache too small for the length), or None when a shorter length would not help."""
+    for holder in (diagnosis, *(getattr(diagnosis, "findings", None) or [])):
+        for name in ("retry_max_model_len", "suggested_max_model_len"):
+            value = getattr(holder, name, None)
+            if isinstance(value, int) and value > 0:
+                return value
+    return None
+
+
+def retry_argv(flags: list[str], options: ServeOptions, length: int, log_file: Path) -> list[str]:
+    """The command line of the one relaunch: same options minus `--retry`, the computed length,
+    and its own log file next to the first one."""
+    argv = [sys.executable, "-m", "dsv4ctl", "serve"]
+    retry_log = log_file.with_name(f"{log_file.stem}.retry{log_file.suffix or '.log'}")
+    argv += ["--log-file", str(retry_log)]
+    if options.fixes is not None:
+        argv += ["--fixes", options.fixes]
+    return argv + set_max_model_len(flags, length)

@@ -1,0 +1,242 @@
+"""One `dsv4ctl serve` run: capture, progress, launch in this process, shutdown, outcome.
+
+`ServeSession` is a context manager. Entering it starts the fd-level tee into the log file, the
+child-process tracker and a SIGTERM handler that turns an early SIGTERM into KeyboardInterrupt (vLLM
+installs its own handlers once its server starts; signals reach it directly because it runs in this
+process, in the main thread). Leaving it, on every path, reaps vLLM's processes by pid, drains the
+pipes, fsyncs and closes the log, and puts the terminal back.
+
+The session never prints: dsv4ctl's own lines go to a `ServeView` (implemented by
+`dsv4ctl.render.serve`), vLLM's bytes go through the tee.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from dsv4ctl.serve.capture import FdTee
+from dsv4ctl.serve.children import ChildTracker, ReapReport
+
+# Outcome statuses
+STOPPED = "stopped"  # vLLM returned normally (a requested shutdown)
+INTERRUPTED = "interrupted"  # Ctrl-C / SIGTERM before vLLM could shut down on its own
+FAILED = "failed"  # vLLM raised or exited non-zero
+
+
+class ServeView(Protocol):
+    """Where the session sends dsv4ctl's own output (the renderer implements it)."""
+
+    def attach(self, tee: FdTee | None) -> None: ...
+
+    def echo(self, fd: int, chunk: bytes) -> None: ...
+
+    def progress(self, event: Any) -> None: ...
+
+    def detach(self) -> None: ...
+
+
+@dataclass
+class ServeOutcome:
+    status: str
+    vllm_exit_status: int | None
+    error: str | None
+    log_file: Path
+    log_bytes: int
+    reached_ready: bool
+    last_phase: str | None
+    events: list[tuple[float, str, str]] = field(default_factory=list)  # (seconds since start, phase, text)
+    reap: ReapReport | None = None
+    duration_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "vllm_exit_status": self.vllm_exit_status,
+            "error": self.error,
+            "log_file": str(self.log_file),
+            "log_bytes": self.log_bytes,
+            "reached_ready": self.reached_ready,
+            "last_phase": self.last_phase,
+            "events": [{"t_s": round(t, 3), "phase": p, "text": x} for t, p, x in self.events],
+            "children": self.reap.to_json() if self.reap else None,
+            "duration_s": round(self.duration_s, 3),
+        }
+
+
+class _ProgressFeed:
+    """Complete lines from the tee -> the diagnose log parser -> StartupTracker -> view.progress."""
+
+    def __init__(self, source: str, on_event: Callable[[Any], None], started: float) -> None:
+        from dsv4ctl.logs.reader import parse_line
+        from dsv4ctl.logs.timeline import StartupTracker
+
+        self._parse_line = parse_line
+        self._tracker = StartupTracker()
+        self._source = source
+        self._on_event = on_event
+        self._lineno = 0
+        self._lock = threading.Lock()
+        self._started = started
+        self.events: list[tuple[float, str, str]] = []
+        self.phases: set[str] = set()
+
+    def feed(self, text: str, fd: int, terminator: str) -> None:
+        with self._lock:
+            self._lineno += 1
+            line = self._parse_line(text, self._source, self._lineno)
+            for event in self._tracker.feed(line) or ():
+                phase = str(getattr(event, "phase", ""))
+                self.phases.add(phase)
+                self.events.append((time.monotonic() - self._started, phase, str(getattr(event, "text", ""))))
+                self._on_event(event)
+
+    @property
+    def timeline(self) -> Any:
+        return getattr(self._tracker, "timeline", None)
+
+
+class ServeSession:
+    """Capture + child tracking + signal handling around one in-process vLLM run."""
+
+    def __init__(self, log_file: Path, view: ServeView, *, append: bool = False) -> None:
+        self.log_file = Path(log_file)
+        self.view = view
+        self._append = append
+        self._tee: FdTee | None = None
+        self._children: ChildTracker | None = None
+        self._feed: _ProgressFeed | None = None
+        self._saved_handlers: dict[int, Any] = {}
+        self._started = time.monotonic()
+        self.signals_received: list[str] = []
+        self.outcome: ServeOutcome | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def __enter__(self) -> ServeSession:
+        self._feed = _ProgressFeed(str(self.log_file), self.view.progress, self._started)
+        self._tee = FdTee(self.log_file, on_line=self._feed.feed, echo=self.view.echo, append=self._append)
+        self._tee.start()
+        self.view.attach(self._tee)
+        self._children = ChildTracker().start()
+        self._install_handlers(self._interrupt)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        # From here on a second SIGTERM/Ctrl-C must not cut the cleanup short.
+        self._install_handlers(self._note_only)
+        try:
+            if exc is not None and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                traceback.print_exception(exc_type, exc, tb, file=sys.stderr)  # into the log
+            self.shutdown()
+        finally:
+            self._restore_handlers()
+        return False
+
+    def shutdown(self) -> ReapReport:
+        reap = self._children.reap() if self._children else ReapReport()
+        if self._tee is not None:
+            self._tee.stop()
+        self.view.detach()
+        self._reap = reap
+        if self.outcome is not None:
+            self.outcome.reap = reap
+            self.outcome.log_bytes = self.log_file.stat().st_size if self.log_file.exists() else 0
+        return reap
+
+    # -- running vLLM --------------------------------------------------------------------------------
+
+    def run(self, launch: Callable[[], int]) -> ServeOutcome:
+        """Run `launch()` (vLLM's CLI main) and classify how it ended. Never raises for vLLM errors."""
+        status, exit_status, error = FAILED, None, None
+        try:
+            exit_status = launch()
+            status = STOPPED if exit_status == 0 else FAILED
+            if exit_status != 0:
+                error = f"vLLM exited with status {exit_status}"
+        except KeyboardInterrupt:
+            status = INTERRUPTED
+        except Exception as exc:  # noqa: BLE001 - any vLLM failure is diagnosed, not re-raised
+            traceback.print_exc(file=sys.stderr)  # through fd 2: into the log, where diagnose reads it
+            error = f"{type(exc).__name__}: {exc}"
+        finally:
+            _flush_std()
+        feed = self._feed
+        phases = feed.phases if feed else set()
+        self.outcome = ServeOutcome(
+            status=status,
+            vllm_exit_status=exit_status,
+            error=error,
+            log_file=self.log_file,
+            log_bytes=0,
+            reached_ready="ready" in phases,
+            last_phase=feed.events[-1][1] if feed and feed.events else None,
+            events=list(feed.events) if feed else [],
+            duration_s=time.monotonic() - self._started,
+        )
+        return self.outcome
+
+    @property
+    def timeline(self) -> Any:
+        return self._feed.timeline if self._feed else None
+
+    # -- signals ---------------------------------------------------------------------------------------
+
+    def _interrupt(self, signum: int, frame: Any) -> None:
+        self.signals_received.append(signal.Signals(signum).name)
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    def _note_only(self, signum: int, frame: Any) -> None:
+        self.signals_received.append(signal.Signals(signum).name)
+
+    def _install_handlers(self, handler: Callable[[int, Any], None]) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous = signal.signal(sig, handler)
+            self._saved_handlers.setdefault(sig, previous)
+
+    def _restore_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig, previous in self._saved_handlers.items():
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+        self._saved_handlers.clear()
+
+
+def _flush_std() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def apply_environment(fixes: str | None, env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment changes `serve` makes before vLLM starts; returns what it set.
+
+    - `DSV4CTL_FIXES`: `--fixes` if given, else the caller's `DSV4CTL_FIXES`, else `all`.
+    - Ray workers get the environment only for the prefixes vLLM copies; `DSV4CTL_` is added to
+      `VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY` so the plugin in a Ray worker sees the same choice.
+    """
+    from dsv4ctl.fixes import FIXES_ENV
+
+    env = os.environ if env is None else env
+    changed: dict[str, str] = {}
+    if fixes is not None:
+        changed[FIXES_ENV] = fixes
+    elif FIXES_ENV not in env:
+        changed[FIXES_ENV] = "all"
+    prefixes = [p for p in env.get("VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY", "").split(",") if p.strip()]
+    if "DSV4CTL_" not in prefixes:
+        changed["VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY"] = ",".join([*prefixes, "DSV4CTL_"])
+    env.update(changed)
+    return changed
