@@ -158,3 +158,97 @@ def gpus_command(
 # =============================================================================================
 # serve
 # =============================================================================================
+
+from pathlib import Path  # noqa: E402 - serve's option types
+from typing import Optional  # noqa: E402
+
+SERVE_HELP = """Launch vLLM's OpenAI-compatible server in this process, the way `vllm serve` does.
+
+\b
+dsv4ctl serve MODEL [dsv4ctl options] [vLLM flags...]
+
+Every flag not listed below is vLLM's and is parsed and validated by vLLM's own `serve` parser
+(`-h` or `--vllm-help all` shows it). dsv4ctl adds: its runtime fixes in every vLLM process
+(--fixes), a preflight that passes a safe explicit --max-model-len for DeepSeek-V4 when the length
+is auto/-1/not given (unless --keep-auto) and refuses settings vLLM would refuse, live progress, a
+complete log file, and a diagnosis when startup fails (exit code = `dsv4ctl diagnose`'s).
+SIGINT/SIGTERM shut vLLM down cleanly; no vLLM process outlives dsv4ctl.
+"""
+
+
+@app.command(
+    "serve",
+    help=SERVE_HELP,
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": ["--help"]},
+    options_metavar="MODEL [OPTIONS] [VLLM FLAGS]...",
+)
+def serve_command(
+    ctx: typer.Context,
+    log_file: Optional[Path] = typer.Option(
+        None, "--log-file", metavar="PATH", help="Where to keep everything vLLM prints "
+        "[default: $DSV4CTL_LOG_DIR or ~/.local/state/dsv4ctl/logs/serve-<UTC time>-<pid>.log]."
+    ),
+    keep_auto: bool = typer.Option(
+        False, "--keep-auto", help="Leave --max-model-len auto/-1 to vLLM's own auto-fit instead of passing the planned length."
+    ),
+    retry: bool = typer.Option(
+        False, "--retry", help="If the diagnosis says a shorter explicit --max-model-len would have started, relaunch once with it."
+    ),
+    fixes: Optional[str] = typer.Option(
+        None, "--fixes", metavar="all|none|NAME,...", help="Runtime fixes to enable in every vLLM process [default: $DSV4CTL_FIXES or all]."
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the preflight decision and the exact vLLM command line; start nothing."),
+    json_output: bool = typer.Option(False, "--json", help="With --dry-run: the decision as JSON on stdout."),
+    vllm_help: Optional[str] = typer.Option(
+        None, "--vllm-help", metavar="GROUP", help="Show vLLM's serve help for GROUP (`all`, a config group such as ModelConfig, or a search word)."
+    ),
+) -> None:
+    from dsv4ctl.render import emit_json
+    from dsv4ctl.render.serve import ServeConsole, render_diagnosis
+    from dsv4ctl.serve.command import ATTEMPT_ENV, ServeOptions, default_log_file, plan_only, run
+    from dsv4ctl.serve.preflight import REFUSE
+
+    flags = [str(a) for a in ctx.args]
+    if vllm_help is not None or "-h" in flags:
+        from dsv4ctl.serve.vllm_entry import parse_serve_flags
+
+        rest = [f for f in flags if f != "-h"]
+        parse_serve_flags([*rest, f"--help={vllm_help}" if vllm_help else "--help"])  # prints vLLM's help, exits 0
+        return
+    if fixes is not None:
+        from dsv4ctl.errors import UsageError
+        from dsv4ctl.fixes import FIX_NAMES, parse_selection
+
+        if parse_selection(fixes).unknown:
+            raise UsageError(
+                f"--fixes: unknown fix name(s) {', '.join(parse_selection(fixes).unknown)}",
+                hint="use all, none, or a comma list of: " + ", ".join(FIX_NAMES),
+            )
+    if json_output and not dry_run:
+        from dsv4ctl.errors import UsageError
+
+        raise UsageError("--json goes with --dry-run", hint="serve's live output is vLLM's own; use --dry-run --json for the decision")
+    options = ServeOptions(log_file=log_file, keep_auto=keep_auto, retry=retry, fixes=fixes, dry_run=dry_run)
+    view = ServeConsole()
+    if dry_run:
+        decision = plan_only(flags, options)
+        if json_output:
+            emit_json({"serve_preflight": decision.to_json()})
+        else:
+            view.dry_run(decision)
+        if decision.action == REFUSE and decision.refusal is not None:
+            raise decision.refusal
+        return
+    path = log_file or default_log_file()
+    view.say(f"log file: {path}")
+    result = run(flags, options, view, path)
+    if result.outcome is not None:
+        view.outcome(result.outcome, int(ExitCode.INTERRUPTED))
+    if result.diagnosis is not None:
+        render_diagnosis(result.diagnosis)
+    if result.retry_argv:
+        view.say(f"retrying once with --max-model-len {result.retry_max_model_len:,} (the length the diagnosis computed)")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(result.retry_argv[0], result.retry_argv, {**os.environ, ATTEMPT_ENV: "2"})
+    raise typer.Exit(int(result.exit_code))
