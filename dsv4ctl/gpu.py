@@ -386,19 +386,21 @@ class _Candidate:
 
 def _select_visible(
     candidates_by_gpu: list[list[_Candidate]], physical_uuids: list[str], value: str | None
-) -> tuple[list[_Candidate], list[str]]:
+) -> tuple[list[_Candidate], str | None, str]:
     """Apply CUDA_VISIBLE_DEVICES the way CUDA (and torch's parser of it) does.
 
     `candidates_by_gpu[i]` holds what NVML GPU `i` contributes: itself, or its MIG instances when it
-    is in MIG mode. Returns the visible candidates in CUDA order and notes about ignored entries.
+    is in MIG mode. Returns the visible candidates in CUDA order, why the list stopped early (None
+    when every entry was used) and the entries that were ignored.
     Rules (CUDA; torch.cuda._parse_visible_devices mirrors them): unset -> every GPU; entries are all
     integers or all UUIDs (`GPU-…` or `MIG-…` prefixes, unique prefixes accepted), decided by the
     first one; the first entry that is invalid, negative, out of range or of the other kind ends the
     list; a repeated entry makes the whole list empty.
     """
-    notes: list[str] = []
     if value is None:
-        return [c for group in candidates_by_gpu for c in group], notes
+        return [c for group in candidates_by_gpu for c in group], None, ""
+    if not value.strip():
+        return [], "it is empty", ""
     entries = [e.strip() for e in value.split(",")]
     chosen: list[_Candidate] = []
     seen: set[str] = set()
@@ -406,6 +408,7 @@ def _select_visible(
     kind = "mig" if value.strip().startswith("MIG-") else "gpu" if value.strip().startswith("GPU-") else "int"
     for pos, entry in enumerate(entries):
         group: list[_Candidate] | None = None
+        key = ""
         problem = None
         if kind == "int":
             number = _strtoul(entry)
@@ -417,39 +420,31 @@ def _select_visible(
                 key = f"#{number}"
                 group = candidates_by_gpu[number]
         elif kind == "gpu":
+            matches = [i for i, u in enumerate(physical_uuids) if u.startswith(entry)]
             if not entry.startswith("GPU-"):
                 problem = "is not a GPU UUID like the first entry"
+            elif len(matches) != 1:
+                problem = "matches no GPU" if not matches else "matches more than one GPU"
             else:
-                matches = [i for i, u in enumerate(physical_uuids) if u.startswith(entry)]
-                if len(matches) != 1:
-                    problem = "matches no GPU" if not matches else "matches more than one GPU"
-                else:
-                    key = f"#{matches[0]}"
-                    group = candidates_by_gpu[matches[0]]
+                key = f"#{matches[0]}"
+                group = candidates_by_gpu[matches[0]]
         else:
-            mig_entry = entry
+            mig_matches = [c for c in all_migs if c.uuid.startswith(entry)]
             if not entry.startswith("MIG-"):
                 problem = "is not a MIG UUID like the first entry"
+            elif len(mig_matches) != 1:
+                problem = "matches no MIG instance" if not mig_matches else "matches more than one MIG instance"
             else:
-                matches_mig = [c for c in all_migs if c.uuid.startswith(mig_entry)]
-                if len(matches_mig) != 1:
-                    problem = "matches no MIG instance" if not matches_mig else "matches more than one MIG instance"
-                else:
-                    key = matches_mig[0].uuid
-                    group = matches_mig
+                key = mig_matches[0].uuid
+                group = mig_matches
         if problem is not None:
-            ignored = ",".join(entries[pos:])
-            notes.append(
-                f"{CUDA_VISIBLE_DEVICES} entry {entry!r} {problem}; CUDA ignores it and what follows ({ignored!r})"
-            )
-            break
+            return chosen, f"entry {entry!r} {problem}", ",".join(entries[pos:])
         assert group is not None
         if key in seen:
-            notes.append(f"{CUDA_VISIBLE_DEVICES} names a device twice ({entry!r}); CUDA then shows no device")
-            return [], notes
+            return [], f"it names a device twice ({entry!r}), which CUDA treats as no device", ""
         seen.add(key)
         chosen.extend(group)
-    return chosen, notes
+    return chosen, None, ""
 
 
 def _strtoul(text: str) -> int:
@@ -542,17 +537,20 @@ def _collect(nvml: ModuleType, cuda_visible_devices: str | None) -> GpuSnapshot:
         else:
             candidates_by_gpu.append([_Candidate(index, uuid, handle, handle, False)])
 
-    visible, notes = _select_visible(candidates_by_gpu, physical_uuids, cuda_visible_devices)
+    visible, stopped_because, ignored = _select_visible(candidates_by_gpu, physical_uuids, cuda_visible_devices)
+    notes: list[str] = []
     if not visible:
         if cuda_visible_devices is not None:
-            message = f"no GPU is visible with {CUDA_VISIBLE_DEVICES}={cuda_visible_devices!r}"
-            if notes:
-                message += f" ({notes[0]})"
+            message = f"no GPU is visible with {CUDA_VISIBLE_DEVICES}={cuda_visible_devices!r}: {stopped_because}"
             hint = f"unset {CUDA_VISIBLE_DEVICES} or list GPUs by index (0,1) or UUID; `nvidia-smi -L` lists them"
         else:
             message = f"no usable GPU: NVML sees {count} GPU(s) but they are in MIG mode with no MIG instance created"
             hint = "create MIG instances or disable MIG mode (nvidia-smi -mig 0), or " + SNAPSHOT_HINT
         raise GpuUnavailableError(message, hint=hint)
+    if stopped_because is not None:
+        notes.append(
+            f"{CUDA_VISIBLE_DEVICES} {stopped_because}; CUDA ignores it and the entries after it ({ignored!r})"
+        )
     if all(c.is_mig for c in visible):
         raise GpuUnavailableError(
             f"only MIG instances are visible ({len(visible)}); vLLM serves DeepSeek-V4 on whole GPUs "
