@@ -1,0 +1,102 @@
+"""Available KV-cache memory per GPU, predicted the way vLLM's worker computes it.
+
+vLLM 0.32 (`v1/worker/utils.py:request_memory`, `v1/worker/gpu_worker.py:determine_available_memory`):
+
+    requested  = ceil(cuda_total × gpu_memory_utilization)      # refused if CUDA free at start < requested
+    available  = requested − (weights + non-torch + persistent torch allocations)
+                           − (torch peak − torch allocated during the profile run)
+                           − CUDA-graph memory estimate
+
+CUDA's total is NVML's total minus the driver-reserved memory (`GpuDevice.cuda_total_bytes`), and the
+free memory CUDA reports at worker start is NVML's free minus the worker's own CUDA context. Weights
+come from the checkpoint (per rank); everything that is neither weights nor KV is one overhead figure,
+estimated by default and replaced by the real numbers when a startup log is given.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from dsv4ctl.planning.geometry import CheckpointWeights
+from dsv4ctl.units import GiB, MiB
+
+# A fresh CUDA context took 552,402,944 bytes on an H200 (driver 580, torch 2.x): vLLM's own process
+# sees that much less free memory than NVML reports before it starts. Rounded up.
+CUDA_CONTEXT_BYTES = 600 * MiB
+# Non-KV, non-weight memory of a DeepSeek-V4 worker: profile-run activation peak (MoE dispatch, indexer
+# and sparse-attention prefill workspaces at max_num_batched_tokens), NCCL/cuBLAS/DeepGEMM buffers and
+# the CUDA-graph estimate. An estimate; `--from-log` replaces it with the measured figure.
+DEFAULT_NON_KV_OVERHEAD_BYTES = 6 * GiB
+
+
+@dataclass(frozen=True)
+class GpuMemoryPrediction:
+    """One GPU's budget, as vLLM's worker on it would compute it."""
+
+    cuda_index: int
+    name: str
+    pp_rank: int
+    total_bytes: int  # NVML total
+    cuda_total_bytes: int  # what CUDA/vLLM sees as total
+    free_bytes: int  # NVML free
+    cuda_free_at_start: int  # NVML free minus the worker's CUDA context
+    requested_bytes: int  # ceil(cuda_total × gpu_memory_utilization)
+    weights_bytes: int
+    overhead_bytes: int
+    available_kv_bytes: int
+    refusal: str | None  # vLLM's startup error when free memory is below the request
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cuda_index": self.cuda_index,
+            "name": self.name,
+            "pp_rank": self.pp_rank,
+            "total_bytes": self.total_bytes,
+            "cuda_total_bytes": self.cuda_total_bytes,
+            "free_bytes": self.free_bytes,
+            "cuda_free_at_start_bytes": self.cuda_free_at_start,
+            "requested_bytes": self.requested_bytes,
+            "weights_bytes": self.weights_bytes,
+            "overhead_bytes": self.overhead_bytes,
+            "available_kv_bytes": self.available_kv_bytes,
+            "refusal": self.refusal,
+        }
+
+
+def requested_memory(cuda_total_bytes: int, gpu_memory_utilization: float) -> int:
+    return math.ceil(cuda_total_bytes * gpu_memory_utilization)
+
+
+def _gib(n: int) -> str:
+    return f"{round(n / GiB, 2)}"  # vLLM's format_gib
+
+
+def free_memory_refusal(cuda_index: int, free: int, total: int, util: float, requested: int) -> str:
+    """vLLM's `request_memory` error, word for word (0.32)."""
+    return (
+        f"Free memory on device cuda:{cuda_index} ({_gib(free)}/{_gib(total)} GiB) on startup is less than desired "
+        f"GPU memory utilization ({util}, {_gib(requested)} GiB). Decrease GPU memory utilization or reduce GPU "
+        "memory used by other processes."
+    )
+
+
+def weights_per_rank(
+    weights: CheckpointWeights,
+    *,
+    tensor_parallel_size: int,
+    pipeline_parallel_size: int,
+    data_parallel_size: int,
+    enable_expert_parallel: bool,
+    pp_rank: int,
+    load_mtp: bool,
+) -> int:
+    """Checkpoint bytes one GPU holds: dense layers split over TP×PP, routed experts over EP×PP
+    (EP = TP×DP with --enable-expert-parallel, else TP); MTP layers on the last PP stage when used."""
+    ep = tensor_parallel_size * (data_parallel_size if enable_expert_parallel else 1)
+    per_rank = weights.dense_bytes // (tensor_parallel_size * pipeline_parallel_size)
+    per_rank += weights.expert_bytes // (ep * pipeline_parallel_size)
+    if load_mtp and pp_rank == pipeline_parallel_size - 1:
+        per_rank += weights.mtp_bytes // tensor_parallel_size
+    return per_rank

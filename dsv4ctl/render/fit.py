@@ -1,0 +1,127 @@
+"""Human-readable output of `dsv4ctl fit-length`. The JSON form is `FitResult.to_json()`."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from dsv4ctl.planning.fit import THINK_MAX_CONTEXT, FitResult
+from dsv4ctl.units import format_gib, format_tokens
+
+
+def _tokens(n: int) -> str:
+    return format_tokens(n) if n > 0 else "none"
+
+
+def render_fit(result: FitResult, console: Console) -> None:
+    g = result.geometry
+    console.print(
+        f"[bold]{g.model}[/]  {g.num_hidden_layers} layers ({g.num_csa_layers}×ratio 4, {g.num_hca_layers}×ratio 128, "
+        f"{g.num_swa_only_layers}×sliding only), mirror of vLLM {result.mirrored_vllm_version}'s planner"
+    )
+    console.print(
+        f"KV cache: {result.layout.kv_cache_dtype} ({result.layout.attention_class}), block 256, "
+        f"{result.num_kv_layers} cache layers in {result.num_kv_cache_groups} groups, "
+        f"{format_tokens(result.bytes_per_block)} bytes per block",
+        markup=False,
+    )
+    sched = (
+        f"max_num_batched_tokens {format_tokens(result.max_num_batched_tokens)}"
+        f" ({result.max_num_batched_tokens_source}), async scheduling {'on' if result.async_scheduling else 'off'}"
+        f" → {format_tokens(result.max_in_flight_tokens)} tokens in flight"
+    )
+    console.print(sched, markup=False)
+    source = {"given": "given", "predicted": "predicted from the GPUs", "log": "from the startup log"}[result.kv_cache_memory_source]
+    console.print(
+        f"KV memory per GPU: {format_gib(result.kv_cache_memory_bytes)} ({source}) = "
+        f"{format_tokens(result.num_blocks)} blocks",
+        markup=False,
+    )
+    if result.gpus:
+        console.print(_gpu_table(result))
+    if result.log is not None:
+        log = result.log
+        parts = [f"log {log.path}:"]
+        if log.weights_bytes is not None:
+            parts.append(f"weights {format_gib(log.weights_bytes)}")
+        if log.graph_bytes is not None:
+            parts.append(f"CUDA graphs {format_gib(log.graph_bytes)}")
+        if log.autofit_to is not None:
+            parts.append(f"logged auto-fit {format_tokens(log.autofit_to)}")
+        console.print(", ".join(parts), markup=False)
+    console.print()
+
+    answer = Table(box=box.SIMPLE_HEAD, show_header=False, pad_edge=False, show_edge=False)
+    answer.add_column(justify="left", no_wrap=True)
+    answer.add_column(justify="right", no_wrap=True)
+    answer.add_row("model maximum", format_tokens(result.model_max_model_len))
+    shrink = (
+        f"{_tokens(result.autofit_max_model_len)}  (shrinks by {format_tokens(result.shrink_tokens)})"
+        if result.will_shrink
+        else f"{_tokens(result.autofit_max_model_len)}  (full context)"
+    )
+    answer.add_row("--max-model-len auto picks", shrink)
+    if result.requested_max_model_len is not None:
+        answer.add_row("--max-model-len checked", format_tokens(result.requested_max_model_len))
+    answer.add_row(
+        "recommended --max-model-len",
+        f"[bold]{_tokens(result.recommended_max_model_len)}[/]  (margin {format_gib(result.margin_bytes)})",
+    )
+    answer.add_row("KV memory for the full context", format_gib(result.full_context_kv_memory_bytes))
+    console.print(answer)
+
+    if result.refusal:
+        console.print(f"[bold red]vLLM would refuse:[/] {result.refusal}", highlight=False)
+    console.print()
+    console.print(_what_if_table(result))
+    console.print()
+    console.print("vllm serve command:", markup=False)
+    console.print(f"  {result.vllm_command()}", markup=False, soft_wrap=True)
+
+
+def _gpu_table(result: FitResult) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for header in ("cuda", "name", "PP", "CUDA total", "free", "requested", "weights", "overhead", "KV"):
+        table.add_column(header, justify="left" if header == "name" else "right", no_wrap=True)
+    for gpu in result.gpus:
+        table.add_row(
+            str(gpu.cuda_index),
+            gpu.name,
+            str(gpu.pp_rank),
+            f"{gpu.cuda_total_bytes / 2**30:.2f}",
+            f"{gpu.free_bytes / 2**30:.2f}",
+            f"{gpu.requested_bytes / 2**30:.2f}",
+            f"{gpu.weights_bytes / 2**30:.2f}",
+            f"{gpu.overhead_bytes / 2**30:.2f}",
+            f"{gpu.available_kv_bytes / 2**30:.2f}",
+        )
+    return table
+
+
+def _what_if_table(result: FitResult) -> Table:
+    table = Table(
+        title=f"What if (KV memory {format_gib(result.kv_cache_memory_bytes)}, async {'on' if result.async_scheduling else 'off'})",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        show_edge=False,
+    )
+    table.add_column("batched tokens", justify="right", no_wrap=True)
+    table.add_column("in flight", justify="right", no_wrap=True)
+    table.add_column("auto-fit", justify="right", no_wrap=True)
+    table.add_column("full-context KV", justify="right", no_wrap=True)
+    for row in result.what_if:
+        mark = " ←" if row.current else ""
+        ctx = _tokens(row.autofit_max_model_len)
+        if row.autofit_max_model_len >= result.model_max_model_len:
+            ctx += " (full)"
+        elif 0 < row.autofit_max_model_len < THINK_MAX_CONTEXT:
+            ctx += " (< Think Max)"
+        table.add_row(
+            format_tokens(row.max_num_batched_tokens) + mark,
+            format_tokens(row.max_in_flight_tokens),
+            ctx,
+            format_gib(row.full_context_kv_memory_bytes),
+        )
+    return table
