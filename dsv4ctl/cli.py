@@ -117,6 +117,76 @@ def main(argv: list[str] | None = None) -> int:
 # =============================================================================================
 
 
+@app.command("fit-length")
+def fit_length_command(
+    model: str = typer.Argument(..., help="deepseek-ai/DeepSeek-V4-Flash, deepseek-ai/DeepSeek-V4-Pro, a checkpoint dir or config.json."),
+    kv_cache_memory: str | None = typer.Option(None, "--kv-cache-memory", "--kv-cache-memory-bytes", metavar="SIZE", help="KV memory per GPU, as vLLM's --kv-cache-memory-bytes (9.81GiB, 10533407294). Default: predict."),
+    gpus: str | None = typer.Option(None, "--gpus", metavar="SNAPSHOT", help="GPU snapshot JSON (`dsv4ctl gpus --save`). Default: ask NVML when a prediction needs GPUs."),
+    from_log: str | None = typer.Option(None, "--from-log", metavar="LOG", help="Calibrate from a previous vLLM startup log (Available KV cache memory, Model loading, graphs)."),
+    max_model_len: str = typer.Option("auto", "--max-model-len", help="Check this explicit length too (vLLM syntax: 1048576, 1M, 512k, auto)."),
+    gpu_memory_utilization: float = typer.Option(0.92, "--gpu-memory-utilization", help="As vLLM (0.32 default 0.92)."),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto, fp8, fp8_e4m3, fp8_ds_mla, bfloat16 (bfloat16 needs FLASHINFER_MLA_SPARSE_DSV4)."),
+    attention_backend: str | None = typer.Option(None, "--attention-backend", help="FLASHMLA_SPARSE_DSV4 (default off SM12x) or FLASHINFER_MLA_SPARSE_DSV4."),
+    block_size: int | None = typer.Option(None, "--block-size", help="DeepSeek-V4 supports 256 only (vLLM's choice)."),
+    max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens", help="Default: vLLM's rule for the GPU (8192 on H100/H200)."),
+    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs"),
+    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp"),
+    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp"),
+    data_parallel_size: int = typer.Option(1, "--data-parallel-size", "-dp"),
+    enable_expert_parallel: bool = typer.Option(False, "--enable-expert-parallel", "-ep"),
+    async_scheduling: bool | None = typer.Option(None, "--async-scheduling/--no-async-scheduling", help="Default: on, as vLLM."),
+    speculative_config: str | None = typer.Option(None, "--speculative-config", help='MTP drafting, as vLLM: \'{"method": "mtp", "num_speculative_tokens": 1}\'.'),
+    margin: str = typer.Option("5%", "--margin", help="Headroom below the auto-fit ceiling: share of KV memory (floor 512 MiB) or a size."),
+    weights_memory: str | None = typer.Option(None, "--weights-memory", metavar="SIZE", help="Weights per GPU when no checkpoint dir is given."),
+    overhead: str | None = typer.Option(None, "--overhead", metavar="SIZE", help="Non-KV, non-weight memory per GPU (default estimate 6 GiB)."),
+    json_output: bool = typer.Option(False, "--json", help="Print the answer as JSON."),
+) -> None:
+    """Predict vLLM's --max-model-len auto-fit for DeepSeek-V4 and recommend a safe explicit length.
+
+    Exit 0 with an answer, 6 when vLLM would refuse these settings, 2 for bad flags, 1 for unreadable inputs.
+    """
+    from dsv4ctl.planning.fit import FitRequest, parse_margin, parse_max_model_len, parse_speculative_config, plan_fit
+    from dsv4ctl.render import emit_json, out_console, warning_line
+    from dsv4ctl.units import parse_size
+
+    request = FitRequest(
+        model=model,
+        max_model_len=parse_max_model_len(max_model_len),
+        gpu_memory_utilization=gpu_memory_utilization,
+        kv_cache_dtype=kv_cache_dtype,
+        block_size=block_size,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        tensor_parallel_size=tensor_parallel_size,
+        pipeline_parallel_size=pipeline_parallel_size,
+        data_parallel_size=data_parallel_size,
+        enable_expert_parallel=enable_expert_parallel,
+        async_scheduling=async_scheduling,
+        num_speculative_tokens=parse_speculative_config(speculative_config) if speculative_config else 0,
+        attention_backend=attention_backend,
+        kv_cache_memory_bytes=parse_size(kv_cache_memory, what="--kv-cache-memory") if kv_cache_memory else None,
+        margin=parse_margin(margin),
+        weights_bytes_per_rank=parse_size(weights_memory, what="--weights-memory") if weights_memory else None,
+        non_kv_overhead_bytes=parse_size(overhead, what="--overhead") if overhead else None,
+        gpus=gpus,
+        from_log=from_log,
+    )
+    result = plan_fit(request)
+    if json_output:
+        emit_json(result.to_json())
+    else:
+        from dsv4ctl.render import err_console
+        from dsv4ctl.render.fit import render_fit
+
+        for line in result.notes:
+            err_console().print(f"Note: {line}", markup=False)
+        for line in result.warnings:
+            warning_line(line)
+        render_fit(result, out_console())
+    if not result.fits:
+        raise typer.Exit(int(ExitCode.DOES_NOT_FIT))
+
+
 @app.command("gpus")
 def gpus_command(
     json_output: bool = typer.Option(
