@@ -540,11 +540,12 @@ def _collect(nvml: ModuleType, cuda_visible_devices: str | None) -> GpuSnapshot:
     visible, stopped_because, ignored = _select_visible(candidates_by_gpu, physical_uuids, cuda_visible_devices)
     notes: list[str] = []
     if not visible:
-        if cuda_visible_devices is not None:
+        if stopped_because is not None:
             message = f"no GPU is visible with {CUDA_VISIBLE_DEVICES}={cuda_visible_devices!r}: {stopped_because}"
             hint = f"unset {CUDA_VISIBLE_DEVICES} or list GPUs by index (0,1) or UUID; `nvidia-smi -L` lists them"
         else:
-            message = f"no usable GPU: NVML sees {count} GPU(s) but they are in MIG mode with no MIG instance created"
+            selected = "the selected GPUs are" if cuda_visible_devices is not None else f"all {count} GPU(s) are"
+            message = f"no usable GPU: {selected} in MIG mode with no MIG instance created"
             hint = "create MIG instances or disable MIG mode (nvidia-smi -mig 0), or " + SNAPSHOT_HINT
         raise GpuUnavailableError(message, hint=hint)
     if stopped_because is not None:

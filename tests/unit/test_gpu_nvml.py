@@ -367,8 +367,11 @@ def test_mig_instances_are_listed_and_marked(fake_nvml):
 
 
 def test_mig_mode_without_instances(fake_nvml):
+    fake_nvml([h200(0, migs=[]), h200(1)])
+    with pytest.raises(GpuUnavailableError, match="the selected GPUs are in MIG mode with no MIG instance"):
+        gpu.read_snapshot("0")
     fake_nvml([h200(0, migs=[])])
-    with pytest.raises(GpuUnavailableError, match="MIG mode with no MIG instance"):
+    with pytest.raises(GpuUnavailableError, match="all 1 GPU.s. are in MIG mode with no MIG instance"):
         gpu.read_snapshot()
 
 
