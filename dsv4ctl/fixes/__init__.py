@@ -143,25 +143,38 @@ def outcomes() -> dict[str, FixOutcome]:
     return dict(_STATE.outcomes)
 
 
+def plan(selection: FixSelection, result: FixCheck) -> FixOutcome:
+    """What `register()` would do with a fix, given the selection and the fix's check. Pure.
+
+    Requested and applicable: applied when needed, when named explicitly, or when the check could
+    not tell (both fixes are harmless where not needed); otherwise not needed."""
+    name = result.name
+    if not selection.requested(name):
+        return FixOutcome(name, NOT_REQUESTED, f"not in {FIXES_ENV}")
+    if not result.applicable:
+        return FixOutcome(name, SKIPPED, result.reason)
+    forced = selection.forced(name)
+    if result.needed is False and not forced:
+        return FixOutcome(name, NOT_NEEDED, result.reason)
+    if forced and result.needed is False:
+        why = f"requested by name although not needed ({result.reason})"
+    elif result.needed is None:
+        why = f"applied as a precaution ({result.reason})"
+    else:
+        why = result.reason
+    return FixOutcome(name, APPLIED, why)
+
+
 def _decide(name: str, selection: FixSelection) -> FixOutcome:
     if not selection.requested(name):
         return FixOutcome(name, NOT_REQUESTED, f"not in {FIXES_ENV}")
     try:
         module = _fix_module(name)
-        result = module.check()
-        if not result.applicable:
-            return FixOutcome(name, SKIPPED, result.reason)
-        forced = selection.forced(name)
-        if result.needed is False and not forced:
-            return FixOutcome(name, NOT_NEEDED, result.reason)
+        planned = plan(selection, module.check())
+        if planned.status != APPLIED:
+            return planned
         what = module.install()
-        if forced and result.needed is False:
-            why = f"requested by name although not needed ({result.reason})"
-        elif result.needed is None:
-            why = f"applied as a precaution ({result.reason})"
-        else:
-            why = result.reason
-        return FixOutcome(name, APPLIED, f"{what}; {why}")
+        return FixOutcome(name, APPLIED, f"{what}; {planned.reason}")
     except Exception as exc:  # noqa: BLE001 - a fix must never break a startup
         return FixOutcome(name, SKIPPED, f"unexpected {type(exc).__name__}: {exc}")
 

@@ -1,0 +1,105 @@
+"""Human-readable output of `dsv4ctl doctor`: one screen to paste into a bug report.
+
+Plain text lines (no colours needed to read it), so the pasted text keeps its meaning."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from dsv4ctl.doctor import DoctorReport
+from dsv4ctl.units import format_gib
+
+
+def _pkg_line(info: object, name: str) -> str:
+    if not isinstance(info, dict) or not info:
+        return "unknown"
+    if not info.get("installed"):
+        return "not installed"
+    version = info.get("version") or "unknown version"
+    extra = []
+    if name == "vllm" and info.get("distribution"):
+        extra.append(f"distribution {info['distribution']}")
+    if name == "torch":
+        if info.get("cuda"):
+            extra.append(f"built for CUDA {info['cuda']}")
+        elif info.get("hip"):
+            extra.append(f"built for ROCm {info['hip']}")
+        elif "cuda" in info:
+            extra.append("CPU build")
+        if "cuda_available" in info:
+            extra.append(f"{info.get('device_count', 0)} CUDA device(s) visible" if info["cuda_available"]
+                         else "no CUDA device")
+    if info.get("importable") is False or info.get("import_error"):
+        extra.append(f"DOES NOT IMPORT: {info.get('import_error')}")
+    if info.get("location"):
+        extra.append(str(info["location"]))
+    return f"{version}" + (f" ({'; '.join(extra)})" if extra else "")
+
+
+def _deepgemm_lines(info: object) -> list[str]:
+    if not isinstance(info, dict) or not info:
+        return ["DeepGEMM   unknown"]
+    if info.get("error"):
+        return [f"DeepGEMM   could not be located: {info['error']}"]
+    if not info.get("found"):
+        return ["DeepGEMM   none (no external deep_gemm package, no vendored vllm/third_party/deep_gemm)"]
+    version = f" {info['version']}" if info.get("version") else ""
+    lines = [f"DeepGEMM   {info.get('source')}{version} at {info.get('package_dir')}"]
+    header = info.get("header") or {}
+    guarded = header.get("guarded")
+    state = {True: "has the all-zero guard", False: "LACKS the all-zero guard (affected)", None: "cannot tell"}[guarded]
+    lines.append(f"           SM90 metadata kernel {state}: {header.get('reason')}")
+    return lines
+
+
+def doctor_lines(report: DoctorReport) -> list[str]:
+    t = report.target
+    python = t.get("python") if isinstance(t.get("python"), dict) else {}
+    lines = [f"dsv4ctl    {report.dsv4ctl_version}"]
+    if report.target_error:
+        lines.append(f"Python     {report.target_python}: {report.target_error}")
+    else:
+        lines.append(f"Python     {python.get('version')} ({python.get('executable')})")
+        lines.append(f"platform   {t.get('platform')}")
+        lines.append(f"vLLM       {_pkg_line(t.get('vllm'), 'vllm')}")
+        lines.append(f"torch      {_pkg_line(t.get('torch'), 'torch')}")
+    driver = report.driver_version or "unknown"
+    cuda = f", supports CUDA {report.cuda_driver_version}" if report.cuda_driver_version else ""
+    lines.append(f"driver     {driver}{cuda}")
+    lines.append(f"nvcc       {report.nvcc or 'not found'}")
+    if report.gpu_error:
+        lines.append(f"GPUs       none readable: {report.gpu_error}")
+    else:
+        lines.append(f"GPUs       {len(report.gpus)}")
+        for g in report.gpus:
+            mig = " [MIG]" if g.is_mig else ""
+            lines.append(f"  cuda:{g.cuda_index} (nvml {g.index}) {g.name}{mig}  {g.sm} (cc {g.compute_capability})  "
+                         f"free {format_gib(g.free_bytes)} of {format_gib(g.total_bytes)}")
+    if not report.target_error:
+        lines.extend(_deepgemm_lines(t.get("deepgemm")))
+    env_value = "unset" if report.fixes_env is None else repr(report.fixes_env)
+    lines.append(f"fixes      DSV4CTL_FIXES={env_value}; `dsv4ctl serve` uses 'all'")
+    for f in report.fixes:
+        if not f.checked:
+            lines.append(f"  {f.name}: {f.reason}")
+            continue
+        if not f.applicable:
+            need = "not applicable"
+        else:
+            need = {True: "needed", False: "not needed", None: "need unknown"}[f.needed]
+        lines.append(f"  {f.name}: {need}; with DSV4CTL_FIXES: {f.under_env}; under serve: {f.under_serve}")
+        lines.append(f"    why: {f.reason}")
+    if report.environment:
+        lines.append("environment")
+        for var in report.environment:
+            lines.append(f"  {var.name}={var.value}")
+    else:
+        lines.append("environment  no relevant variables set")
+    for note in report.notes:
+        lines.append(f"note: {note}")
+    return lines
+
+
+def render_doctor(report: DoctorReport, console: Console) -> None:
+    for line in doctor_lines(report):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
