@@ -225,6 +225,86 @@ def gpus_command(
 # =============================================================================================
 
 
+@app.command("doctor")
+def doctor_command(
+    json_output: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    python: str | None = typer.Option(
+        None, "--python", metavar="PATH",
+        help="The Python that runs vLLM (e.g. /opt/vllm/bin/python). Default: the one running dsv4ctl.",
+    ),
+) -> None:
+    """One screen for a bug report: versions, GPUs, DeepGEMM, each fix's status, environment (secrets redacted).
+
+    Works without a GPU and without vLLM (it says what is missing). vLLM and torch are inspected in a
+    child process of --python, never imported here.
+    """
+    from dsv4ctl.doctor import build_report
+    from dsv4ctl.render import emit_json, out_console
+
+    report = build_report(python=python)
+    if json_output:
+        emit_json(report.to_json())
+        return
+    from dsv4ctl.render.doctor import render_doctor
+
+    render_doctor(report, out_console())
+
+
+probe_app = typer.Typer(
+    help="Probes that answer questions about this node without starting vLLM.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+app.add_typer(probe_app, name="probe")
+
+
+@probe_app.command("deepgemm")
+def probe_deepgemm_command(
+    mode: str | None = typer.Option(
+        None, "--mode", metavar="static|kernel|python",
+        help="Default: the strongest available of kernel, python, static.",
+    ),
+    include: str | None = typer.Option(
+        None, "--include", metavar="DIR",
+        help="Probe this DeepGEMM include directory (holds deep_gemm/) instead of the one vLLM would use.",
+    ),
+    cutlass_include: list[str] = typer.Option(
+        [], "--cutlass-include", metavar="DIR",
+        help="Extra include directory holding cute/ and cutlass/ (kernel mode; repeatable).",
+    ),
+    json_output: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Is this node's DeepGEMM affected by the SM90 scheduler-metadata out-of-bounds read?
+
+    kernel: compile and run DeepGEMM's metadata kernel on an SM90 GPU (needs nvcc); python: the
+    upstream repro through vllm.utils.deep_gemm (needs vLLM + GPU); static: read the header.
+    Exit 7 when affected, 0 when not, 1 when it cannot tell.
+    """
+    from pathlib import Path
+
+    from dsv4ctl.errors import UsageError
+    from dsv4ctl.probe.deepgemm import MODES, run_probe
+    from dsv4ctl.render import emit_json, error_line, out_console
+
+    if mode is not None and mode not in MODES:
+        raise UsageError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
+    if include is not None and not Path(include).expanduser().is_dir():
+        raise UsageError(f"--include {include}: not a directory")
+    result = run_probe(mode, include, [Path(p).expanduser() for p in cutlass_include])
+    if json_output:
+        emit_json(result.to_json())
+    else:
+        from dsv4ctl.render.probe import render_probe
+
+        render_probe(result, out_console())
+    if result.affected is True:
+        raise typer.Exit(int(ExitCode.AFFECTED))
+    if result.affected is None:
+        if not json_output:
+            error_line(f"cannot tell whether DeepGEMM is affected: {result.reason}")
+        raise typer.Exit(int(ExitCode.ERROR))
+
+
 # =============================================================================================
 # serve
 # =============================================================================================
