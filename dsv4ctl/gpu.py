@@ -642,20 +642,33 @@ def _host_memory() -> tuple[int, int]:
 def _processes(nvml: ModuleType, handle: Any) -> tuple[GpuProcess, ...]:
     by_pid: dict[int, int | None] = {}
     for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
-        fn = getattr(nvml, getter, None)
-        if fn is None:
-            continue
-        try:
-            infos = fn(handle)
-        except nvml.NVMLError:
-            continue  # not supported / no permission on this device: the inventory still stands
-        for info in infos:
+        for info in _process_infos(nvml, handle, getter):
             pid = int(info.pid)
             used = getattr(info, "usedGpuMemory", None)
             used = None if used is None else int(used)
             if pid not in by_pid or (used is not None and (by_pid[pid] or 0) < used):
                 by_pid[pid] = used
     return tuple(GpuProcess(pid=pid, name=_process_name(pid), used_bytes=used) for pid, used in sorted(by_pid.items()))
+
+
+def _process_infos(nvml: ModuleType, handle: Any, getter: str) -> list[Any]:
+    """The driver's process list, or [] where it will not give one (not supported, no permission).
+
+    nvidia-ml-py's unversioned getters call the newest struct (_v3) and raise
+    NVMLLibraryMismatchError (not an NVMLError) on drivers without it; those drivers have _v2.
+    """
+    mismatch = getattr(nvml, "NVMLLibraryMismatchError", None)
+    errors: tuple[type[BaseException], ...] = (nvml.NVMLError,) + ((mismatch,) if mismatch else ())
+    for name in (getter, getter + "_v2"):
+        fn = getattr(nvml, name, None)
+        if fn is None:
+            continue
+        try:
+            return list(fn(handle))
+        except errors as exc:
+            if isinstance(exc, nvml.NVMLError) and _code(exc) != _const(nvml, "NVML_ERROR_FUNCTION_NOT_FOUND"):
+                return []
+    return []
 
 
 def _process_name(pid: int) -> str | None:

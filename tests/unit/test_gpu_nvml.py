@@ -52,12 +52,14 @@ class FakeNvml(types.ModuleType):
     """The subset of pynvml that dsv4ctl.gpu calls, driven by a list of FakeGpu."""
 
     def __init__(self, gpus: list[FakeGpu], *, driver_has_v2: bool = True, bindings_have_v2: bool = True,
-                 unified: bool = False, init_error: str | None = None):
+                 unified: bool = False, init_error: str | None = None, process_api_v3: bool = True):
         super().__init__("pynvml")
         self.gpus = gpus
         self.driver_has_v2 = driver_has_v2
         self.unified = unified
         self.init_error = init_error
+        self.process_api_v3 = process_api_v3
+        self.NVMLLibraryMismatchError = real_pynvml.NVMLLibraryMismatchError
         self.init_calls = 0
         self.shutdown_calls = 0
         self.NVMLError = real_pynvml.NVMLError
@@ -120,10 +122,23 @@ class FakeNvml(types.ModuleType):
         entries = handle.compute if which == "nvmlDeviceGetComputeRunningProcesses" else handle.graphics
         return [types.SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in entries]
 
+    def _unversioned(self):
+        # nvidia-ml-py's unversioned getters call the _v3 struct; without it they raise this (no NVMLError).
+        if not self.process_api_v3:
+            raise real_pynvml.NVMLLibraryMismatchError("Unversioned function called and the pyNVML version ...")
+
     def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        self._unversioned()
         return self._procs(handle, "nvmlDeviceGetComputeRunningProcesses")
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle):
+        self._unversioned()
+        return self._procs(handle, "nvmlDeviceGetGraphicsRunningProcesses")
+
+    def nvmlDeviceGetComputeRunningProcesses_v2(self, handle):
+        return self._procs(handle, "nvmlDeviceGetComputeRunningProcesses")
+
+    def nvmlDeviceGetGraphicsRunningProcesses_v2(self, handle):
         return self._procs(handle, "nvmlDeviceGetGraphicsRunningProcesses")
 
     def nvmlDeviceGetMigMode(self, handle):
@@ -281,6 +296,12 @@ def test_process_query_without_permission_keeps_the_device(fake_nvml):
                     fail={"nvmlDeviceGetComputeRunningProcesses": "NVML_ERROR_NO_PERMISSION"})])
     (dev,) = gpu.read_snapshot().devices
     assert [p.pid for p in dev.processes] == [2]
+
+
+def test_driver_without_v3_process_struct_uses_v2(fake_nvml):
+    fake_nvml([h200(0, compute=[(11, 2**30)], graphics=[(12, None)])], process_api_v3=False)
+    (dev,) = gpu.read_snapshot().devices
+    assert [(p.pid, p.used_bytes) for p in dev.processes] == [(11, 2**30), (12, None)]
 
 
 # --- CUDA_VISIBLE_DEVICES ------------------------------------------------------------------------
