@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from dsv4ctl.gpu import GpuDevice, GpuSnapshot
@@ -24,16 +25,12 @@ def snapshot_origin(snapshot: GpuSnapshot) -> str:
 
 
 def gpus_table(snapshot: GpuSnapshot) -> Table:
-    """One row per device; memory columns in GiB (two decimals, as vLLM logs memory)."""
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    for header, justify in (
-        ("cuda", "right"), ("nvml", "right"), ("name", "left"), ("sm", "left"),
-        ("total GiB", "right"), ("reserved", "right"), ("CUDA total", "right"),
-        ("used", "right"), ("free", "right"), ("memory", "left"),
-    ):
-        table.add_column(header, justify=justify, no_wrap=True)
-    for d in snapshot.devices:
-        table.add_row(
+    """One row per device; memory columns in GiB (two decimals, as vLLM logs memory).
+
+    Fits 80 columns for one-GPU-model boxes; figures are never cropped (only the name may fold)."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1), collapse_padding=True)
+    rows = [
+        (
             str(d.cuda_index),
             str(d.index),
             d.name + (" [MIG]" if d.is_mig else ""),
@@ -43,19 +40,25 @@ def gpus_table(snapshot: GpuSnapshot) -> Table:
             _gib(d.cuda_total_bytes),
             _gib(d.used_bytes),
             _gib(d.free_bytes),
-            _memory_label(d),
+            d.memory_struct,
         )
+        for d in snapshot.devices
+    ]
+    headers = ("cuda", "nvml", "name", "sm", "total", "reserved", "CUDA total", "used", "free", "memory")
+    for position, header in enumerate(headers):
+        widest = max([len(header)] + [len(row[position]) for row in rows])
+        if header == "name":
+            table.add_column(header, overflow="fold", min_width=min(widest, 12))
+        else:
+            table.add_column(header, justify="left" if header in ("sm", "memory") else "right",
+                             no_wrap=True, min_width=widest)
+    for row in rows:
+        table.add_row(*row)
     return table
 
 
 def _gib(n_bytes: int) -> str:
     return f"{gib(n_bytes):.2f}"
-
-
-def _memory_label(d: GpuDevice) -> str:
-    return {"v2": "v2", "v1": "v1 (no reserved figure)", "unified": "unified (host RAM)"}.get(
-        d.memory_struct, d.memory_struct
-    )
 
 
 def device_lines(d: GpuDevice) -> list[str]:
@@ -72,11 +75,23 @@ def device_lines(d: GpuDevice) -> list[str]:
 
 def render_gpus(snapshot: GpuSnapshot, console: Console) -> None:
     """The `dsv4ctl gpus` report: origin line, device table, UUIDs with their processes, legend."""
-    console.print(snapshot_origin(snapshot), markup=False)
-    console.print(gpus_table(snapshot))
-    for d in snapshot.devices:
-        for line in device_lines(d):
-            console.print(line, markup=False)
+    table = gpus_table(snapshot)
+    lines = [line for d in snapshot.devices for line in device_lines(d)]
+    origin = snapshot_origin(snapshot)
+    # Figures are data: never crop or wrap them to the terminal (or to 80 columns when piped).
+    needed = max([Measurement.get(console, console.options, table).maximum, len(origin)] + [len(x) for x in lines])
+    if needed > console.width:
+        console.width = needed
+    console.print(origin, markup=False)
+    console.print(table)
+    for line in lines:
+        console.print(line, markup=False)
     console.print()
-    console.print("CUDA total = total - reserved: the total torch.cuda.mem_get_info() reports;", markup=False)
-    console.print("vLLM's budget is CUDA total x --gpu-memory-utilization.", markup=False)
+    for line in LEGEND:
+        console.print(line, markup=False)
+
+
+LEGEND = (
+    "Memory in GiB. CUDA total = total - reserved, the total torch.cuda.mem_get_info()",
+    "reports; vLLM's budget is CUDA total x --gpu-memory-utilization.",
+)

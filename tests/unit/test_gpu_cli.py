@@ -157,3 +157,13 @@ def test_gpus_snapshot_does_not_import_pynvml(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert json.loads(out)["devices"][0]["cuda_total_bytes"] == H200_TOTAL - H200_RESERVED
+
+
+def test_narrow_terminal_never_crops_figures(cli, fake_nvml):
+    fake_nvml([h200(0, name="NVIDIA H200 NVL with a long product name")])
+    result = cli("gpus", env={"COLUMNS": "40"})
+    assert result.exit_code == 0
+    row = next(line for line in result.stdout.splitlines() if "sm_90" in line)
+    assert row.split()[-6:] == [two_decimals(H200_TOTAL), two_decimals(H200_RESERVED),
+                                two_decimals(H200_CUDA_TOTAL), "0.00", two_decimals(H200_CUDA_TOTAL), "v2"]
+    assert "…" not in result.stdout
