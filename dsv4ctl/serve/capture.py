@@ -7,8 +7,9 @@ per chunk, fsynced on stop) and echoes it to the original terminal, and hands ea
 a callback (the progress tracker). The original stdout/stderr stay reachable through
 `terminal_fd(1)` / `terminal_fd(2)` for dsv4ctl's own talk.
 
-Lines end at `\\n` or `\\r` (tqdm redraws its bars with `\\r`), so a progress bar's updates reach the
-callback as they happen.
+The log file receives whole lines per stream (a line is never split by the other stream's output),
+so it is what `dsv4ctl diagnose` reads best. Lines end at `\\n` or `\\r` (tqdm redraws its bars
+with `\\r`), so a progress bar's updates reach the callback as they happen.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class FdTee:
         self._threads: list[threading.Thread] = []
         self._log = None
         self._log_lock = threading.Lock()
+        self._log_pending: dict[int, bytes] = {}
         self._term_lock = threading.Lock()
         self._abandon = threading.Event()
         self._started = False
@@ -153,14 +155,29 @@ class FdTee:
                 break
             self._consume(fd, chunk)
             pending = self._split_lines(fd, pending + chunk)
+        self._log_write(fd, b"", final=True)
         if pending:
             self._emit_line(fd, pending, "")
 
-    def _consume(self, fd: int, chunk: bytes) -> None:
+    def _log_write(self, fd: int, chunk: bytes, final: bool = False) -> None:
+        """Append whole lines only, so stdout and stderr never interleave inside one log line; a
+        stream's unterminated tail is held until its line ends or the stream closes."""
+        data = self._log_pending.get(fd, b"") + chunk
+        if final:
+            complete, rest = data, b""
+        else:
+            cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+            complete, rest = data[:cut], data[cut:]
+        self._log_pending[fd] = rest
+        if not complete:
+            return
         with self._log_lock:
             if self._log is not None and not self._log.closed:
-                self._log.write(chunk)  # unbuffered: on disk (page cache) once written
-                self.bytes_logged += len(chunk)
+                self._log.write(complete)  # unbuffered: in the file (page cache) once written
+                self.bytes_logged += len(complete)
+
+    def _consume(self, fd: int, chunk: bytes) -> None:
+        self._log_write(fd, chunk)
         try:
             with self._term_lock:
                 if self._echo is not None:

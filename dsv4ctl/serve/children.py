@@ -92,14 +92,16 @@ class ChildTracker:
                 procs.append(proc)
         return procs
 
-    def reap(self, grace_s: float = 10.0, term_s: float = 5.0) -> ReapReport:
-        """Wait up to `grace_s` for the tracked processes to end, then SIGTERM, then SIGKILL, by pid."""
+    def reap(self, grace_s: float = 10.0, term_s: float = 5.0, exclude: set[int] = frozenset()) -> ReapReport:
+        """Wait up to `grace_s` for the tracked processes to end, then SIGTERM, then SIGKILL, by pid.
+
+        Pids in `exclude` are left alone (a helper the caller stops its own way first)."""
         self.poll()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(self._interval * 2 + 1)
         report = ReapReport(seen=self.seen)
-        procs = self.alive()
+        procs = [p for p in self.alive() if p.pid not in exclude]
         gone, procs = psutil.wait_procs(procs, timeout=grace_s) if procs else ([], [])
         report.exited = [p.pid for p in gone]
         if procs:

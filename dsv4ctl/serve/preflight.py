@@ -20,12 +20,14 @@ Pure: reads the model's config and (through `snapshot_reader`) the GPU snapshot;
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from dsv4ctl.errors import Dsv4ctlError, ExitCode, GpuUnavailableError, InputError
 from dsv4ctl.serve.flags import set_max_model_len
+from dsv4ctl.units import GiB
 
 # Actions
 PASS_THROUGH = "pass-through"  # flags unchanged, vLLM decides
@@ -96,7 +98,7 @@ def decide(
     try:
         from dsv4ctl.planning.geometry import load_geometry
 
-        geometry = load_geometry(model)
+        load_geometry(model)
     except InputError as exc:
         return passthrough(f"no DeepSeek-V4 plan ({exc.message}): --max-model-len passes through unchanged")
 
@@ -107,6 +109,11 @@ def decide(
         snapshot = (snapshot_reader or _default_snapshot_reader)()
     except GpuUnavailableError as exc:
         notes.append(f"no NVIDIA GPU readable here ({exc.message}): GPU-memory checks skipped")
+        cpu_space = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "").strip()
+        if cpu_space.isdigit() and int(cpu_space) > 0:
+            # vLLM's CPU backend takes its KV budget from this variable (GiB), over --kv-cache-memory-bytes.
+            kv_bytes = int(cpu_space) * GiB
+            notes.append(f"KV budget from VLLM_CPU_KVCACHE_SPACE={cpu_space} (GiB), as vLLM's CPU backend does")
         if kv_bytes is None:
             return passthrough(
                 "cannot plan without GPU memory figures or --kv-cache-memory-bytes: "
@@ -117,88 +124,83 @@ def decide(
     try:
         from dsv4ctl.planning.fit import plan_fit
 
-        request = fit_request_from(namespace, geometry)
+        request = fit_request_from(namespace, model, kv_cache_memory_bytes=kv_bytes)
         result = plan_fit(request, snapshot=snapshot)
+    except GpuUnavailableError as exc:
+        notes.append(f"no NVIDIA GPU readable here ({exc.message}): GPU-memory checks skipped")
+        return passthrough("cannot plan without GPU memory figures: --max-model-len passes through unchanged", notes)
     except Dsv4ctlError as exc:
         if exc.exit_code == ExitCode.DOES_NOT_FIT:
-            decision = PreflightDecision(model, requested, REFUSE, None, exc.message, list(flags), notes)
-            decision.refusal = exc
-            return decision
+            return _refuse(model, requested, flags, notes, None, exc)
         return passthrough(f"could not plan ({exc.message}): --max-model-len passes through unchanged", notes)
 
-    plan = result.to_json() if hasattr(result, "to_json") else None
-    notes.extend(str(w) for w in (getattr(result, "warnings", None) or []))
-    verdict_refusal = _refusal_from_result(result)
-    if verdict_refusal is not None:
-        decision = PreflightDecision(model, requested, REFUSE, None, verdict_refusal.message, list(flags), notes, plan)
-        decision.refusal = verdict_refusal
-        return decision
-
+    plan = result.to_json()
+    notes.extend(str(w) for w in result.warnings)
     recommended = int(result.recommended_max_model_len)
+    autofit = int(result.autofit_max_model_len)
+    if not result.fits:
+        hint = (
+            f"the largest length that fits is {autofit:,} (recommended: --max-model-len {recommended})"
+            if autofit > 0
+            else "not even one token of KV cache fits: free memory, raise --gpu-memory-utilization or add GPUs"
+        )
+        err = Dsv4ctlError(f"vLLM would refuse this: {result.refusal}", hint=hint, exit_code=ExitCode.DOES_NOT_FIT)
+        return _refuse(model, requested, flags, notes, plan, err)
+
     if requested is None or requested == AUTO:
         if keep_auto:
-            will_shrink = bool(getattr(result, "will_shrink", False))
-            autofit = getattr(result, "autofit_max_model_len", None)
-            reason = (
-                f"--keep-auto: vLLM auto-fits the length itself (planned {recommended:,}"
-                + (f"; vLLM will shrink it to about {int(autofit):,} after building its state" if will_shrink and autofit else "")
-                + ")"
-            )
+            shrink = f"; vLLM will shrink it to {autofit:,} after building its state" if result.will_shrink else ""
+            reason = f"--keep-auto: vLLM auto-fits the length itself (planned ceiling {autofit:,}{shrink})"
             return PreflightDecision(model, requested, KEEP_AUTO, None, reason, list(flags), notes, plan)
+        chosen, why = recommended, f"the plan's safe length below the auto-fit ceiling {autofit:,}"
+        if chosen <= 0:
+            chosen, why = autofit, "the auto-fit ceiling itself (no length survives the planning margin)"
         reason = (
-            f"length {'auto' if requested == AUTO else 'not given'}: passing the planned --max-model-len "
-            f"{recommended:,} so vLLM never shrinks it after start-up"
+            f"length {'auto' if requested == AUTO else 'not given'}: passing --max-model-len {chosen:,}, "
+            f"{why}, so vLLM never shrinks the length after start-up"
         )
-        return PreflightDecision(
-            model, requested, SET_LENGTH, recommended, reason, set_max_model_len(flags, recommended), notes, plan
-        )
-    if requested > recommended:
-        err = Dsv4ctlError(
-            f"--max-model-len {requested:,} does not fit: the plan for this node allows at most {recommended:,}",
-            hint=f"pass --max-model-len {recommended} (or auto), or free memory / raise --gpu-memory-utilization",
-            exit_code=ExitCode.DOES_NOT_FIT,
-        )
-        decision = PreflightDecision(model, requested, REFUSE, None, err.message, list(flags), notes, plan)
-        decision.refusal = err
-        return decision
+        return PreflightDecision(model, requested, SET_LENGTH, chosen, reason, set_max_model_len(flags, chosen), notes, plan)
     return PreflightDecision(
-        model, requested, EXPLICIT_OK, None, f"--max-model-len {requested:,} fits (the plan allows up to {recommended:,})",
+        model, requested, EXPLICIT_OK, None,
+        f"--max-model-len {requested:,} fits (auto-fit ceiling {autofit:,}; recommended {recommended:,})",
         list(flags), notes, plan,
     )
 
 
-def _refusal_from_result(result: Any) -> Dsv4ctlError | None:
-    """A FitResult that carries a does-not-fit verdict instead of raising it."""
-    verdict = getattr(result, "verdict", None)
-    fits = getattr(result, "fits", None)
-    if fits is False or (isinstance(verdict, str) and verdict.replace("_", "-").lower() in ("does-not-fit", "refuse")):
-        message = getattr(result, "message", None) or "vLLM would refuse these settings on this node"
-        return Dsv4ctlError(str(message), exit_code=ExitCode.DOES_NOT_FIT)
-    if getattr(result, "recommended_max_model_len", None) in (None, 0):
-        return Dsv4ctlError("not even one token of KV cache fits on this node", exit_code=ExitCode.DOES_NOT_FIT)
-    return None
+def _refuse(
+    model: str, requested: int | None, flags: list[str], notes: list[str], plan: dict | None, err: Dsv4ctlError
+) -> PreflightDecision:
+    decision = PreflightDecision(model, requested, REFUSE, None, err.message, list(flags), notes, plan)
+    decision.refusal = err
+    return decision
 
 
-def fit_request_from(namespace: argparse.Namespace, geometry: Any) -> Any:
-    """A planning `FitRequest` from vLLM's parsed serve flags (the field names are vLLM's)."""
+# FitRequest fields that are dsv4ctl's own planning inputs, never vLLM flags.
+_DSV4CTL_ONLY_FIELDS = {"model", "margin", "weights_bytes_per_rank", "non_kv_overhead_bytes", "gpus", "from_log"}
+
+
+def fit_request_from(namespace: argparse.Namespace, model: str, kv_cache_memory_bytes: int | None = None) -> Any:
+    """A planning `FitRequest` from vLLM's parsed serve flags (the field names are vLLM's).
+
+    Plans this node: with multi-node data parallelism the node runs `--data-parallel-size-local`
+    replicas, so that is the data-parallel size planned against this node's GPUs."""
     import dataclasses
 
     from dsv4ctl.planning.fit import FitRequest
 
-    names = {f.name for f in dataclasses.fields(FitRequest)}
-    values: dict[str, Any] = {}
-    for name in names:
-        if name in ("geometry", "model"):
+    values: dict[str, Any] = {"model": model}
+    for f in dataclasses.fields(FitRequest):
+        if f.name in _DSV4CTL_ONLY_FIELDS:
             continue
-        if hasattr(namespace, name):
-            value = getattr(namespace, name)
-            if value is not None:
-                values[name] = value
+        value = getattr(namespace, f.name, None)
+        if value is not None:
+            values[f.name] = value
+    local_dp = getattr(namespace, "data_parallel_size_local", None)
+    if local_dp:
+        values["data_parallel_size"] = int(local_dp)
+    if kv_cache_memory_bytes is not None:
+        values["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
     spec = getattr(namespace, "speculative_config", None)
-    if "num_speculative_tokens" in names and isinstance(spec, dict) and spec.get("num_speculative_tokens"):
+    if isinstance(spec, dict) and spec.get("num_speculative_tokens"):
         values["num_speculative_tokens"] = int(spec["num_speculative_tokens"])
-    if "geometry" in names:
-        values["geometry"] = geometry
-    if "model" in names:
-        values["model"] = getattr(namespace, "model", None)
     return FitRequest(**values)

@@ -107,8 +107,9 @@ class _ProgressFeed:
 class ServeSession:
     """Capture + child tracking + signal handling around one in-process vLLM run."""
 
-    def __init__(self, log_file: Path, view: ServeView, *, append: bool = False) -> None:
+    def __init__(self, log_file: Path, view: ServeView, *, append: bool = False, grace_s: float = 10.0) -> None:
         self.log_file = Path(log_file)
+        self._grace_s = grace_s
         self.view = view
         self._append = append
         self._tee: FdTee | None = None
@@ -142,7 +143,18 @@ class ServeSession:
         return False
 
     def shutdown(self) -> ReapReport:
-        reap = self._children.reap() if self._children else ReapReport()
+        reap = ReapReport()
+        if self._children is not None:
+            # vLLM's processes first; then this process's multiprocessing resource tracker, which
+            # exits on its own once told (it cleans up what they left), and anything still there.
+            tracker_pid = _resource_tracker_pid()
+            reap = self._children.reap(grace_s=self._grace_s, exclude={tracker_pid} if tracker_pid else set())
+            _stop_resource_tracker()
+            rest = self._children.reap(grace_s=2.0)
+            reap.exited += [p for p in rest.exited if p not in reap.exited]
+            reap.terminated += rest.terminated
+            reap.killed += rest.killed
+            reap.survivors = rest.survivors
         if self._tee is not None:
             self._tee.stop()
         self.view.detach()
@@ -210,6 +222,24 @@ class ServeSession:
         for sig, previous in self._saved_handlers.items():
             signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
         self._saved_handlers.clear()
+
+
+def _resource_tracker_pid() -> int | None:
+    from multiprocessing import resource_tracker
+
+    return getattr(getattr(resource_tracker, "_resource_tracker", None), "_pid", None)
+
+
+def _stop_resource_tracker() -> None:
+    from multiprocessing import resource_tracker
+
+    tracker = getattr(resource_tracker, "_resource_tracker", None)
+    stop = getattr(tracker, "_stop", None)  # CPython >= 3.8: close its pipe and wait for it
+    if stop is not None and getattr(tracker, "_pid", None) is not None:
+        try:
+            stop()
+        except Exception:  # noqa: BLE001 - the reaper below handles a tracker that will not stop
+            pass
 
 
 def _flush_std() -> None:
