@@ -688,9 +688,9 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None) ->
         kv_cache_memory_bytes=kv_memory,
         kv_cache_memory_source=source,
         margin_bytes=margin,
-        bytes_per_block=limiting.bytes_per_block,
+        bytes_per_block=max(w.bytes_per_block for w in auto_plan.workers),
         blocks_per_request=blocks_per_request(limiting.groups, max(autofit, 1), in_flight),
-        num_blocks=limiting.num_blocks,
+        num_blocks=min(w.num_blocks for w in auto_plan.workers),  # vLLM gives every worker the smallest count
         full_context_kv_memory_bytes=full_needed,
         max_num_batched_tokens=mnbt,
         max_num_batched_tokens_source=mnbt_source,
