@@ -218,12 +218,29 @@ def summary_line(results: dict[str, FixOutcome]) -> str:
 
 
 def _vllm_logger() -> logging.Logger:
-    try:
-        from vllm.logger import init_logger
+    """vLLM's logger for our name (`vllm.plugins.dsv4ctl`, under vLLM's `vllm` logger).
 
-        return init_logger(LOGGER_NAME)
+    vLLM >= 0.3x configures its logging only once the CLI has parsed its arguments, but the API
+    server loads plugins while it builds the parser, before that. Where nothing would print our line
+    yet (no handler) and vLLM is allowed to configure logging (VLLM_CONFIGURE_LOGGING), we apply
+    vLLM's own environment-driven configuration early, as vLLM <= 0.27 did at import; vLLM applies
+    its final configuration again later."""
+    try:
+        import vllm.logger as vllm_logger
+
+        logger = vllm_logger.init_logger(LOGGER_NAME)
     except Exception:  # noqa: BLE001 - outside vLLM (or a broken one) use the same name
         return logging.getLogger(LOGGER_NAME)
+    if not logger.hasHandlers():
+        try:
+            import vllm.envs as envs
+
+            configure = getattr(vllm_logger, "_configure_vllm_root_logger", None)
+            if configure is not None and envs.VLLM_CONFIGURE_LOGGING:
+                configure()
+        except Exception:  # noqa: BLE001 - logging must never break a startup
+            pass
+    return logger
 
 
 def register() -> None:
@@ -254,10 +271,10 @@ def _register() -> None:
         return
 
     results = {name: _decide(name, selection) for name in FIX_NAMES}
-    changed = results != _STATE.outcomes
+    previous = {name: outcome.status for name, outcome in _STATE.outcomes.items()}
+    if previous == {name: outcome.status for name, outcome in results.items()}:
+        return  # loaded again in the same process: nothing changed, nothing new to say
     _STATE.outcomes = results
-    if not changed:
-        return  # loaded again in the same process: nothing new to say
     logger = _vllm_logger()
     if selection.unknown:
         logger.warning("%s unknown fix name(s) in %s: %s (known: %s)", LOG_PREFIX, FIXES_ENV,

