@@ -140,6 +140,8 @@ class ServeConsole:
             self.say("interrupted before vLLM was serving" if not outcome.reached_ready else "stopped")
         else:
             self.say(f"vLLM failed: {outcome.error or 'no error text'}", style="bold red")
+        if outcome.autofit_to is not None:
+            self.say(f"vLLM auto-fit reduced max_model_len from {outcome.autofit_from:,} to {outcome.autofit_to:,}")
         if forced:
             self.say(f"stopped {len(forced)} leftover vLLM process(es) by pid: {', '.join(map(str, forced))}")
         if survivors:

@@ -56,6 +56,9 @@ class ServeOutcome:
     events: list[tuple[float, str, str]] = field(default_factory=list)  # (seconds since start, phase, text)
     reap: ReapReport | None = None
     duration_s: float = 0.0
+    autofit_from: int | None = None  # vLLM's own auto-fit, as it logged it
+    autofit_to: int | None = None
+    ready_url: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -69,6 +72,8 @@ class ServeOutcome:
             "events": [{"t_s": round(t, 3), "phase": p, "text": x} for t, p, x in self.events],
             "children": self.reap.to_json() if self.reap else None,
             "duration_s": round(self.duration_s, 3),
+            "autofit": {"from": self.autofit_from, "to": self.autofit_to} if self.autofit_to is not None else None,
+            "ready_url": self.ready_url,
         }
 
 
@@ -158,11 +163,27 @@ class ServeSession:
         if self._tee is not None:
             self._tee.stop()
         self.view.detach()
-        self._reap = reap
         if self.outcome is not None:
             self.outcome.reap = reap
-            self.outcome.log_bytes = self.log_file.stat().st_size if self.log_file.exists() else 0
+            self._complete_outcome()  # every line has been parsed now
         return reap
+
+    def _complete_outcome(self) -> None:
+        outcome, feed = self.outcome, self._feed
+        if outcome is None:
+            return
+        outcome.log_bytes = self.log_file.stat().st_size if self.log_file.exists() else 0
+        outcome.duration_s = time.monotonic() - self._started
+        if feed is None:
+            return
+        outcome.events = list(feed.events)
+        outcome.reached_ready = "ready" in feed.phases
+        outcome.last_phase = feed.events[-1][1] if feed.events else None
+        timeline = feed.timeline
+        autofit = getattr(timeline, "autofit", None)
+        if autofit is not None:
+            outcome.autofit_from, outcome.autofit_to = autofit.from_len, autofit.to_len
+        outcome.ready_url = getattr(timeline, "ready_url", None)
 
     # -- running vLLM --------------------------------------------------------------------------------
 
@@ -181,19 +202,16 @@ class ServeSession:
             error = f"{type(exc).__name__}: {exc}"
         finally:
             _flush_std()
-        feed = self._feed
-        phases = feed.phases if feed else set()
         self.outcome = ServeOutcome(
             status=status,
             vllm_exit_status=exit_status,
             error=error,
             log_file=self.log_file,
             log_bytes=0,
-            reached_ready="ready" in phases,
-            last_phase=feed.events[-1][1] if feed and feed.events else None,
-            events=list(feed.events) if feed else [],
-            duration_s=time.monotonic() - self._started,
+            reached_ready=False,
+            last_phase=None,
         )
+        self._complete_outcome()
         return self.outcome
 
     @property
