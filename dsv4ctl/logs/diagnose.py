@@ -1,0 +1,823 @@
+"""Diagnose a vLLM startup log: verdict, root cause, findings with evidence, timeline, checklist.
+
+`diagnose(sources)` reads the log once (streaming, bounded memory) through the prefilter;
+`diagnose_lines(lines)` does the same for callers that already hold `LogLine`s. Both return a
+`Diagnosis` dataclass; `Diagnosis.to_json()` is the `--json` contract (docs/diagnose.md).
+
+How the root cause is chosen (not the last line):
+- a finding is evidence from a catalogue signature (`dsv4ctl.logs.signatures`);
+- only findings before the startup completed and before shutdown began can fail the startup;
+  later ones become `error_after_startup` (warning) or `shutdown_noise` (info);
+- symptoms (EngineCore failed to start, a worker died, NCCL errors after a CUDA fault) are never
+  the root cause while a cause exists; among causes, specific signatures beat generic classes,
+  then the earliest evidence wins (with several files, ordered by the log timestamps).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from dsv4ctl.errors import ExitCode
+from dsv4ctl.logs import prefilter
+from dsv4ctl.logs.reader import LogLine, Source, _as_list, _close, open_source, parse_line, source_name
+from dsv4ctl.logs.signatures import AFFECTED_STALE, BY_ID, CATALOGUE, FIXED_STALE, Signature
+from dsv4ctl.logs.timeline import LineRef, StartupTimeline, StartupTracker
+from dsv4ctl.units import cdiv, format_tokens, round_up
+
+# DeepSeek-V4 constants the arithmetic uses (vllm/models/deepseek_v4/sparse_mla.py):
+C128A_COMPRESS_RATIO = 128  # the HCA layers' compress_ratio, whose metadata the assertion checks
+C128A_TOPK_ALIGNMENT = 128  # _C128A_TOPK_ALIGNMENT
+DSV4_BLOCK_SIZE = 256  # the only KV block size DeepSeek-V4's sparse-MLA kernels accept
+# The explicit --max-model-len we recommend stays this fraction below the length the log says fits,
+# rounded down to a whole block (docs/diagnose.md, "The recommended --max-model-len").
+SAFE_MARGIN = 0.02
+
+VERDICT_EXIT = {
+    "healthy": ExitCode.OK,
+    "inconclusive": ExitCode.INCONCLUSIVE,
+}
+
+MAX_EVIDENCE = 6
+
+
+def safe_max_model_len(fits: int) -> int:
+    """An explicit --max-model-len strictly below `fits`: 2 % margin, rounded down to 256 tokens."""
+    target = min(int(fits * (1 - SAFE_MARGIN)), fits - DSV4_BLOCK_SIZE)
+    return max(DSV4_BLOCK_SIZE, (target // DSV4_BLOCK_SIZE) * DSV4_BLOCK_SIZE)
+
+
+def c128a_capacity(reduced_len: int) -> int:
+    """C128A top-k capacity the metadata builder allocates for the reduced length."""
+    return round_up(cdiv(reduced_len, C128A_COMPRESS_RATIO), C128A_TOPK_ALIGNMENT)
+
+
+def parse_version(text: str | None) -> tuple[int, int, int] | None:
+    if not text:
+        return None
+    m = re.search(r"([0-9]+)\.([0-9]+)(?:\.([0-9]+))?", text)
+    if not m:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def stale_bug_status(version: str | None) -> str | None:
+    """"affected" (0.29.0-0.30.x), "fixed" (>= 0.31.0), "not_affected" (< 0.29), None if unknown."""
+    v = parse_version(version)
+    if v is None:
+        return None
+    if v[:2] < (0, 29):
+        return "not_affected"
+    if v[:2] <= (0, 30):
+        return "affected"
+    return "fixed"
+
+
+# ---------------------------------------------------------------------------------------------
+# Result types
+
+
+@dataclass(frozen=True)
+class Evidence:
+    source: str
+    line: int
+    text: str
+    process: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "line": self.line, "text": self.text, "process": self.process}
+
+
+@dataclass
+class Finding:
+    """One signature found in the log, with the lines that show it and what to do."""
+
+    id: str
+    severity: str
+    title: str
+    meaning: str
+    evidence: list[Evidence]
+    details: dict[str, Any] = field(default_factory=dict)
+    actions: list[str] = field(default_factory=list)
+    is_root_cause: bool = False
+    role: str = "cause"
+    tier: int = 0
+    order: tuple = ()
+
+    @property
+    def line(self) -> int | None:
+        return self.evidence[0].line if self.evidence else None
+
+    def to_json(self) -> dict[str, Any]:
+        first = self.evidence[0] if self.evidence else None
+        return {
+            "id": self.id,
+            "severity": self.severity,
+            "title": self.title,
+            "line": first.line if first else None,
+            "source": first.source if first else None,
+            "evidence": first.text if first else None,
+            "evidence_lines": [e.to_json() for e in self.evidence],
+            "meaning": self.meaning,
+            "details": self.details,
+            "actions": self.actions,
+            "role": self.role,
+            "is_root_cause": self.is_root_cause,
+        }
+
+
+@dataclass
+class ChecklistItem:
+    """One question of the stale-max_model_len checklist, answered from the log."""
+
+    question: str
+    answer: str  # "yes" | "no" | "not in log"
+    evidence: Evidence | None = None
+    note: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "question": self.question,
+            "answer": self.answer,
+            "line": self.evidence.line if self.evidence else None,
+            "source": self.evidence.source if self.evidence else None,
+            "evidence": self.evidence.text if self.evidence else None,
+            "note": self.note,
+        }
+
+
+@dataclass
+class Diagnosis:
+    """What a startup log says: verdict ("failed" | "healthy" | "inconclusive"), root cause, findings."""
+
+    verdict: str
+    findings: list[Finding]
+    root_cause: Finding | None
+    timeline: StartupTimeline
+    checklist: list[ChecklistItem]
+    next_command: str | None
+    sources: list[str]
+    lines_examined: int = 0
+    summary: str = ""
+
+    @property
+    def exit_code(self) -> ExitCode:
+        if self.verdict == "failed":
+            return ExitCode.FAILED_KNOWN_CAUSE if self.root_cause_known else ExitCode.FAILED_UNKNOWN_CAUSE
+        return VERDICT_EXIT[self.verdict]
+
+    @property
+    def root_cause_known(self) -> bool:
+        return self.root_cause is not None and self.root_cause.id != "unrecognized_error"
+
+    def to_json(self) -> dict[str, Any]:
+        af = self.timeline.autofit
+        return {
+            "schema_version": 1,
+            "verdict": self.verdict,
+            "exit_code": int(self.exit_code),
+            "summary": self.summary,
+            "root_cause": self.root_cause.id if self.root_cause else None,
+            "findings": [f.to_json() for f in self.findings],
+            "autofit": {"from": af.from_len, "to": af.to_len, "memory": af.memory_text, "memory_gib": af.memory_gib}
+            if af
+            else None,
+            "timeline": self.timeline.to_json(),
+            "checklist": [c.to_json() for c in self.checklist],
+            "next_command": self.next_command,
+            "sources": self.sources,
+            "lines_examined": self.lines_examined,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# The single pass
+
+_FRAME_RE = re.compile(r'^File "([^"]+)", line ([0-9]+), in (\S+)')
+_EXC_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failed))(?::\s?(.*))?$")
+_READY_PHASE = "ready"
+
+
+@dataclass
+class _Hit:
+    sig: Signature
+    line: LogLine
+    seq: int
+    order: tuple
+    phase: str | None
+    after_ready: bool
+    after_shutdown: bool
+    capture_mode: str | None
+    pattern: str
+
+
+@dataclass
+class _ExceptionRecord:
+    line: LogLine
+    seq: int
+    order: tuple
+    type: str
+    text: str
+    last_frame: tuple[str, int, str, LogLine] | None
+    after_ready: bool
+    after_shutdown: bool
+    in_traceback: bool
+
+
+class _Analyzer:
+    def __init__(self, multi_source: bool = False) -> None:
+        self.tracker = StartupTracker()
+        self.multi_source = multi_source
+        self.seq = 0
+        self.hits: list[_Hit] = []
+        self.exceptions: list[_ExceptionRecord] = []
+        self.frames: dict[tuple[str, str | None], list[tuple[str, int, str, LogLine]]] = {}
+        self.in_tb: dict[tuple[str, str | None], bool] = {}
+        self.ready_seq: int | None = None
+        self.shutdown_seq: int | None = None
+        self.last_ts: dict[str, str] = {}
+        self.traced_deepgemm: list[LogLine] = []
+        self.progress_phase: str | None = None  # the last startup phase, ignoring failed/shutdown
+
+    def feed(self, line: LogLine) -> None:
+        self.seq += 1
+        msg = line.message
+        if line.timestamp:
+            self.last_ts[line.source] = line.timestamp
+        order = (self.last_ts.get(line.source, ""), self.seq)
+        phase_before = self.progress_phase
+        capture = self.tracker.timeline.capture
+        capture_mode = capture.mode if capture is not None else None
+        events = self.tracker.feed(line)
+        for ev in events:
+            if ev.phase not in ("failed", "shutdown"):
+                self.progress_phase = ev.phase
+            if ev.phase == "ready" and self.ready_seq is None:
+                self.ready_seq = self.seq
+            if ev.phase == "shutdown" and self.shutdown_seq is None:
+                self.shutdown_seq = self.seq
+        after_ready = self.ready_seq is not None and self.seq > self.ready_seq
+        after_shutdown = self.shutdown_seq is not None and self.seq >= self.shutdown_seq
+        key = (line.source, line.process)
+        if msg.startswith("Traceback"):
+            self.in_tb[key] = True
+            self.frames[key] = []
+        elif msg.startswith("File ") and (m := _FRAME_RE.match(msg)):
+            stack = self.frames.setdefault(key, [])
+            stack.append((m.group(1), int(m.group(2)), m.group(3), line))
+            if len(stack) > 64:
+                del stack[:-64]
+        if "get_paged_mqa_logits_metadata" in msg or "IndexerMetadataBuilder" in msg:
+            if not after_ready and len(self.traced_deepgemm) < MAX_EVIDENCE:
+                self.traced_deepgemm.append(line)
+        m = _EXC_RE.match(msg)
+        if m and line.level in (None, "ERROR", "CRITICAL"):
+            stack = self.frames.get(key) or []
+            self.exceptions.append(
+                _ExceptionRecord(
+                    line=line,
+                    seq=self.seq,
+                    order=order,
+                    type=m.group(1),
+                    text=msg,
+                    last_frame=stack[-1] if stack else None,
+                    after_ready=after_ready,
+                    after_shutdown=after_shutdown,
+                    in_traceback=self.in_tb.get(key, False),
+                )
+            )
+            self.in_tb[key] = False
+        for sig in CATALOGUE:
+            mm = sig.match(msg)
+            if mm:
+                self.hits.append(
+                    _Hit(sig, line, self.seq, order, phase_before, after_ready, after_shutdown, capture_mode, mm.re.pattern)
+                )
+
+
+def diagnose(sources: Iterable[Source] | Source, *, engine: str = "auto") -> Diagnosis:
+    """Diagnose one or more logs (paths, "-" for stdin, .gz, binary streams), reading each once."""
+    items = _as_list(sources)
+    names = [source_name(s) for s in items]
+    analyzer = _Analyzer(multi_source=len(items) > 1)
+    for source, name in zip(items, names):
+        stream = open_source(source)
+        try:
+            for lineno, raw in prefilter.scan_source(stream, engine=engine):
+                analyzer.feed(parse_line(raw, name, lineno))
+        finally:
+            _close(source, stream)
+    return _conclude(analyzer, names)
+
+
+def diagnose_lines(lines: Iterable[LogLine]) -> Diagnosis:
+    """Diagnose lines a caller already parsed (e.g. `iter_log_lines`); same result as `diagnose`."""
+    sources: list[str] = []
+    analyzer = _Analyzer(multi_source=False)
+    for line in lines:
+        if line.source not in sources:
+            sources.append(line.source)
+        if prefilter.line_matches(line.raw):
+            analyzer.feed(line)
+    analyzer.multi_source = len(sources) > 1
+    return _conclude(analyzer, sources)
+
+
+# ---------------------------------------------------------------------------------------------
+# Conclusions
+
+
+def _line_of(ref: LineRef) -> LogLine:
+    return LogLine(ref.source, ref.line, None, None, None, None, ref.text, ref.text)
+
+
+def _dedupe_frames(hits: list[_Hit]) -> list[_Hit]:
+    """Keep the first process's lines when every worker printed the same traceback."""
+    if not hits:
+        return hits
+    first_proc = hits[0].line.process
+    same = [h for h in hits if h.line.process == first_proc]
+    return same or hits
+
+
+def _ev(line: LogLine) -> Evidence:
+    return Evidence(line.source, line.lineno, line.message, line.process)
+
+
+def _fill(template: str, details: dict[str, Any]) -> str | None:
+    try:
+        return template.format(**details)
+    except (KeyError, ValueError, IndexError, TypeError):
+        return None
+
+
+def _make(sig: Signature, hits: list[_Hit], details: dict[str, Any], extra: list[LogLine] | None = None) -> Finding:
+    # The signature's own lines first (in log order), then the supporting lines.
+    seen: set[tuple[str, int]] = set()
+    evidence: list[Evidence] = []
+    primary = sorted((h.line for h in hits), key=lambda ln: (ln.source, ln.lineno))
+    for line in primary + sorted(extra or [], key=lambda ln: (ln.source, ln.lineno)):
+        k = (line.source, line.lineno)
+        if k in seen:
+            continue
+        seen.add(k)
+        evidence.append(_ev(line))
+    evidence = evidence[:MAX_EVIDENCE]
+    meaning = _fill(sig.meaning, details) or sig.meaning.split("{")[0].strip()
+    actions = [a for a in (_fill(t, details) for t in sig.actions) if a]
+    return Finding(
+        id=sig.id,
+        severity=sig.severity,
+        title=sig.title,
+        meaning=meaning,
+        evidence=evidence,
+        details=details,
+        actions=actions,
+        role=sig.role,
+        tier=sig.tier,
+        order=min(h.order for h in hits) if hits else (),
+    )
+
+
+_PHASE_TO_OOM = {
+    None: "load",
+    "starting": "load",
+    "loading_weights": "load",
+    "weights_loaded": "profile",
+    "profiling": "profile",
+    "kv_cache": "profile",
+    "capturing": "capture",
+    "ready": "serving",
+    "failed": "profile",
+    "shutdown": "serving",
+}
+_OOM_PHASE_TEXT = {
+    "load": "loading the weights",
+    "profile": "profiling memory / allocating the KV cache",
+    "capture": "capturing CUDA graphs",
+    "serving": "serving requests",
+}
+_OOM_PHASE_ACTION = {
+    "load": "The weights do not fit: free GPU memory held by other processes, add GPUs "
+    "(--tensor-parallel-size, or --data-parallel-size with --enable-expert-parallel), or use a quantized checkpoint",
+    "profile": "Lower the activation peak (--max-num-batched-tokens, --max-num-seqs) or leave more headroom with a "
+    "lower --gpu-memory-utilization",
+    "capture": "CUDA graphs did not fit: lower --gpu-memory-utilization so graphs have room, lower --max-num-seqs, "
+    "or run with --enforce-eager",
+    "serving": "Lower --max-num-seqs / --max-num-batched-tokens, or lower --gpu-memory-utilization",
+}
+
+
+def _is_dsv4(tl: StartupTimeline) -> bool:
+    text = " ".join(x for x in (tl.architecture, tl.model) if x).lower()
+    return "deepseekv4" in text or "deepseek-v4" in text or "deepseek_v4" in text or tl.uses_fp8_ds_mla
+
+
+def _full_capture(tl: StartupTimeline, hit: _Hit) -> bool:
+    if hit.phase != "capturing":
+        return False
+    if hit.capture_mode:
+        return "FULL" in hit.capture_mode.upper()
+    return bool(tl.cudagraph_mode and "FULL" in tl.cudagraph_mode)
+
+
+def _derive(sig_id: str, hits: list[_Hit], a: _Analyzer, tl: StartupTimeline, log: str) -> dict[str, Any]:
+    """Numbers a finding shows, derived from the log itself."""
+    d: dict[str, Any] = {"model": tl.model or "<model>", "log": log}
+    msgs = [h.line.message for h in hits]
+    af = tl.autofit
+    if sig_id in ("autofit_reduced", "stale_max_model_len") and af is not None:
+        d.update(
+            from_len=af.from_len,
+            to_len=af.to_len,
+            memory=af.memory_text or "memory not stated",
+            memory_gib=af.memory_gib,
+            safe_len=safe_max_model_len(af.to_len),
+            safe_margin=SAFE_MARGIN,
+        )
+    if sig_id == "stale_max_model_len":
+        d.update(affected=AFFECTED_STALE, fixed=FIXED_STALE, vllm_version=tl.vllm_version)
+        status = stale_bug_status(tl.vllm_version)
+        d["version_status"] = status
+        if af is not None:
+            cap = c128a_capacity(af.to_len)
+            req = af.from_len // C128A_COMPRESS_RATIO
+            d.update(capacity=cap, requested=req)
+            d["arithmetic"] = (
+                f"capacity align_up(cdiv({format_tokens(af.to_len)}, {C128A_COMPRESS_RATIO}), {C128A_TOPK_ALIGNMENT}) "
+                f"= {format_tokens(cap)} {'<' if cap < req else '>='} requested {format_tokens(af.from_len)} // "
+                f"{C128A_COMPRESS_RATIO} = {format_tokens(req)}"
+            )
+        elif tl.max_concurrency_tokens:
+            d["safe_len"] = safe_max_model_len(tl.max_concurrency_tokens)
+    if sig_id == "kv_cache_insufficient":
+        text = " ".join(msgs)
+        if m := re.search(r"max seq len \(([0-9]+)\)", text):
+            d["max_model_len"] = int(m.group(1))
+        if m := re.search(r"\(([0-9.]+) GiB KV cache is needed", text):
+            d["needed_gib"] = float(m.group(1))
+        if m := re.search(r"available KV cache memory \(([0-9.]+) GiB\)", text):
+            d["available_gib"] = float(m.group(1))
+        if m := re.search(r"estimated maximum model length is ([0-9]+)", text):
+            d["estimated_max_model_len"] = int(m.group(1))
+        if m := re.search(r"stored in KV cache \(([0-9]+)\)", text):
+            d["kv_cache_tokens"] = int(m.group(1))
+        fits = d.get("estimated_max_model_len") or d.get("kv_cache_tokens")
+        if fits:
+            d["safe_len"] = safe_max_model_len(fits)
+        if "Cannot auto-fit" in text:
+            d["reason"] = "not enough memory for even a single token"
+        elif "No available memory" in text:
+            d["reason"] = "no memory left for the KV cache at all"
+        clause = ""
+        if "needed_gib" in d and "available_gib" in d:
+            clause = f" ({d['needed_gib']} GiB needed, {d['available_gib']} GiB available)"
+        elif "reason" in d:
+            clause = f" ({d['reason']})"
+        d["needed_clause"] = clause
+    if sig_id == "cuda_oom":
+        first = hits[0]
+        phase = _PHASE_TO_OOM.get(first.phase, "profile")
+        if "Failed to load model" in first.line.message:
+            phase = "load"
+        elif "warming up" in first.line.message:
+            phase = "profile"
+        if first.after_ready:
+            phase = "serving"
+        d.update(phase=phase, phase_text=_OOM_PHASE_TEXT[phase], phase_action=_OOM_PHASE_ACTION[phase])
+        if m := re.search(r"Tried to allocate ([0-9.]+ [GM]iB)", " ".join(msgs)):
+            d["tried_to_allocate"] = m.group(1)
+    if sig_id == "free_memory_below_utilization":
+        text = msgs[0]
+        m = re.search(r"\(([0-9.]+)/([0-9.]+) GiB\) on startup is less than desired GPU memory utilization \(([0-9.]+), ([0-9.]+) GiB\)", text)
+        if m:
+            free, total, util, wanted = (float(x) for x in m.groups())
+            d.update(free_gib=free, total_gib=total, requested_utilization=util, requested_gib=wanted)
+            d["free_text"] = f"{free} GiB free of {total} GiB, {wanted} GiB requested at {util}"
+            if total > 0:
+                d["suggested_util"] = max(0.01, int(free / total * 100) / 100 - 0.01)
+                d["suggested_util"] = round(d["suggested_util"], 2)
+        else:
+            d["free_text"] = "see the evidence"
+    if sig_id == "worker_died":
+        codes = [m.group(1) for t in msgs if (m := re.search(r"exit code: (-?[0-9]+)", t))]
+        d["exit_codes"] = [int(c) for c in codes]
+        d["exit_text"] = f"exit code {codes[0]}" if codes else "exit code not stated"
+    return d
+
+
+def _conclude(a: _Analyzer, sources: list[str]) -> Diagnosis:
+    tl = a.tracker.timeline
+    if not a.multi_source:
+        # One source: its own line order is the order; timestamps only matter across files.
+        for item in (*a.hits, *a.exceptions):
+            item.order = ("", item.seq)
+    log = sources[0] if len(sources) == 1 and sources[0] not in ("-", "<stream>") else "<log>"
+    by_id: dict[str, list[_Hit]] = {}
+    post_ready: dict[str, list[_Hit]] = {}
+    noise: list[_Hit] = []
+    for h in a.hits:
+        sid = h.sig.id
+        if sid == "autofit_reduced":
+            by_id.setdefault(sid, []).append(h)
+            continue
+        if sid == "shutdown_noise":
+            if h.after_shutdown or "leaked" in h.line.message:
+                noise.append(h)
+            continue
+        if h.after_shutdown:
+            noise.append(h)
+        elif h.after_ready:
+            post_ready.setdefault(sid, []).append(h)
+        else:
+            by_id.setdefault(sid, []).append(h)
+
+    findings: list[Finding] = []
+    dsv4 = _is_dsv4(tl)
+
+    # DeepGEMM metadata OOB: traced, or attributable to FULL capture on a DeepSeek-V4 model.
+    ima = by_id.get("cuda_illegal_memory_access", [])
+    nccl = by_id.get("nccl_error", [])
+    nccl_cuda = [h for h in nccl if "unhandled cuda error" in h.line.message.lower() or "UnhandledCuda" in h.line.message]
+    dg_hits = by_id.pop("deepgemm_metadata_oob", [])
+    fault_hits = ima or nccl_cuda
+    if fault_hits:
+        first_fault = min(fault_hits, key=lambda h: h.order)
+        traced = bool(a.traced_deepgemm)
+        attributable = dsv4 and _full_capture(tl, first_fault)
+        if traced or attributable:
+            details = _derive("deepgemm_metadata_oob", fault_hits, a, tl, log)
+            details["attribution"] = "traced" if traced else "attributable"
+            details["masked_by_nccl"] = not ima
+            details["capture"] = tl.capture.desc + f" {tl.capture.n}/{tl.capture.total}" if tl.capture else None
+            details["vllm_version"] = tl.vllm_version
+            v = parse_version(tl.vllm_version)
+            if tl.deep_gemm_source == "vendored" and v is not None and v[:2] >= (0, 28):
+                details["note"] = (
+                    "This log shows vLLM used its vendored DeepGEMM, which is guarded from 0.28.0 on; "
+                    "the fault may have another cause."
+                )
+            elif v is not None and v[:2] <= (0, 27):
+                details["note"] = f"vLLM {tl.vllm_version} vendors an unguarded DeepGEMM (≤ 0.27.x)."
+            f = _make(BY_ID["deepgemm_metadata_oob"], [first_fault] + dg_hits, details, extra=a.traced_deepgemm)
+            f.order = first_fault.order
+            findings.append(f)
+            by_id.pop("cuda_illegal_memory_access", None)
+    # NCCL errors when a CUDA fault exists anywhere are its symptom.
+    if nccl and (ima or any(f.id == "deepgemm_metadata_oob" for f in findings)):
+        f = _make(BY_ID["nccl_error"], nccl, {"symptom_of": "deepgemm_metadata_oob" if any(
+            f.id == "deepgemm_metadata_oob" for f in findings) else "cuda_illegal_memory_access"})
+        f.role = "symptom"
+        findings.append(f)
+        by_id.pop("nccl_error", None)
+
+    for sid, hits in by_id.items():
+        sig = BY_ID[sid]
+        if sid == "autofit_reduced":
+            if tl.autofit is None:
+                continue
+            f = _make(sig, hits[:1], _derive(sid, hits, a, tl, log))
+        elif sid == "stale_max_model_len":
+            # The assertion itself and the reduction that made the length stale.
+            extra = [e.line for e in a.exceptions if e.last_frame and e.last_frame[2] == "_build_c128a_metadata"][:1]
+            if tl.autofit is not None and tl.autofit.ref is not None:
+                extra.append(_line_of(tl.autofit.ref))
+            f = _make(sig, _dedupe_frames(hits), _derive(sid, hits, a, tl, log), extra=extra)
+        else:
+            f = _make(sig, hits, _derive(sid, hits, a, tl, log))
+        findings.append(f)
+
+    pre_exc = [e for e in a.exceptions if not e.after_ready and not e.after_shutdown]
+    if not pre_exc and not tl.ready and any(not e.after_shutdown for e in a.exceptions):
+        pre_exc = [e for e in a.exceptions if not e.after_shutdown]
+
+    causes = [f for f in findings if f.role == "cause" and f.severity == "critical"]
+    symptoms = [f for f in findings if f.role == "symptom" and f.severity == "critical"]
+    failure_seen = bool(causes or symptoms) or (not tl.ready and any(e.in_traceback for e in pre_exc))
+    if failure_seen and not causes:
+        record = _first_unexplained(pre_exc)
+        if record is not None:
+            sig = BY_ID["unrecognized_error"]
+            extra = [record.last_frame[3]] if record.last_frame else []
+            f = _make(sig, [], {"exception": record.type, "message": record.text}, extra=[record.line] + extra)
+            f.evidence.sort(key=lambda e: e.line)
+            f.order = record.order
+            findings.append(f)
+            causes.append(f)
+
+    root: Finding | None = None
+    if causes and not tl.ready:
+        root = min(causes, key=lambda f: (f.tier, f.order))
+        root.is_root_cause = True
+    if tl.ready:
+        verdict = "healthy"
+        for f in findings:
+            if f.severity == "critical":
+                f.details["startup_completed_later"] = True
+    elif failure_seen:
+        verdict = "failed"
+    else:
+        verdict = "inconclusive"
+
+    # Errors while serving, and shutdown noise.
+    ready_line = tl.ready_ref.line if tl.ready_ref else None
+    for sid, hits in post_ready.items():
+        sig = BY_ID[sid]
+        if sig.role == "note":
+            continue
+        base = _derive(sid, hits, a, tl, log)
+        details = {"classified_as": sid, "ready_line": ready_line, **{k: v for k, v in base.items() if k not in ("model", "log")}}
+        f = _make(BY_ID["error_after_startup"], hits, details)
+        f.title = f"Error after startup completed: {sig.title}"
+        findings.append(f)
+    if noise:
+        findings.append(_make(BY_ID["shutdown_noise"], noise, {"count": len(noise)}))
+
+    order_rank = {"critical": 0, "warning": 1, "info": 2}
+    findings.sort(key=lambda f: (not f.is_root_cause, order_rank.get(f.severity, 3), f.order or (0, 0)))
+
+    next_command = None
+    if root is not None:
+        sig = BY_ID[root.id]
+        if sig.next_command:
+            next_command = _fill(sig.next_command, root.details)
+        if root.id == "stale_max_model_len" and "safe_len" not in root.details:
+            next_command = f"dsv4ctl fit-length --from-log {log}"
+    elif verdict == "healthy" and tl.autofit is not None:
+        next_command = f"dsv4ctl fit-length --from-log {log}"
+
+    checklist = _checklist(a, tl, findings, pre_exc)
+    diagnosis = Diagnosis(
+        verdict=verdict,
+        findings=findings,
+        root_cause=root,
+        timeline=tl,
+        checklist=checklist,
+        next_command=next_command,
+        sources=sources,
+        lines_examined=a.seq,
+    )
+    diagnosis.summary = _summary(diagnosis)
+    return diagnosis
+
+
+_SYMPTOM_TEXT = re.compile(
+    r"WorkerProc initialization failed|Engine core initialization failed|EngineCore encountered an issue"
+    r"|EngineDeadError|See root cause above|See stack trace"
+)
+
+
+def _first_unexplained(records: list[_ExceptionRecord]) -> _ExceptionRecord | None:
+    candidates = [r for r in records if not _SYMPTOM_TEXT.search(r.text) and r.type != "KeyboardInterrupt"]
+    if not candidates:
+        return None
+    workers = [r for r in candidates if r.line.process and "worker" in r.line.process.lower()]
+    pool = workers or candidates
+    return min(pool, key=lambda r: r.order)
+
+
+def _summary(d: Diagnosis) -> str:
+    tl = d.timeline
+    if d.verdict == "failed":
+        if d.root_cause is None:
+            return "Startup failed; the cause is not in the log."
+        where = f" (line {d.root_cause.line})" if d.root_cause.line else ""
+        if d.root_cause.id == "unrecognized_error":
+            return f"Startup failed with an unrecognised error{where}."
+        return f"Startup failed: {d.root_cause.title}{where}."
+    if d.verdict == "healthy":
+        where = f" on {tl.ready_url}" if tl.ready_url else ""
+        return f"Startup completed{where}."
+    phase = tl.last_phase or "no vLLM startup lines"
+    return f"No failure seen, but the log ends before the server was ready (last phase: {phase})."
+
+
+# ---------------------------------------------------------------------------------------------
+# The stale-max_model_len checklist (six questions from the upstream analysis)
+
+CHECKLIST_QUESTIONS = (
+    "Was --max-model-len set to auto or -1?",
+    'Did vLLM print "max_model_len: reduced from ... to ..."?',
+    "Does the traceback end in sparse_mla.py::_build_c128a_metadata?",
+    "Is the failure an AssertionError rather than a direct CUDA OOM?",
+    "Does an explicit smaller --max-model-len make startup reliable?",
+    "Does this vLLM lack the fix (PR #58149: ModelState.max_model_len follows auto-fit)?",
+)
+
+
+def _ref_ev(ref: LineRef | None) -> Evidence | None:
+    return Evidence(ref.source, ref.line, ref.text) if ref else None
+
+
+def _checklist(a: _Analyzer, tl: StartupTimeline, findings: list[Finding], pre_exc: list[_ExceptionRecord]) -> list[ChecklistItem]:
+    q = CHECKLIST_QUESTIONS
+    items: list[ChecklistItem] = []
+    refs = tl.refs
+
+    # 1. auto / -1
+    arg = tl.max_model_len_arg
+    if arg is not None and arg.lower() in ("-1", "auto"):
+        items.append(ChecklistItem(q[0], "yes", _ref_ev(refs.get("max_model_len_arg")), f"max_model_len={arg}"))
+    elif arg is not None:
+        items.append(ChecklistItem(q[0], "no", _ref_ev(refs.get("max_model_len_arg")), f"explicit max_model_len={arg}"))
+    elif tl.autofit is not None or tl.autofit_full_fit:
+        ref = refs.get("autofit") or refs.get("autofit_full")
+        items.append(ChecklistItem(q[0], "yes", _ref_ev(ref), "auto-fit runs only with --max-model-len auto / -1"))
+    elif "nondefault_args" in refs:
+        items.append(
+            ChecklistItem(q[0], "no", _ref_ev(refs["nondefault_args"]), "not among the non-default args: the model's full length is used")
+        )
+    else:
+        items.append(ChecklistItem(q[0], "not in log"))
+
+    # 2. reduction printed
+    if tl.autofit is not None:
+        items.append(
+            ChecklistItem(
+                q[1], "yes", _ref_ev(refs.get("autofit")), f"{format_tokens(tl.autofit.from_len)} → {format_tokens(tl.autofit.to_len)}"
+            )
+        )
+    elif tl.autofit_full_fit or tl.kv_cache_tokens is not None:
+        ref = refs.get("autofit_full") or refs.get("kv_cache_size")
+        items.append(ChecklistItem(q[1], "no", _ref_ev(ref), "the KV cache was sized without a reduction"))
+    elif tl.available_kv_gib is not None:
+        items.append(
+            ChecklistItem(q[1], "no", _ref_ev(refs.get("available_kv")), "the KV-cache memory was measured and no reduction followed")
+        )
+    else:
+        items.append(ChecklistItem(q[1], "not in log", None, "the log ends before the KV cache was sized"))
+
+    # 3. traceback ends in _build_c128a_metadata
+    ends_there = [e for e in pre_exc if e.last_frame and e.last_frame[2] == "_build_c128a_metadata"]
+    frames_there = [h for h in a.hits if "_build_c128a_metadata" in h.line.message and not h.after_ready]
+    if ends_there:
+        items.append(ChecklistItem(q[2], "yes", _ev(ends_there[0].last_frame[3]), "the sparse-MLA C128A assertion"))
+    elif frames_there:
+        items.append(ChecklistItem(q[2], "yes", _ev(frames_there[0].line), "the sparse-MLA C128A metadata builder"))
+    elif pre_exc:
+        first = _first_unexplained(pre_exc) or pre_exc[0]
+        where = f"{Path(first.last_frame[0]).name}::{first.last_frame[2]}" if first.last_frame else "no frames"
+        items.append(ChecklistItem(q[3 - 1], "no", _ev(first.line), f"the traceback ends in {where}"))
+    else:
+        items.append(ChecklistItem(q[2], "not in log", None, "no traceback before the startup ended"))
+
+    # 4. AssertionError rather than CUDA OOM
+    oom = next((f for f in findings if f.id == "cuda_oom"), None)
+    asserts = [e for e in pre_exc if e.type.endswith("AssertionError")]
+    if oom is not None:
+        items.append(ChecklistItem(q[3], "no", oom.evidence[0] if oom.evidence else None, "a CUDA out-of-memory error"))
+    elif asserts:
+        items.append(ChecklistItem(q[3], "yes", _ev(asserts[0].line), "an AssertionError, no CUDA OOM"))
+    elif pre_exc:
+        first = _first_unexplained(pre_exc) or pre_exc[0]
+        items.append(ChecklistItem(q[3], "no", _ev(first.line), f"the failure is {first.type}"))
+    else:
+        items.append(ChecklistItem(q[3], "not in log", None, "no error before the startup ended"))
+
+    # 5. explicit smaller length
+    safe = None
+    if tl.autofit is not None:
+        safe = safe_max_model_len(tl.autofit.to_len)
+    if arg is not None and arg.lstrip("-").isdigit() and int(arg) > 0:
+        ev = _ref_ev(refs.get("max_model_len_arg"))
+        if tl.ready:
+            items.append(ChecklistItem(q[4], "yes", _ref_ev(tl.ready_ref) or ev, f"this start used --max-model-len {arg} and completed"))
+        elif any(f.is_root_cause for f in findings):
+            items.append(ChecklistItem(q[4], "no", ev, f"this start used --max-model-len {arg} and still failed"))
+        else:
+            items.append(ChecklistItem(q[4], "not in log", ev, f"this start used --max-model-len {arg} but did not finish"))
+    else:
+        note = "one log cannot show it; compare a start with an explicit length"
+        if safe is not None:
+            note += f", e.g. --max-model-len {safe}"
+        items.append(ChecklistItem(q[4], "not in log", None, note))
+
+    # 6. fix present?
+    status = stale_bug_status(tl.vllm_version)
+    ev = _ref_ev(refs.get("vllm_version"))
+    if status == "affected":
+        items.append(ChecklistItem(q[5], "yes", ev, f"vLLM {tl.vllm_version}: 0.29.0–0.30.x lack it; fixed in {FIXED_STALE}"))
+    elif status == "fixed":
+        items.append(ChecklistItem(q[5], "no", ev, f"vLLM {tl.vllm_version} has ModelState.max_model_len as a property (fixed in {FIXED_STALE})"))
+    elif status == "not_affected":
+        items.append(ChecklistItem(q[5], "no", ev, f"vLLM {tl.vllm_version} predates the assertion (added in 0.29.0)"))
+    else:
+        items.append(ChecklistItem(q[5], "not in log", None, "the vLLM version is not in the log"))
+    if tl.vllm_version and "dev" in tl.vllm_version and items[-1].answer != "not in log":
+        items[-1].note = (items[-1].note or "") + "; development build: check that commit"
+    return items
+
+
+__all__ = [
+    "Diagnosis",
+    "Finding",
+    "Evidence",
+    "ChecklistItem",
+    "diagnose",
+    "diagnose_lines",
+    "safe_max_model_len",
+    "c128a_capacity",
+    "CHECKLIST_QUESTIONS",
+]

@@ -1,0 +1,417 @@
+"""The catalogue of startup-failure signatures `diagnose` knows: data, not if-chains.
+
+Each `Signature` says what it means, which log messages are its evidence (regexes over the
+`LogLine.message`, each containing a prefilter keyword), how it ranks, and what to do. Numbers in the
+actions are filled in from the log (`{placeholders}` are keys of the finding's `details`); an action
+whose placeholders the log cannot fill is left out rather than printed with a guess.
+
+role:
+- "cause": can be the root cause of a failed startup;
+- "symptom": a consequence that points elsewhere (EngineCore failed to start, a worker died, an NCCL
+  error after a CUDA fault); it is the root cause only when nothing else explains the failure;
+- "note": worth knowing, never a failure by itself (auto-fit reduced the context).
+tier: among causes, tier 0 (specific) beats tier 1 (generic classes such as "an NCCL error");
+within a tier the earliest evidence wins.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Signature:
+    id: str
+    severity: str  # "critical" | "warning" | "info"
+    title: str
+    meaning: str
+    patterns: tuple[str, ...]
+    actions: tuple[str, ...]
+    role: str = "cause"
+    tier: int = 0
+    source: str = ""  # where the message text comes from
+    next_command: str | None = None  # a template like `actions`
+    compiled: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "compiled", tuple(re.compile(p) for p in self.patterns))
+
+    def match(self, message: str) -> re.Match[str] | None:
+        for rx in self.compiled:
+            m = rx.search(message)
+            if m:
+                return m
+        return None
+
+
+AFFECTED_STALE = "0.29.0–0.30.x"
+FIXED_STALE = "0.31.0"
+
+CATALOGUE: tuple[Signature, ...] = (
+    Signature(
+        id="autofit_reduced",
+        severity="warning",
+        role="note",
+        title="Auto-fit reduced max_model_len",
+        meaning=(
+            "vLLM measured less KV-cache memory than the model's full context needs and lowered "
+            "max_model_len from {from_len:,} to {to_len:,} ({memory}). The served context is smaller than "
+            "the checkpoint's, and because the result depends on the free memory at each start it can "
+            "differ between restarts."
+        ),
+        patterns=(r"max_model_len: reduced from [0-9,]+ to [0-9,]+",),
+        actions=(
+            "Pin the length explicitly so every start behaves the same: --max-model-len {safe_len}",
+            "See how much memory a longer context needs: dsv4ctl fit-length",
+        ),
+        source="vllm/v1/core/kv_cache_utils.py (0.27-0.32), v1/core/kv_cache_planning.py (0.33)",
+    ),
+    Signature(
+        id="stale_max_model_len",
+        severity="critical",
+        title="Stale max_model_len after auto-fit (sparse-MLA C128A assertion)",
+        meaning=(
+            "Auto-fit lowered max_model_len, but the V2 model runner's ModelState kept the old value. "
+            "The sparse-MLA metadata builder sized its C128A top-k buffer for the reduced length while "
+            "CUDA-graph capture asked for the original one, and the consistency assertion in "
+            "_build_c128a_metadata fired. Affects vLLM {affected} with DeepSeek-V4 on the V2 runner; "
+            "fixed in {fixed} (ModelState.max_model_len became a property)."
+        ),
+        patterns=(
+            r"active_topk_width >= cm\.max_seq_len",
+            r"in _build_c128a_metadata",
+        ),
+        actions=(
+            "Set an explicit length that fits, so auto-fit never runs: --max-model-len {safe_len}",
+            "Launch through dsv4ctl, which sets that length for you: dsv4ctl serve {model} --max-model-len {safe_len}",
+            "Upgrade vLLM to {fixed} or later",
+        ),
+        source="vllm/models/deepseek_v4/sparse_mla.py (assert added in 0.29.0); upstream report in docs",
+        next_command="dsv4ctl serve {model} --max-model-len {safe_len}",
+    ),
+    Signature(
+        id="deepgemm_metadata_oob",
+        severity="critical",
+        title="DeepGEMM paged-MQA scheduler metadata read out of bounds during CUDA-graph capture",
+        meaning=(
+            "DeepGEMM's SM90 paged-MQA metadata kernel (get_paged_mqa_logits_metadata, called by the "
+            "DeepSeek-V4 indexer metadata builder) reads one int past its shared-memory buffer when every "
+            "context length is zero and the batch size is a multiple of 32. FULL CUDA-graph capture feeds it "
+            "exactly that: dummy decode batches have seq_len 1, the indexer divides by compress_ratio 4 "
+            "(1 // 4 = 0), and capture sizes are multiples of 32. The fault is an illegal memory access that "
+            "surfaces wherever CUDA next synchronises (often a later op, or an NCCL 'unhandled cuda error'). "
+            "The vendored DeepGEMM is unguarded in vLLM ≤ 0.27.x; any vLLM with an old external deep_gemm "
+            "package (which takes precedence over the vendored copy) is exposed too."
+        ),
+        patterns=(r"get_paged_mqa_logits_metadata",),
+        actions=(
+            "Upgrade vLLM to 0.28.0 or later and remove any old external deep_gemm package (pip uninstall deep_gemm)",
+            "Launch through dsv4ctl, which clamps the scheduler input: dsv4ctl serve {model}",
+            "Avoid FULL graphs for the indexer: --compilation-config '{{\"cudagraph_mode\": \"PIECEWISE\"}}' "
+            "(or FULL_DECODE_ONLY)",
+            "Last resort, no CUDA graphs at all: --enforce-eager",
+        ),
+        source="upstream DeepGEMM SM90 paged-MQA metadata report; vllm/v1/attention/backends/mla/indexer.py",
+        next_command="dsv4ctl probe deepgemm",
+    ),
+    Signature(
+        id="kv_cache_insufficient",
+        severity="critical",
+        title="Not enough KV-cache memory for max_model_len",
+        meaning=(
+            "After loading weights and profiling, the memory left for the KV cache cannot hold one request "
+            "of the configured max_model_len{needed_clause}."
+        ),
+        patterns=(
+            r"To serve at least one request with the model's max seq len",
+            r"No available memory for the cache blocks",
+            r"The model's max seq len \([0-9]+\) is larger than the maximum number of tokens that can be stored in KV cache",
+            r"Cannot auto-fit max_model_len",
+        ),
+        actions=(
+            "Use a length that fits: --max-model-len {safe_len}",
+            "Let vLLM choose the largest length that fits: --max-model-len auto",
+            "Give the KV cache more memory: raise --gpu-memory-utilization, use --kv-cache-dtype fp8, "
+            "or add GPUs (tensor/pipeline parallel)",
+        ),
+        source="vllm/v1/core/kv_cache_utils.py _check_enough_kv_cache_memory / _auto_fit_max_model_len",
+        next_command="dsv4ctl fit-length --from-log {log}",
+    ),
+    Signature(
+        id="cuda_oom",
+        severity="critical",
+        title="CUDA out of memory",
+        meaning="The GPU ran out of memory while {phase_text}.",
+        patterns=(
+            r"CUDA out of memory",
+            r"OutOfMemoryError",
+            r"Failed to load model - not enough GPU memory",
+            r"CUDA error: out of memory",
+        ),
+        actions=("{phase_action}", "Check what else holds GPU memory: dsv4ctl gpus"),
+        source="torch.OutOfMemoryError; vllm/v1/worker/gpu_model_runner.py load_model",
+        next_command="dsv4ctl gpus",
+    ),
+    Signature(
+        id="free_memory_below_utilization",
+        severity="critical",
+        title="Free GPU memory below the requested utilization at startup",
+        meaning=(
+            "vLLM reserves gpu_memory_utilization × total memory up front; at startup less than that was "
+            "free ({free_text}), usually because another process (an old vLLM, a notebook) still holds "
+            "GPU memory."
+        ),
+        patterns=(r"on startup is less than desired GPU memory utilization",),
+        actions=(
+            "Find and stop what holds the memory: dsv4ctl gpus",
+            "Or ask for less: --gpu-memory-utilization {suggested_util}",
+        ),
+        source="vllm/v1/worker/utils.py request_memory",
+        next_command="dsv4ctl gpus",
+    ),
+    Signature(
+        id="deepgemm_unsupported_arch",
+        severity="critical",
+        title="DeepGEMM does not support this GPU architecture",
+        meaning=(
+            "A DeepGEMM kernel DeepSeek-V4 needs has no build for this GPU's compute capability "
+            "(DeepGEMM targets SM90 and SM100)."
+        ),
+        patterns=(r"Assertion error \([^)]*\): Unsupported architecture", r"Unsupported architecture"),
+        actions=(
+            "Run on a supported GPU (H100/H200: SM90, B200/GB200: SM100), or",
+            "Use a vLLM build whose DeepSeek-V4 path does not need DeepGEMM on this GPU (check the vLLM recipe for your architecture)",
+        ),
+        source="DeepGEMM host assertion (DG_HOST_ASSERT format 'Assertion error (file:line): cond'), vLLM issue #40778",
+    ),
+    Signature(
+        id="deep_gemm_missing",
+        severity="critical",
+        title="DeepGEMM is not available",
+        meaning=(
+            "DeepSeek-V4's sparse indexer needs DeepGEMM on CUDA, and neither an installed deep_gemm "
+            "package nor vLLM's vendored copy could be used (or the installed one is too old)."
+        ),
+        patterns=(
+            r"requires DeepGEMM",
+            r"DeepGEMM is not available",
+            r"No module named '?deep_gemm",
+            r"Vendored deep_gemm not found either",
+        ),
+        actions=(
+            "Use a vLLM wheel that vendors DeepGEMM (the official CUDA wheels do), or install a DeepGEMM that matches it",
+            "Check the JIT include files are present; clear DG_JIT_CACHE_DIR after changing DeepGEMM",
+        ),
+        source="vllm/model_executor/layers/sparse_attn_indexer.py, vllm/utils/deep_gemm.py",
+    ),
+    Signature(
+        id="no_sparse_mla_backend",
+        severity="critical",
+        title="No sparse-MLA attention backend for this GPU",
+        meaning=(
+            "vLLM found no attention backend that supports DeepSeek-V4's sparse MLA with this GPU, dtype "
+            "and block size; the reasons per backend are in the evidence."
+        ),
+        patterns=(r"No valid attention backend found for",),
+        actions=(
+            "Read the per-backend reasons in the evidence; DeepSeek-V4 needs --block-size 256",
+            "On SM12x use the FlashInfer DSv4 backend: --attention-backend FLASHINFER_MLA_SPARSE_DSV4",
+        ),
+        source="vllm/platforms/cuda.py get_attn_backend_cls",
+    ),
+    Signature(
+        id="kv_cache_dtype_unsupported",
+        severity="critical",
+        title="KV-cache dtype not supported by the DeepSeek-V4 layout",
+        meaning=(
+            "The fp8_ds_mla KV layout (FlashMLA, SM90/SM100) stores fp8 only, and a non-fp8 "
+            "--kv-cache-dtype was given. On SM12x the default FlashInfer backend stores plain rows, where "
+            "`auto` means bf16 — twice the KV memory of fp8."
+        ),
+        patterns=(r"fp8_ds_mla layout only supports fp8",),
+        actions=("Use --kv-cache-dtype fp8",),
+        source="vllm/models/deepseek_v4/attention.py _resolve_dsv4_kv_cache_dtype",
+    ),
+    Signature(
+        id="mtp_next_n_unsupported",
+        severity="critical",
+        title="MTP speculative tokens not supported by the indexer kernel (next_n)",
+        meaning=(
+            "With MTP/speculative decoding the indexer's paged-MQA logits kernel is called with "
+            "next_n = num_speculative_tokens + 1 query rows per request; this kernel build accepts only "
+            "some values (SM90: 1, 2, 4; older DeepGEMM: 1, 2)."
+        ),
+        patterns=(r"Assertion error \([^)]*\):.*next_n", r"AssertionError.*next_n", r"assert .*next_n"),
+        actions=(
+            "Use num_speculative_tokens 1 (next_n = 2) in --speculative-config, or",
+            "Upgrade vLLM (0.32+ flattens unsupported next_n on SM90) and DeepGEMM",
+        ),
+        source="DeepGEMM paged MQA logits host assertion; vllm/utils/deep_gemm.py native_next_n_supported",
+    ),
+    Signature(
+        id="mtp_weights_missing",
+        severity="critical",
+        title="MTP layer weights missing from the checkpoint",
+        meaning="Speculative decoding with MTP was requested, but the checkpoint has no weights for the MTP layer.",
+        patterns=(r"MTP speculative decoding layer [0-9]+ weights missing from checkpoint",),
+        actions=("Use a checkpoint that includes the MTP layer, or drop --speculative-config",),
+        source="vllm/models/deepseek_v4/nvidia/mtp.py",
+    ),
+    Signature(
+        id="cuda_driver_too_old",
+        severity="critical",
+        title="NVIDIA driver too old for this CUDA build",
+        meaning="The installed driver does not support the CUDA runtime the vLLM/torch wheels were built for.",
+        patterns=(
+            r"driver on your system is too old",
+            r"CUDA driver version is insufficient for CUDA runtime version",
+        ),
+        actions=("Upgrade the NVIDIA driver, or use the CUDA forward-compatibility libraries, or a wheel built for an older CUDA",),
+        source="torch/CUDA runtime error texts",
+    ),
+    Signature(
+        id="address_in_use",
+        severity="critical",
+        title="Port already in use",
+        meaning="The API server could not bind its port: another server (often a previous vLLM) is listening on it.",
+        patterns=(r"Address already in use",),
+        actions=("Stop the other server or pass another --port",),
+        source="OSError [Errno 98] from the API server socket",
+    ),
+    Signature(
+        id="cuda_illegal_memory_access",
+        severity="critical",
+        tier=1,
+        title="CUDA illegal memory access",
+        meaning=(
+            "A CUDA kernel accessed memory it does not own. The error is sticky and asynchronous: the "
+            "Python frame that reports it is usually not the kernel that faulted."
+        ),
+        patterns=(r"illegal memory access", r"cudaErrorIllegalAddress"),
+        actions=(
+            "Rerun once with CUDA_LAUNCH_BLOCKING=1 to find the kernel that faults",
+            "Try --enforce-eager to see whether CUDA-graph capture is involved",
+        ),
+        source="CUDA runtime error text",
+    ),
+    Signature(
+        id="nccl_error",
+        severity="critical",
+        tier=1,
+        title="NCCL error",
+        meaning=(
+            "A collective operation failed. 'unhandled cuda error' means a CUDA error on that GPU surfaced "
+            "inside NCCL — usually a fault elsewhere, not the interconnect."
+        ),
+        patterns=(r"NCCL error", r"unhandled cuda error", r"ncclUnhandledCudaError", r"DistBackendError"),
+        actions=(
+            "Look for an earlier CUDA error on any worker; rerun with NCCL_DEBUG=INFO for details",
+            "If only NCCL fails: check the GPUs see each other (nvidia-smi topo -m) and try --disable-custom-all-reduce",
+        ),
+        source="vllm/distributed/device_communicators/pynccl_wrapper.py; torch.distributed",
+    ),
+    Signature(
+        id="compile_error",
+        severity="critical",
+        tier=1,
+        title="torch.compile / Inductor failed",
+        meaning="Compiling the model graph (torch.compile with Inductor) raised an error during startup.",
+        patterns=(
+            r"BackendCompilerFailed",
+            r"InductorError",
+            r"torch\._inductor\.exc",
+            r"torch\._dynamo\.exc",
+        ),
+        actions=(
+            "Retry without compilation to confirm: --enforce-eager (or -O0)",
+            "Clear the compile cache (~/.cache/vllm/torch_compile_cache) and retry",
+        ),
+        source="torch._dynamo / torch._inductor exception names",
+    ),
+    Signature(
+        id="worker_died",
+        severity="critical",
+        role="symptom",
+        title="A worker process died",
+        meaning=(
+            "A worker exited while the engine was running ({exit_text}). The reason is in that worker's own "
+            "output; exit code -9 usually means the kernel's OOM killer (host RAM)."
+        ),
+        patterns=(r"Worker proc \S+ died unexpectedly", r"died unexpectedly"),
+        actions=("Read the worker's last lines before this one; check host memory (dmesg | grep -i oom)",),
+        source="vllm/v1/executor/multiproc_executor.py monitor_workers",
+    ),
+    Signature(
+        id="engine_core_failed",
+        severity="critical",
+        role="symptom",
+        title="Engine core failed",
+        meaning=(
+            "The engine reported that startup failed. This line is a consequence; the cause is the first "
+            "worker error above it."
+        ),
+        patterns=(
+            r"EngineCore failed to start",
+            r"WorkerProc initialization failed",
+            r"WorkerProc failed to start",
+            r"Engine core initialization failed",
+            r"EngineCore encountered a fatal error",
+            r"WorkerProc hit an exception",
+            r"EngineDeadError",
+            r"output_handler failed",
+        ),
+        actions=("Read the first worker ERROR/traceback above this line",),
+        source="vllm/v1/engine/core.py, v1/executor/multiproc_executor.py, v1/engine/utils.py",
+    ),
+    Signature(
+        id="shutdown_noise",
+        severity="info",
+        role="noise",
+        title="Errors during shutdown (harmless)",
+        meaning=(
+            "These errors were printed after shutdown began (SIGTERM, Ctrl-C, or the server stopping); "
+            "vLLM prints them while tearing down its processes. They are not a startup failure."
+        ),
+        patterns=(
+            r"output_handler failed",
+            r"EngineDeadError",
+            r"leaked shared_memory",
+            r"nanobind: leaked",
+            r"^KeyboardInterrupt",
+        ),
+        actions=(),
+        source="vllm/v1/engine/async_llm.py; multiprocessing resource_tracker; nanobind",
+    ),
+)
+
+# Findings derived by diagnose itself (not matched line by line).
+DERIVED: tuple[Signature, ...] = (
+    Signature(
+        id="error_after_startup",
+        severity="warning",
+        role="note",
+        title="Error after startup completed",
+        meaning=(
+            "The server finished starting (line {ready_line}) and this error came later, while serving. It is "
+            "not a startup failure; it was classified as {classified_as}."
+        ),
+        patterns=(),
+        actions=("Diagnose the serving error separately; the startup itself succeeded",),
+    ),
+    Signature(
+        id="unrecognized_error",
+        severity="critical",
+        tier=2,
+        title="Startup failed with an error dsv4ctl does not recognise",
+        meaning="The first error that stopped the startup does not match any known signature; it is quoted below.",
+        patterns=(),
+        actions=(
+            "Read the traceback around the quoted line",
+            "Collect the environment for a bug report: vllm collect-env",
+        ),
+        next_command="vllm collect-env",
+    ),
+)
+
+BY_ID: dict[str, Signature] = {s.id: s for s in CATALOGUE + DERIVED}

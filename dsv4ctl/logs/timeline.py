@@ -1,0 +1,522 @@
+"""Reconstruct a vLLM startup timeline from log lines, incrementally.
+
+`StartupTracker.feed(line)` returns the progress events that line produced (usually none), and
+`.timeline` holds everything reconstructed so far in a plain `StartupTimeline` dataclass. `serve`
+drives a live progress line with it; `fit-length --from-log` reads the memory fields; `diagnose`
+prints it. Every regex here contains one of the prefilter keywords (`dsv4ctl.logs.prefilter`), so
+the tracker sees the same lines whether it is fed the whole log or only prefiltered lines.
+
+Formats are vLLM's own (0.27-0.33; see docs/diagnose.md for the list and where each comes from).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dsv4ctl.logs.reader import LogLine, strip_ansi
+from dsv4ctl.units import format_tokens
+
+PHASES = (
+    "starting",
+    "loading_weights",
+    "weights_loaded",
+    "profiling",
+    "kv_cache",
+    "capturing",
+    "ready",
+    "failed",
+    "shutdown",
+)
+
+
+@dataclass(frozen=True)
+class LineRef:
+    """Where a value came from: the source, its 1-based line number and the message text."""
+
+    source: str
+    line: int
+    text: str
+
+    @classmethod
+    def of(cls, line: LogLine) -> "LineRef":
+        return cls(line.source, line.lineno, line.message)
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """A step of the startup: `phase` is one of PHASES, `text` a short line for people."""
+
+    phase: str
+    text: str
+    source: str = "-"
+    line: int = 0
+
+
+@dataclass
+class AutoFit:
+    """vLLM's auto-fit of max_model_len: reduced `from_len` -> `to_len` with `memory_text` available."""
+
+    from_len: int
+    to_len: int
+    memory_text: str | None  # as logged: "9.81 GiB GPU" or "9.81 GiB available for KV cache"
+    memory_gib: float | None
+    ref: LineRef | None = None
+
+
+@dataclass
+class CaptureProgress:
+    """The latest CUDA-graph capture progress bar: `mode` is FULL / PIECEWISE, `n` of `total` graphs."""
+
+    desc: str  # "Capturing CUDA graphs (decode, FULL)"
+    mode: str | None
+    n: int
+    total: int
+    ref: LineRef | None = None
+
+
+@dataclass
+class StartupTimeline:
+    """Everything a startup log says about the startup. Fields are None when the log does not say.
+
+    max_model_len: the length the engine was configured with (before auto-fit);
+    max_model_len_arg: the `--max-model-len` value from `non-default args` ("-1" means auto);
+    effective_max_model_len: after auto-fit (equals max_model_len when nothing was reduced);
+    available_kv_gib / available_kv_line: vLLM's "Available KV cache memory: X GiB" (per worker);
+    weights_gib / weights_seconds: "Model loading took X GiB memory and Y seconds";
+    graph_capture_gib / graph_capture_seconds: "Graph capturing finished in Y secs, took X GiB";
+    kv_cache_tokens / max_concurrency: "GPU KV cache size: N tokens, Maximum concurrency ... Cx";
+    capture: the latest capture progress (mode, n/N); capture_modes: every mode seen, in order;
+    ready / ready_url / ready_ref: the server said it is serving (or the engine finished init);
+    last_phase: the phase of the latest event (one of PHASES).
+    """
+
+    vllm_version: str | None = None
+    model: str | None = None
+    architecture: str | None = None
+    max_model_len: int | None = None
+    max_model_len_arg: str | None = None
+    effective_max_model_len: int | None = None
+    kv_cache_dtype: str | None = None
+    tensor_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
+    data_parallel_size: int | None = None
+    enable_expert_parallel: bool | None = None
+    compilation_mode: str | None = None
+    cudagraph_mode: str | None = None
+    enforce_eager: bool | None = None
+    model_runner: str | None = None  # "V1" / "V2"
+    uses_fp8_ds_mla: bool = False
+    has_indexer: bool = False
+    deep_gemm_source: str | None = None  # "vendored" when vLLM logged it fell back to its own copy
+    weights_gib: float | None = None
+    weights_seconds: float | None = None
+    available_kv_gib: float | None = None
+    available_kv_line: str | None = None
+    autofit: AutoFit | None = None
+    autofit_full_fit: bool = False
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    max_concurrency_tokens: int | None = None
+    capture: CaptureProgress | None = None
+    capture_modes: list[str] = field(default_factory=list)
+    graph_capture_gib: float | None = None
+    graph_capture_seconds: float | None = None
+    init_engine_seconds: float | None = None
+    ready: bool = False
+    ready_url: str | None = None
+    ready_ref: LineRef | None = None
+    last_phase: str | None = None
+    refs: dict[str, LineRef] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        if self.autofit is not None:
+            data["autofit"] = {
+                "from": self.autofit.from_len,
+                "to": self.autofit.to_len,
+                "memory": self.autofit.memory_text,
+                "memory_gib": self.autofit.memory_gib,
+                "line": self.autofit.ref.line if self.autofit.ref else None,
+            }
+        data["refs"] = {k: {"source": r.source, "line": r.line} for k, r in self.refs.items()}
+        return data
+
+
+def _int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def _gib_in(text: str) -> float | None:
+    m = re.search(r"([0-9]+(?:\.[0-9]+)?)\s*GiB", text)
+    return float(m.group(1)) if m else None
+
+
+# Line rules. Each regex contains a prefilter keyword literally (tests check the tracker gives the
+# same timeline on the whole log and on prefiltered lines).
+_RE = {
+    "banner": re.compile(r"vLLM server version (\S+?),? serving model (\S+)"),
+    "logo_version": re.compile(r"█\s+version (\S+)"),
+    "logo_model": re.compile(r"█\s+model   (\S+)"),
+    "engine": re.compile(r"Initializing a V1 LLM engine \(v([^)]+)\) with config: (.*)"),
+    "nondefault": re.compile(r"non-default args: (.*)"),
+    "max_len": re.compile(r"Using max model len ([0-9]+)"),
+    "arch": re.compile(r"Resolved architecture: (\S+)"),
+    "start_load": re.compile(r"Starting to load model (\S+?)(?:\.\.\.)?$"),
+    "shards": re.compile(r"Loading safetensors checkpoint shards.*?([0-9]+)/([0-9]+)"),
+    "load_weights": re.compile(r"Loading weights took ([0-9.]+) seconds"),
+    "model_loading": re.compile(r"Model loading took ([0-9.]+) GiB(?: memory)? and ([0-9.]+) seconds"),
+    "profiling": re.compile(
+        r"Memory profiling takes|Starting torch\.compile|Dynamo bytecode transform time|Compiling a graph for compile range"
+        r"|Initial profiling/warmup run took|Profiling CUDA graph memory|Estimated CUDA graph memory"
+    ),
+    "available_kv": re.compile(r"Available KV cache memory: ([0-9.]+) GiB"),
+    "autofit": re.compile(r"max_model_len: reduced from ([0-9,]+) to ([0-9,]+)(.*)"),
+    "autofit_full": re.compile(r"Auto-fit max_model_len: full model context length ([0-9,]+) fits"),
+    "kv_size": re.compile(r"KV cache size: ([0-9,]+) tokens"),
+    "concurrency": re.compile(r"Maximum concurrency for ([0-9,]+) tokens per request: ([0-9.]+)x"),
+    "capture": re.compile(
+        r"(Capturing [A-Za-z -]*CUDA graphs)(?: \(([^)]*)\))?:?\s*(?:[0-9]+%)?\s*\|[^|]*\|\s*([0-9]+)/([0-9]+)"
+    ),
+    "capture_bare": re.compile(r"(Capturing [A-Za-z -]*CUDA graphs)(?: \(([^)]*)\))?"),
+    "graph_done": re.compile(r"Graph capturing finished in ([0-9.]+) secs, took ([0-9.]+) GiB"),
+    "init_engine": re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([0-9.]+) s"),
+    "server_on": re.compile(r"Starting vLLM (?:API )?server (?:[0-9]+ )?on (\S+)"),
+    "startup_complete": re.compile(r"Application startup complete"),
+    "v2_runner": re.compile(r"Using V2 Model Runner"),
+    "v1_runner": re.compile(r"Model Runner V2 (?:does not yet support|requires).*using the V1 model runner"),
+    "fp8_ds_mla": re.compile(r"fp8_ds_mla KV cache format"),
+    "indexer": re.compile(r"indexer cache for Lightning Indexer"),
+    "vendored_dg": re.compile(r"deep_gemm not found in site-packages, trying vendored"),
+    "failed": re.compile(
+        r"EngineCore failed to start|WorkerProc initialization failed|WorkerProc failed to start"
+        r"|Engine core initialization failed|died unexpectedly|EngineCore encountered a fatal error"
+    ),
+    "traceback": re.compile(r"^Traceback \(most recent call last\)"),
+    "shutdown": re.compile(
+        r"^\[shutdown\]|^Shutting down$|Waiting for application shutdown|Finished server process|^KeyboardInterrupt"
+    ),
+}
+
+_ENGINE_FIELDS = {
+    "model": re.compile(r"\bmodel='([^']*)'"),
+    "max_seq_len": re.compile(r"\bmax_seq_len=([0-9]+)"),
+    "tp": re.compile(r"\btensor_parallel_size=([0-9]+)"),
+    "pp": re.compile(r"\bpipeline_parallel_size=([0-9]+)"),
+    "dp": re.compile(r"\bdata_parallel_size=([0-9]+)"),
+    "kv_dtype": re.compile(r"\bkv_cache_dtype=([A-Za-z0-9_]+)"),
+    "eager": re.compile(r"\benforce_eager=(True|False)"),
+    "mode": re.compile(r"'mode': (?:<CompilationMode\.([A-Z_]+)[^>]*>|([0-9]+)|'([A-Za-z_]+)')"),
+    "cg_mode": re.compile(r"'cudagraph_mode': (?:<CUDAGraphMode\.([A-Z_]+)[^>]*>|'([A-Za-z_]+)')"),
+}
+_COMPILATION_MODE_NAMES = {"0": "NONE", "1": "STOCK_TORCH_COMPILE", "2": "DYNAMO_TRACE_ONCE", "3": "VLLM_COMPILE"}
+
+_ARG_FIELDS = {
+    "model": re.compile(r"'model(?:_tag)?': '([^']*)'"),
+    "max_model_len": re.compile(r"'max_model_len': (-?[0-9]+|'[^']*')"),
+    "kv_cache_dtype": re.compile(r"'kv_cache_dtype': '([^']*)'"),
+    "tp": re.compile(r"'tensor_parallel_size': ([0-9]+)"),
+    "pp": re.compile(r"'pipeline_parallel_size': ([0-9]+)"),
+    "dp": re.compile(r"'data_parallel_size': ([0-9]+)"),
+    "ep": re.compile(r"'enable_expert_parallel': (True|False)"),
+    "eager": re.compile(r"'enforce_eager': (True|False)"),
+}
+
+
+class StartupTracker:
+    """Feed log lines in order; get progress events back and a growing `timeline`."""
+
+    def __init__(self) -> None:
+        self.timeline = StartupTimeline()
+        self._last_capture_key: tuple[str, int, int] | None = None
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _ref(self, key: str, line: LogLine, overwrite: bool = True) -> LineRef:
+        ref = LineRef.of(line)
+        if overwrite or key not in self.timeline.refs:
+            self.timeline.refs[key] = ref
+        return ref
+
+    def _event(self, phase: str, text: str, line: LogLine) -> ProgressEvent:
+        tl = self.timeline
+        # After the startup completed only failure and shutdown move the phase.
+        if not (tl.last_phase in ("ready", "shutdown") and phase not in ("failed", "shutdown")):
+            tl.last_phase = phase
+        return ProgressEvent(phase, text, line.source, line.lineno)
+
+    # -- the rules --------------------------------------------------------------------------
+    def feed(self, line: LogLine) -> list[ProgressEvent]:
+        msg = line.message
+        if not msg:
+            return []
+        tl = self.timeline
+        events: list[ProgressEvent] = []
+        R = _RE
+
+        if "version" in msg:
+            m = R["banner"].search(msg)
+            if m:
+                tl.vllm_version = tl.vllm_version or m.group(1)
+                tl.model = tl.model or m.group(2)
+                self._ref("vllm_version", line, overwrite=False)
+            else:
+                m = R["logo_version"].search(msg)
+                if m and tl.vllm_version is None:
+                    tl.vllm_version = m.group(1)
+                    self._ref("vllm_version", line, overwrite=False)
+        if "  model   " in msg:
+            m = R["logo_model"].search(msg)
+            if m and tl.model is None:
+                tl.model = m.group(1)
+                self._ref("model", line, overwrite=False)
+        if "Initializing a V1 LLM engine" in msg:
+            m = R["engine"].search(msg)
+            if m:
+                self._parse_engine_config(m.group(1), m.group(2), line)
+                if tl.last_phase is None:
+                    events.append(self._event("starting", f"Starting vLLM {tl.vllm_version or ''}".strip(), line))
+        if "non-default args" in msg:
+            m = R["nondefault"].search(msg)
+            if m:
+                self._parse_nondefault(m.group(1), line)
+                if tl.last_phase is None:
+                    events.append(self._event("starting", "Starting vLLM", line))
+        if "Using max model len" in msg:
+            m = R["max_len"].search(msg)
+            if m:
+                tl.max_model_len = int(m.group(1))
+                self._ref("max_model_len", line)
+        if "Resolved architecture" in msg:
+            m = R["arch"].search(msg)
+            if m:
+                tl.architecture = m.group(1)
+                self._ref("architecture", line)
+        if "Starting to load model" in msg:
+            m = R["start_load"].search(msg)
+            if m:
+                tl.model = tl.model or m.group(1)
+            events.append(self._event("loading_weights", "Loading weights", line))
+        if "Loading safetensors checkpoint shards" in msg:
+            m = R["shards"].search(msg)
+            if m:
+                events.append(self._event("loading_weights", f"Loading weights {m.group(1)}/{m.group(2)} shards", line))
+        if "Loading weights took" in msg:
+            m = R["load_weights"].search(msg)
+            if m and tl.weights_seconds is None:
+                tl.weights_seconds = float(m.group(1))
+        if "Model loading took" in msg:
+            m = R["model_loading"].search(msg)
+            if m:
+                tl.weights_gib = float(m.group(1))
+                tl.weights_seconds = float(m.group(2))
+                self._ref("weights", line)
+                events.append(
+                    self._event("weights_loaded", f"Weights loaded: {tl.weights_gib:.2f} GiB in {tl.weights_seconds:.1f} s", line)
+                )
+        if R["profiling"].search(msg) and tl.last_phase in (None, "starting", "loading_weights", "weights_loaded"):
+            events.append(self._event("profiling", "Profiling memory and compiling", line))
+        if "Available KV cache memory" in msg:
+            m = R["available_kv"].search(msg)
+            if m:
+                tl.available_kv_gib = float(m.group(1))
+                tl.available_kv_line = msg
+                self._ref("available_kv", line)
+                events.append(self._event("kv_cache", f"Available KV cache memory: {m.group(1)} GiB", line))
+        if "max_model_len: reduced from" in msg:
+            m = R["autofit"].search(msg)
+            if m:
+                rest = m.group(3)
+                mem = re.search(r"\(([^)]*GiB[^)]*)\)", rest)
+                memory_text = mem.group(1).strip() if mem else None
+                tl.autofit = AutoFit(
+                    from_len=_int(m.group(1)),
+                    to_len=_int(m.group(2)),
+                    memory_text=memory_text,
+                    memory_gib=_gib_in(memory_text) if memory_text else None,
+                    ref=self._ref("autofit", line),
+                )
+                tl.max_model_len = tl.autofit.from_len
+                tl.effective_max_model_len = tl.autofit.to_len
+                mem_note = f" ({tl.autofit.memory_gib:.2f} GiB)" if tl.autofit.memory_gib is not None else ""
+                events.append(
+                    self._event(
+                        "kv_cache",
+                        f"KV cache: auto-fit reduced {format_tokens(tl.autofit.from_len)} → "
+                        f"{format_tokens(tl.autofit.to_len)}{mem_note}",
+                        line,
+                    )
+                )
+        if "Auto-fit max_model_len: full model context length" in msg:
+            m = R["autofit_full"].search(msg)
+            if m:
+                tl.autofit_full_fit = True
+                tl.max_model_len = _int(m.group(1))
+                tl.effective_max_model_len = tl.max_model_len
+                self._ref("autofit_full", line)
+                events.append(self._event("kv_cache", f"KV cache: full context {format_tokens(tl.max_model_len)} fits", line))
+        if "KV cache size" in msg:
+            m = R["kv_size"].search(msg)
+            if m:
+                tl.kv_cache_tokens = _int(m.group(1))
+                self._ref("kv_cache_size", line)
+        if "Maximum concurrency" in msg:
+            m = R["concurrency"].search(msg)
+            if m:
+                tl.max_concurrency_tokens = _int(m.group(1))
+                tl.max_concurrency = float(m.group(2))
+                if tl.effective_max_model_len is None:
+                    tl.effective_max_model_len = tl.max_concurrency_tokens
+                self._ref("max_concurrency", line)
+                size = f"{format_tokens(tl.kv_cache_tokens)} tokens, " if tl.kv_cache_tokens is not None else ""
+                events.append(
+                    self._event(
+                        "kv_cache",
+                        f"KV cache: {size}{tl.max_concurrency:.2f}x at {format_tokens(tl.max_concurrency_tokens)} tokens",
+                        line,
+                    )
+                )
+        if "CUDA graphs" in msg and "Capturing" in msg:
+            ev = self._capture(msg, line)
+            if ev is not None:
+                events.append(ev)
+        elif "Capturing" in line.raw and "CUDA graphs" in line.raw:
+            # A tqdm bar left without a newline, with a log record appended to it (stdout and stderr
+            # share the terminal): the bar is in the raw line, not in the parsed message.
+            segments = [s for s in strip_ansi(line.raw).split("\r") if "Capturing" in s]
+            if segments:
+                ev = self._capture(segments[-1], line)
+                if ev is not None:
+                    events.append(ev)
+        if "Graph capturing finished" in msg:
+            m = R["graph_done"].search(msg)
+            if m:
+                tl.graph_capture_seconds = float(m.group(1))
+                tl.graph_capture_gib = float(m.group(2))
+                self._ref("graph_capture", line)
+                events.append(self._event("capturing", f"CUDA graphs captured: {tl.graph_capture_gib:.2f} GiB in {m.group(1)} s", line))
+        if "init engine (profile" in msg:
+            m = R["init_engine"].search(msg)
+            if m:
+                tl.init_engine_seconds = float(m.group(1))
+                self._ref("init_engine", line)
+                if not tl.ready:
+                    tl.ready = True
+                    tl.ready_ref = LineRef.of(line)
+                    events.append(self._event("ready", f"Engine ready ({tl.init_engine_seconds:.0f} s init)", line))
+        if "Starting vLLM" in msg and " on " in msg:
+            m = R["server_on"].search(msg)
+            if m:
+                tl.ready_url = m.group(1)
+                first = not tl.ready or (tl.ready_ref is not None and "Starting vLLM" not in tl.ready_ref.text)
+                tl.ready = True
+                tl.ready_ref = LineRef.of(line)
+                self._ref("ready", line)
+                if first:
+                    events.append(self._event("ready", f"Ready on {tl.ready_url}", line))
+        if "Application startup complete" in msg:
+            self._ref("startup_complete", line)
+            if not tl.ready:
+                tl.ready = True
+                tl.ready_ref = LineRef.of(line)
+                events.append(self._event("ready", "Ready", line))
+        if "Model Runner" in msg:
+            if R["v2_runner"].search(msg):
+                tl.model_runner = "V2"
+            elif R["v1_runner"].search(msg):
+                tl.model_runner = "V1"
+        if "fp8_ds_mla" in msg and R["fp8_ds_mla"].search(msg):
+            tl.uses_fp8_ds_mla = True
+        if "indexer cache for Lightning Indexer" in msg:
+            tl.has_indexer = True
+            self._ref("indexer", line, overwrite=False)
+        if "deep_gemm not found in site-packages" in msg:
+            tl.deep_gemm_source = "vendored"
+            self._ref("deep_gemm_source", line, overwrite=False)
+        if R["failed"].search(msg):
+            events.append(self._event("failed", _short(msg), line))
+        elif msg.startswith("Traceback") and not tl.ready and R["traceback"].search(msg):
+            if tl.last_phase != "failed":
+                events.append(self._event("failed", "Traceback (startup failing)", line))
+        if R["shutdown"].search(msg):
+            if tl.last_phase != "shutdown":
+                events.append(self._event("shutdown", "Shutting down", line))
+        return events
+
+    def _capture(self, msg: str, line: LogLine) -> ProgressEvent | None:
+        tl = self.timeline
+        m = _RE["capture"].search(msg)
+        if m:
+            desc_base, paren, n, total = m.group(1), m.group(2), int(m.group(3)), int(m.group(4))
+        else:
+            m = _RE["capture_bare"].search(msg)
+            if not m:
+                return None
+            desc_base, paren, n, total = m.group(1), m.group(2), 0, 0
+        mode = paren.split(",")[-1].strip() if paren else None
+        desc = f"{desc_base} ({paren})" if paren else desc_base
+        key = (desc, n, total)
+        if tl.capture is not None and total == 0 and tl.capture.desc == desc:
+            return None
+        tl.capture = CaptureProgress(desc=desc, mode=mode, n=n, total=total, ref=LineRef.of(line))
+        self.timeline.refs["capture"] = LineRef.of(line)
+        if mode and (not tl.capture_modes or tl.capture_modes[-1] != mode):
+            tl.capture_modes.append(mode)
+        if key == self._last_capture_key:
+            return None
+        self._last_capture_key = key
+        text = f"{desc} {n}/{total}" if total else desc
+        return self._event("capturing", text, line)
+
+    def _parse_engine_config(self, version: str, config: str, line: LogLine) -> None:
+        tl = self.timeline
+        tl.vllm_version = version
+        self._ref("vllm_version", line)
+        self._ref("engine_config", line)
+        f = _ENGINE_FIELDS
+        if (m := f["model"].search(config)) and tl.model is None:
+            tl.model = m.group(1)
+        if m := f["max_seq_len"].search(config):
+            tl.max_model_len = int(m.group(1))
+            self._ref("max_model_len", line)
+        if m := f["tp"].search(config):
+            tl.tensor_parallel_size = int(m.group(1))
+        if m := f["pp"].search(config):
+            tl.pipeline_parallel_size = int(m.group(1))
+        if m := f["dp"].search(config):
+            tl.data_parallel_size = int(m.group(1))
+        if m := f["kv_dtype"].search(config):
+            tl.kv_cache_dtype = m.group(1)
+        if m := f["eager"].search(config):
+            tl.enforce_eager = m.group(1) == "True"
+        if m := f["mode"].search(config):
+            name = m.group(1) or m.group(3) or _COMPILATION_MODE_NAMES.get(m.group(2) or "", m.group(2))
+            tl.compilation_mode = name
+        if m := f["cg_mode"].search(config):
+            tl.cudagraph_mode = m.group(1) or m.group(2)
+
+    def _parse_nondefault(self, args: str, line: LogLine) -> None:
+        tl = self.timeline
+        f = _ARG_FIELDS
+        self._ref("nondefault_args", line)
+        if (m := f["model"].search(args)) and tl.model is None:
+            tl.model = m.group(1)
+        if m := f["max_model_len"].search(args):
+            tl.max_model_len_arg = m.group(1).strip("'")
+            self._ref("max_model_len_arg", line)
+        if m := f["kv_cache_dtype"].search(args):
+            tl.kv_cache_dtype = tl.kv_cache_dtype or m.group(1)
+        if (m := f["tp"].search(args)) and tl.tensor_parallel_size is None:
+            tl.tensor_parallel_size = int(m.group(1))
+        if (m := f["pp"].search(args)) and tl.pipeline_parallel_size is None:
+            tl.pipeline_parallel_size = int(m.group(1))
+        if (m := f["dp"].search(args)) and tl.data_parallel_size is None:
+            tl.data_parallel_size = int(m.group(1))
+        if m := f["ep"].search(args):
+            tl.enable_expert_parallel = m.group(1) == "True"
+        if (m := f["eager"].search(args)) and tl.enforce_eager is None:
+            tl.enforce_eager = m.group(1) == "True"
+
+
+def _short(text: str, limit: int = 100) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

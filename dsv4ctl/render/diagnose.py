@@ -1,0 +1,196 @@
+"""The `dsv4ctl diagnose` report for people (Rich) and the examples list.
+
+Verdict first, then the root cause with its evidence and actions, the other findings, the startup
+timeline, the stale-max_model_len checklist, and the next command. Log text is printed as plain
+text (never as Rich markup), so brackets in log lines are shown as they are.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from dsv4ctl.logs.diagnose import Diagnosis, Finding
+from dsv4ctl.logs.examples import Example
+from dsv4ctl.logs.timeline import StartupTimeline
+from dsv4ctl.units import format_tokens
+
+_VERDICT_STYLE = {"failed": "bold white on red", "healthy": "bold white on green", "inconclusive": "bold black on yellow"}
+_SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
+_ANSWER_STYLE = {"yes": "bold", "no": "bold", "not in log": "dim"}
+_TEXT_LIMIT = 160
+
+
+def _clip(text: str, limit: int = _TEXT_LIMIT) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def render_diagnosis(d: Diagnosis, console: Console) -> None:
+    multi = len(d.sources) > 1
+    head = Text()
+    head.append(f" {d.verdict.upper()} ", style=_VERDICT_STYLE.get(d.verdict, "bold"))
+    head.append(f"  {d.summary}")
+    head.append(f"  (exit {int(d.exit_code)})", style="dim")
+    console.print(head)
+    console.print()
+
+    if d.root_cause is not None:
+        _finding(console, d.root_cause, multi, heading="Root cause")
+    others = [f for f in d.findings if not f.is_root_cause]
+    if others:
+        console.print(Text("Other findings", style="bold underline"))
+        for f in others:
+            _finding(console, f, multi, heading=None, compact=True)
+
+    _timeline(console, d.timeline)
+    _checklist(console, d)
+    if d.next_command:
+        console.print(Text.assemble(("Next: ", "bold"), (d.next_command, "bold cyan")))
+    if d.lines_examined == 0:
+        console.print(Text("No vLLM log lines were found in the input.", style="yellow"))
+
+
+def _where(f_source: str, line: int, multi: bool) -> str:
+    return f"{f_source}:{line}" if multi else f"{line}"
+
+
+def _finding(console: Console, f: Finding, multi: bool, heading: str | None, compact: bool = False) -> None:
+    title = Text()
+    if heading:
+        title.append(f"{heading}: ", style="bold")
+    title.append(f"[{f.severity}] ", style=_SEVERITY_STYLE.get(f.severity, ""))
+    title.append(f.title, style="bold" if heading else "")
+    title.append(f"  ({f.id}", style="dim")
+    if f.line is not None:
+        title.append(f", line {f.line}", style="dim")
+    title.append(")", style="dim")
+    console.print(title)
+    console.print(Text("  " + f.meaning))
+    details = f.details
+    if "arithmetic" in details:
+        console.print(Text("  Why it asserts: " + details["arithmetic"], style="bold"))
+    if details.get("note"):
+        console.print(Text("  Note: " + str(details["note"])))
+    if details.get("startup_completed_later"):
+        console.print(Text("  The startup completed afterwards, so this did not stop it.", style="dim"))
+    if details.get("symptom_of"):
+        console.print(Text(f"  A symptom of {details['symptom_of']}.", style="dim"))
+    if f.id == "stale_max_model_len" and details.get("version_status"):
+        status = {"affected": "is affected", "fixed": "has the fix", "not_affected": "predates the assertion"}[
+            details["version_status"]
+        ]
+        console.print(Text(f"  vLLM {details.get('vllm_version')} {status} (affected {details['affected']}, fixed in {details['fixed']})."))
+    limit = 3 if compact else len(f.evidence)
+    for ev in f.evidence[:limit]:
+        line = Text("    ")
+        line.append(f"{_where(ev.source, ev.line, multi):>6}  ", style="cyan")
+        if ev.process:
+            line.append(f"({ev.process}) ", style="dim")
+        line.append(_clip(ev.text))
+        console.print(line, soft_wrap=True)
+    if len(f.evidence) > limit:
+        console.print(Text(f"    … {len(f.evidence) - limit} more line(s)", style="dim"))
+    if f.actions and not compact:
+        console.print(Text("  What to do:", style="bold"))
+        for i, action in enumerate(f.actions, 1):
+            console.print(Text(f"    {i}. {action}"), soft_wrap=True)
+    elif f.actions and f.severity != "info":
+        console.print(Text(f"  → {f.actions[0]}"), soft_wrap=True)
+    console.print()
+
+
+def _timeline_rows(tl: StartupTimeline) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
+
+    def add(label: str, value: object | None) -> None:
+        if value is not None and value != "":
+            rows.append((label, str(value)))
+
+    add("vLLM", tl.vllm_version)
+    add("model", tl.model)
+    if tl.max_model_len is not None or tl.max_model_len_arg is not None:
+        arg = f" (--max-model-len {tl.max_model_len_arg})" if tl.max_model_len_arg else ""
+        value = format_tokens(tl.max_model_len) if tl.max_model_len is not None else "?"
+        add("max_model_len", value + arg)
+    add("kv-cache dtype", tl.kv_cache_dtype)
+    par = [f"{name}={v}" for name, v in (("TP", tl.tensor_parallel_size), ("PP", tl.pipeline_parallel_size), ("DP", tl.data_parallel_size)) if v]
+    if tl.enable_expert_parallel:
+        par.append("EP")
+    add("parallelism", " ".join(par) or None)
+    comp = " / ".join(x for x in (tl.compilation_mode, tl.cudagraph_mode) if x)
+    if tl.enforce_eager:
+        comp = (comp + " (enforce_eager)").strip()
+    add("compilation", comp or None)
+    add("model runner", tl.model_runner)
+    if tl.weights_gib is not None:
+        secs = f" in {tl.weights_seconds:.1f} s" if tl.weights_seconds is not None else ""
+        add("weights", f"{tl.weights_gib:.2f} GiB{secs}")
+    if tl.available_kv_gib is not None:
+        add("available KV memory", f"{tl.available_kv_gib} GiB per worker")
+    if tl.autofit is not None:
+        mem = f" ({tl.autofit.memory_text})" if tl.autofit.memory_text else ""
+        add("auto-fit", f"reduced {format_tokens(tl.autofit.from_len)} → {format_tokens(tl.autofit.to_len)}{mem}")
+    elif tl.autofit_full_fit:
+        add("auto-fit", "full context fits")
+    if tl.kv_cache_tokens is not None or tl.max_concurrency is not None:
+        parts = []
+        if tl.kv_cache_tokens is not None:
+            parts.append(f"{format_tokens(tl.kv_cache_tokens)} tokens")
+        if tl.max_concurrency is not None:
+            parts.append(f"{tl.max_concurrency:.2f}x at {format_tokens(tl.max_concurrency_tokens or 0)} tokens/request")
+        add("KV cache", ", ".join(parts))
+    if tl.capture is not None:
+        prog = f" {tl.capture.n}/{tl.capture.total}" if tl.capture.total else ""
+        add("CUDA graphs", f"{tl.capture.desc}{prog}")
+    if tl.graph_capture_gib is not None:
+        add("graph memory", f"{tl.graph_capture_gib:.2f} GiB in {tl.graph_capture_seconds:.0f} s")
+    if tl.ready:
+        add("ready", tl.ready_url or (f"yes (line {tl.ready_ref.line})" if tl.ready_ref else "yes"))
+    add("last phase", tl.last_phase)
+    return rows
+
+
+def _timeline(console: Console, tl: StartupTimeline) -> None:
+    rows = _timeline_rows(tl)
+    if not rows:
+        return
+    table = Table(title="Startup timeline", title_justify="left", title_style="bold underline", show_header=False, box=None, pad_edge=False)
+    table.add_column(style="dim", no_wrap=True)
+    table.add_column(overflow="fold")
+    for label, value in rows:
+        table.add_row(label, Text(value))
+    console.print(table)
+    console.print()
+
+
+def _checklist(console: Console, d: Diagnosis) -> None:
+    table = Table(
+        title="Stale max_model_len checklist",
+        title_justify="left",
+        title_style="bold underline",
+        show_header=True,
+        header_style="dim",
+        box=None,
+        pad_edge=False,
+    )
+    table.add_column("#", justify="right", style="dim")
+    table.add_column("question", overflow="fold")
+    table.add_column("answer", no_wrap=True)
+    table.add_column("line", justify="right", style="cyan")
+    table.add_column("why", overflow="fold", style="dim")
+    for i, item in enumerate(d.checklist, 1):
+        line = str(item.evidence.line) if item.evidence else ""
+        table.add_row(str(i), Text(item.question), Text(item.answer, style=_ANSWER_STYLE.get(item.answer, "")), line, Text(item.note or ""))
+    console.print(table)
+    console.print()
+
+
+def render_examples(examples: tuple[Example, ...], console: Console) -> None:
+    table = Table(show_header=True, header_style="dim", box=None, pad_edge=False)
+    table.add_column("name", style="bold", no_wrap=True)
+    table.add_column("what it shows", overflow="fold")
+    for ex in examples:
+        table.add_row(ex.name, ex.description)
+    console.print(table)
+    console.print(Text("Run one: dsv4ctl diagnose --example NAME", style="dim"))
