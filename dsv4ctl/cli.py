@@ -112,6 +112,57 @@ def main(argv: list[str] | None = None) -> int:
 # =============================================================================================
 
 
+@app.command("diagnose")
+def diagnose_command(
+    paths: list[str] | None = typer.Argument(
+        None, metavar="[PATHS]...", help="Log files (several for per-process logs), - for stdin; .gz is read as is."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON (schema_version 1) on stdout."),
+    example: str | None = typer.Option(
+        None, "--example", metavar="NAME", help="Diagnose an example log shipped with dsv4ctl (see --list-examples)."
+    ),
+    list_examples: bool = typer.Option(False, "--list-examples", help="List the example logs and exit."),
+) -> None:
+    """Diagnose a vLLM startup log: verdict, root cause with evidence, timeline and the next command.
+
+    Exit status: 0 no failure, 3 failed with a known cause, 4 failed with an unknown cause,
+    5 inconclusive (the log ends before ready), 1 the log could not be read.
+    """
+    from dsv4ctl.errors import UsageError
+    from dsv4ctl.logs.diagnose import diagnose
+    from dsv4ctl.logs.examples import example_path, list_examples as all_examples
+    from dsv4ctl.render import emit_json, out_console
+    from dsv4ctl.render.diagnose import render_diagnosis, render_examples
+
+    if list_examples:
+        examples = all_examples()
+        if json_out:
+            emit_json({"examples": [{"name": e.name, "description": e.description} for e in examples]})
+        else:
+            render_examples(examples, out_console())
+        return
+    if example and paths:
+        raise UsageError("give log paths or --example, not both")
+    if example:
+        sources: list[str] = [str(example_path(example))]
+    elif paths:
+        sources = list(paths)
+    else:
+        raise UsageError(
+            "no log given",
+            hint="dsv4ctl diagnose vllm.log (or - for stdin); try: dsv4ctl diagnose --example stale-max-model-len",
+        )
+    result = diagnose(sources)
+    if json_out:
+        payload = result.to_json()
+        payload.pop("schema_version", None)
+        emit_json(payload)
+    else:
+        render_diagnosis(result, out_console())
+    raise typer.Exit(int(result.exit_code))
+
+
+
 # =============================================================================================
 # gpus / fit-length
 # =============================================================================================
