@@ -448,7 +448,12 @@ def serve_command(
     if result.diagnosis is not None:
         render_diagnosis(result.diagnosis)
     if result.retry_argv:
-        view.say(f"retrying once with --max-model-len {result.retry_max_model_len:,} (the length the diagnosis computed)")
+        view.say(
+            f"startup failed (exit code {int(result.exit_code)}); retrying once with --max-model-len "
+            f"{result.retry_max_model_len:,}, the length the diagnosis computed"
+        )
+    elif retry and result.diagnosis is not None:
+        view.say("--retry: not retrying, a shorter --max-model-len would not avoid this failure")
         sys.stdout.flush()
         sys.stderr.flush()
         os.execve(result.retry_argv[0], result.retry_argv, {**os.environ, ATTEMPT_ENV: "2"})

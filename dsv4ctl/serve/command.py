@@ -127,15 +127,19 @@ def diagnose_log(log_file: Path) -> Any:
     return diagnose([str(log_file)])
 
 
+# Root causes a shorter explicit --max-model-len avoids (ids of dsv4ctl.logs.signatures).
+RETRYABLE_CAUSES = ("stale_max_model_len", "kv_cache_insufficient")
+
+
 def retry_length(diagnosis: Any) -> int | None:
-    """The explicit length the diagnosis says would have avoided the failure (stale length after
-    auto-fit, KV cache too small for the length), or None when a shorter length would not help."""
-    for holder in (diagnosis, *(getattr(diagnosis, "findings", None) or [])):
-        for name in ("retry_max_model_len", "suggested_max_model_len"):
-            value = getattr(holder, name, None)
-            if isinstance(value, int) and value > 0:
-                return value
-    return None
+    """The explicit length the diagnosis computed when a shorter one would have avoided the failure
+    (stale length after auto-fit, KV cache too small for the length); None otherwise."""
+    root = getattr(diagnosis, "root_cause", None)
+    if root is None or getattr(root, "id", None) not in RETRYABLE_CAUSES:
+        return None
+    details = getattr(root, "details", None) or {}
+    value = details.get("safe_len")
+    return int(value) if isinstance(value, int) and value > 0 else None
 
 
 def retry_argv(flags: list[str], options: ServeOptions, length: int, log_file: Path) -> list[str]:
