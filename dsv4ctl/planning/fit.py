@@ -500,6 +500,11 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None) ->
         timeline = read_log_calibration(request.from_log)
     if timeline is not None:
         log_cal = _as_log_calibration(timeline, request.from_log)
+    if log_cal is not None and request.kv_cache_memory_bytes is None and log_cal.available_kv_bytes is None:
+        raise InputError(
+            f"{log_cal.path}: no \"Available KV cache memory\" line",
+            hint="use the log of a startup that got past memory profiling, or give --kv-cache-memory",
+        )
     need_prediction = request.kv_cache_memory_bytes is None and (log_cal is None or log_cal.available_kv_bytes is None)
     if snapshot is None and request.gpus:
         from dsv4ctl.gpu import load_snapshot
@@ -510,11 +515,6 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None) ->
 
         snapshot = read_snapshot()
     devices = _select_devices(snapshot, request) if snapshot is not None else None
-    if log_cal is not None and request.kv_cache_memory_bytes is None and log_cal.available_kv_bytes is None:
-        raise InputError(
-            f"{log_cal.path}: no \"Available KV cache memory\" line",
-            hint="use the log of a startup that got past memory profiling, or give --kv-cache-memory",
-        )
 
     compute_major = devices[0].compute_capability[0] if devices else None
     layout = resolve_kv_layout(request.kv_cache_dtype, request.attention_backend, compute_major)
