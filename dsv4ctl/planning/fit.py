@@ -127,6 +127,7 @@ class LogCalibration:
     autofit_to: int | None
     max_model_len: int | None
     predicted_from_log: int | None = None  # our auto-fit for the logged memory, to compare with autofit_to
+    predicted_range: tuple[int, int] | None = None  # auto-fit across the log's 0.01 GiB rounding interval
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -138,6 +139,7 @@ class LogCalibration:
             "logged_autofit_to": self.autofit_to,
             "logged_max_model_len": self.max_model_len,
             "predicted_autofit_for_logged_memory": self.predicted_from_log,
+            "predicted_autofit_range": list(self.predicted_range) if self.predicted_range else None,
         }
 
 
@@ -642,17 +644,19 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None) ->
             )
         )
 
-    if log_cal is not None and log_cal.available_kv_bytes is not None:
-        log_cal = replace(log_cal, predicted_from_log=autofit if source == "log" else None)
-        if (
-            source == "log"
-            and log_cal.autofit_to is not None
-            and autofit != log_cal.autofit_to
-        ):
+    if log_cal is not None and log_cal.available_kv_bytes is not None and source == "log":
+        # vLLM logs the memory rounded to 0.01 GiB: the run had something in [x - 0.005, x + 0.005) GiB.
+        half = GiB // 200
+        lo_plan = plan([max(m - half, 0) for m in positive_memory], length=model_max, auto=True, tokens_in_flight=in_flight)
+        hi_plan = plan([m + half - 1 for m in positive_memory], length=model_max, auto=True, tokens_in_flight=in_flight)
+        low = 0 if lo_plan.error else lo_plan.max_model_len
+        high = 0 if hi_plan.error else hi_plan.max_model_len
+        log_cal = replace(log_cal, predicted_from_log=autofit, predicted_range=(low, high))
+        if log_cal.autofit_to is not None and not (low <= log_cal.autofit_to <= high):
             warnings.append(
-                f"the log's auto-fit ({format_tokens(log_cal.autofit_to)}) differs from the prediction for its "
-                f"logged memory ({format_tokens(autofit)}): check that the flags match that run "
-                "(--max-num-batched-tokens, async scheduling, --kv-cache-dtype, MTP)"
+                f"the log's auto-fit ({format_tokens(log_cal.autofit_to)}) is outside the prediction for its logged "
+                f"memory ({format_tokens(low)}-{format_tokens(high)}): check that the flags match that run "
+                "(--max-num-batched-tokens, async scheduling, --kv-cache-dtype, MTP) and its vLLM version"
             )
 
     if refusal is not None:
@@ -743,6 +747,7 @@ def _vllm_flags(request: FitRequest, max_model_len: int, mnbt: int, async_on: bo
 
 
 def _as_log_calibration(timeline: Any, path: str | None) -> LogCalibration:
+    """The fit-relevant figures of a `dsv4ctl.logs.timeline.StartupTimeline` (GiB as vLLM rounds them)."""
     if isinstance(timeline, LogCalibration):
         return timeline
 
@@ -750,51 +755,29 @@ def _as_log_calibration(timeline: Any, path: str | None) -> LogCalibration:
         return None if value is None else int(round(float(value) * GiB))
 
     autofit = getattr(timeline, "autofit", None)
-    autofit_from = getattr(autofit, "from_len", None) or getattr(autofit, "original", None) if autofit else None
-    autofit_to = getattr(autofit, "to_len", None) or getattr(autofit, "fitted", None) if autofit else None
+    max_len = getattr(timeline, "max_model_len", None)
+    if autofit is not None:
+        logged_from, logged_to = autofit.from_len, autofit.to_len
+    elif getattr(timeline, "autofit_full_fit", False):
+        logged_from = logged_to = max_len
+    else:
+        logged_from = logged_to = None
     return LogCalibration(
         path=path or "<timeline>",
         available_kv_bytes=gib_bytes(getattr(timeline, "available_kv_gib", None)),
         weights_bytes=gib_bytes(getattr(timeline, "weights_gib", None)),
         graph_bytes=gib_bytes(getattr(timeline, "graph_capture_gib", None)),
-        autofit_from=autofit_from,
-        autofit_to=autofit_to,
-        max_model_len=getattr(timeline, "max_model_len", None),
+        autofit_from=logged_from,
+        autofit_to=logged_to,
+        max_model_len=getattr(timeline, "effective_max_model_len", None) or max_len,
     )
-
-
-_AVAILABLE_RE = re.compile(r"Available KV cache memory: ([0-9.]+) GiB")
-_LOADING_RE = re.compile(r"Model loading took ([0-9.]+) GiB")
-_GRAPH_RE = re.compile(r"Graph capturing finished in [0-9.]+ secs, took ([0-9.]+) GiB")
-_AUTOFIT_RE = re.compile(r"Auto-fit max_model_len: reduced from (\d+) to (\d+)")
-_AUTOFIT_FULL_RE = re.compile(r"Auto-fit max_model_len: full model context length (\d+) fits")
 
 
 def read_log_calibration(path: str) -> LogCalibration:
-    """Read the lines fit-length needs from a vLLM startup log (first engine's figures)."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}", hint="check the path") from None
+    """Read a vLLM startup log with `dsv4ctl.logs` (the `diagnose` reader) and keep what fit-length needs."""
+    from dsv4ctl.logs.diagnose import diagnose
 
-    def first(regex: re.Pattern[str]) -> re.Match[str] | None:
-        return regex.search(text)
-
-    def gib(m: re.Match[str] | None) -> int | None:
-        return int(round(float(m.group(1)) * GiB)) if m else None
-
-    autofit = first(_AUTOFIT_RE)
-    full = first(_AUTOFIT_FULL_RE)
-    return LogCalibration(
-        path=path,
-        available_kv_bytes=gib(first(_AVAILABLE_RE)),
-        weights_bytes=gib(first(_LOADING_RE)),
-        graph_bytes=gib(first(_GRAPH_RE)),
-        autofit_from=int(autofit.group(1)) if autofit else (int(full.group(1)) if full else None),
-        autofit_to=int(autofit.group(2)) if autofit else (int(full.group(1)) if full else None),
-        max_model_len=int(autofit.group(2)) if autofit else None,
-    )
+    return _as_log_calibration(diagnose(path).timeline, path)
 
 
 __all__ = [

@@ -49,6 +49,9 @@ def render_fit(result: FitResult, console: Console) -> None:
             parts.append(f"CUDA graphs {format_gib(log.graph_bytes)}")
         if log.autofit_to is not None:
             parts.append(f"logged auto-fit {format_tokens(log.autofit_to)}")
+        if log.predicted_range is not None:
+            low, high = log.predicted_range
+            parts.append(f"mirror for the logged memory ±0.005 GiB: {format_tokens(low)}-{format_tokens(high)}")
         console.print(", ".join(parts), markup=False)
     console.print()
 

@@ -177,10 +177,24 @@ def test_from_log_calibration(cli, tmp_path):
     assert data["log"]["logged_autofit_to"] == 979_456
     assert data["log"]["model_loading_bytes"] == round(71.31 * GiB)
     assert data["log"]["graph_capture_bytes"] == round(1.52 * GiB)
-    assert not any("differs from the prediction" in w for w in data["warnings"])
+    low, high = data["log"]["predicted_autofit_range"]
+    assert low < 979_456 < high
+    assert not any("is outside the prediction" in w for w in data["warnings"])
     # A different flag than that run makes the logged auto-fit disagree, and we say so.
     other = json.loads(cli("fit-length", FLASH, "--from-log", str(log), "--max-num-batched-tokens", "2048", "--json").stdout)
-    assert any("differs from the prediction" in w for w in other["warnings"])
+    assert any("is outside the prediction" in w for w in other["warnings"])
+
+
+def test_log_rounding_interval_covers_the_reported_auto_fit(cli):
+    """The upstream bug report logged 9.81 GiB and an auto-fit to 980,224: inside the 0.01 GiB interval."""
+    from importlib import resources
+
+    log = resources.files("dsv4ctl").joinpath("examples/stale-max-model-len.log")
+    data = json.loads(cli("fit-length", FLASH, "--from-log", str(log), "--max-num-batched-tokens", "8192", "--json").stdout)
+    low, high = data["log"]["predicted_autofit_range"]
+    assert data["log"]["logged_autofit_to"] == 980_224
+    assert low <= 980_224 <= high
+    assert not any("is outside the prediction" in w for w in data["warnings"])
 
 
 def test_from_log_without_the_memory_line(cli, tmp_path):
@@ -190,7 +204,7 @@ def test_from_log_without_the_memory_line(cli, tmp_path):
     assert result.exit_code == ExitCode.ERROR
     assert 'no "Available KV cache memory" line' in result.stderr
     missing = cli("fit-length", FLASH, "--from-log", str(tmp_path / "nope.log"))
-    assert missing.exit_code == ExitCode.ERROR and "cannot read" in missing.stderr
+    assert missing.exit_code == ExitCode.ERROR and "no such log file" in missing.stderr
 
 
 def test_input_errors_are_input_errors(tmp_path):
