@@ -1,0 +1,102 @@
+"""`dsv4ctl doctor`: secrets are redacted; it works without vLLM and without a GPU, saying what is missing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from dsv4ctl.doctor.redact import REDACTED, is_relevant, redact, relevant_environment
+
+REPO = Path(__file__).resolve().parents[2]
+HF_TOKEN = "hf_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ012345"
+
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "VLLM_API_KEY", "hf_api_key", "DSV4CTL_SECRET", "NCCL_PASSWORD",
+                                  "TORCH_PASSWD", "DG_CREDENTIALS", "VLLM_AUTH_HEADER", "HUGGING_FACE_HUB_TOKEN"])
+def test_secret_names_are_redacted(name):
+    var = redact(name, "visible-value")
+    assert var.value == REDACTED and var.redacted
+
+
+@pytest.mark.parametrize("value", [HF_TOKEN, f"Bearer {HF_TOKEN}", "https://user:pa55@mirror.example/simple"])
+def test_secret_looking_values_are_redacted(value):
+    assert redact("VLLM_SOME_SETTING", value).value == REDACTED
+
+
+@pytest.mark.parametrize("value", ["0,1", "hf_transfer", "INFO", "/root/.cache/huggingface", "https://mirror.example"])
+def test_ordinary_values_stay(value):
+    assert redact("VLLM_SOME_SETTING", value).value == value
+
+
+def test_only_relevant_prefixes_are_shown_sorted():
+    env = {"PATH": "/bin", "HOME": "/root", "CUDA_VISIBLE_DEVICES": "0", "VLLM_USE_V2_MODEL_RUNNER": "1",
+           "OMP_NUM_THREADS": "4", "AWS_SECRET_ACCESS_KEY": "x", "NCCL_DEBUG": "INFO", "HF_TOKEN": HF_TOKEN}
+    shown = relevant_environment(env)
+    assert [v.name for v in shown] == ["CUDA_VISIBLE_DEVICES", "HF_TOKEN", "NCCL_DEBUG", "OMP_NUM_THREADS",
+                                       "VLLM_USE_V2_MODEL_RUNNER"]
+    assert not is_relevant("AWS_SECRET_ACCESS_KEY")
+    assert dict((v.name, v.value) for v in shown)["HF_TOKEN"] == REDACTED
+
+
+@pytest.fixture(scope="module")
+def bare_python(tmp_path_factory) -> str:
+    """A Python with neither vLLM nor torch (a fresh venv without site packages)."""
+    where = tmp_path_factory.mktemp("bare-venv")
+    venv.create(where, with_pip=False, system_site_packages=False, symlinks=True)
+    return str(where / "bin" / "python")
+
+
+def test_doctor_json_without_vllm_without_gpu_redacts(cli, bare_python):
+    env = {"HF_TOKEN": HF_TOKEN, "VLLM_API_KEY": "s3cret", "NCCL_DEBUG": "INFO",
+           "VLLM_HTTP_PROXY_URL": "https://bob:hunter2@proxy.example"}
+    result = cli("doctor", "--json", "--python", bare_python, env=env)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["schema_version"] == 1
+    assert doc["target_error"] is None
+    assert doc["vllm"] == {"installed": False}
+    assert doc["torch"] == {"installed": False}
+    assert doc["python"]["executable"].startswith(str(Path(bare_python).parent.parent))
+    assert [f["checked"] for f in doc["fixes"]] == [False, False]
+    assert all("vLLM is not importable" in f["reason"] for f in doc["fixes"])
+    assert doc["gpus"] or doc["gpu_error"]  # here: no NVML, said in one line
+    shown = {v["name"]: v["value"] for v in doc["environment"]}
+    assert shown["HF_TOKEN"] == REDACTED and shown["VLLM_API_KEY"] == REDACTED
+    assert shown["VLLM_HTTP_PROXY_URL"] == REDACTED and shown["NCCL_DEBUG"] == "INFO"
+    assert "s3cret" not in result.stdout and HF_TOKEN not in result.stdout and "hunter2" not in result.stdout
+
+
+def test_doctor_text_says_what_is_missing(cli, bare_python):
+    result = cli("doctor", "--python", bare_python, env={"HF_TOKEN": HF_TOKEN})
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert "vLLM       not installed" in text and "torch      not installed" in text
+    assert "cannot check: vLLM is not importable" in text
+    assert "HF_TOKEN=***redacted***" in text and HF_TOKEN not in text
+    assert "GPUs" in text
+
+
+def test_doctor_reports_a_python_that_does_not_run(cli, tmp_path):
+    result = cli("doctor", "--json", "--python", str(tmp_path / "missing-python"))
+    assert result.exit_code == 0
+    doc = json.loads(result.stdout)
+    assert "not found" in doc["target_error"]
+    assert [f["checked"] for f in doc["fixes"]] == [False, False]
+
+
+@pytest.mark.parametrize("args", [["--help"], ["doctor", "--help"], ["probe", "deepgemm", "--help"],
+                                  ["probe", "deepgemm", "--mode", "static", "--include",
+                                   str(REPO / "tests/fixtures/deepgemm/vllm-0.33.0")]])
+def test_commands_do_not_import_vllm_torch_or_pynvml(args):
+    code = ("import sys\nfrom dsv4ctl.cli import main\nrc = main(sys.argv[1:])\n"
+            "heavy = [m for m in ('vllm', 'torch', 'pynvml') if m in sys.modules]\n"
+            "sys.stderr.write(f'HEAVY={heavy}\\n')\n")
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert "HEAVY=[]" in proc.stderr, proc.stderr[-2000:]
