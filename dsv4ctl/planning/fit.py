@@ -290,10 +290,28 @@ def parse_max_model_len(text: str) -> int:
         raise UsageError(f"invalid length {text!r}", hint="write it like 1048576, 1M, 512k or auto") from None
 
 
-def parse_margin(text: str) -> Margin:
-    """`10%` (share of KV memory, floor 512 MiB) or a size such as `1GiB`."""
+def parse_memory_size(text: str, *, what: str) -> int:
+    """A per-GPU size: vLLM's `human_readable_int` spelling (`10G` = 10 GiB, `10g` = 10**9, plain bytes)
+    reads exactly as vLLM reads `--kv-cache-memory-bytes`; `9.81GiB` / `512MiB` / `64GB` as written."""
     from dsv4ctl.units import parse_size
 
+    value = str(text).strip()
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", value)
+    if match:
+        number, suffix = match.groups()
+        if suffix.islower():
+            return int(float(number) * {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}[suffix])
+        if "." in number:
+            raise UsageError(
+                f"invalid {what} {text!r}: vLLM allows no decimals with binary suffixes like {suffix}",
+                hint=f"write {number}{suffix}iB (binary) or {number}{suffix.lower()} (decimal)",
+            )
+        return int(number) * {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[suffix]
+    return parse_size(value, what=what)
+
+
+def parse_margin(text: str) -> Margin:
+    """`10%` (share of KV memory, floor 512 MiB) or a size such as `1GiB`."""
     value = str(text).strip()
     if value.endswith("%"):
         try:
@@ -303,7 +321,7 @@ def parse_margin(text: str) -> Margin:
         if not (0 <= pct < 100) or not math.isfinite(pct):
             raise UsageError(f"invalid margin {text!r}: the percentage must be in [0, 100)")
         return Margin(fraction=pct / 100.0)
-    return Margin(fraction=None, bytes=parse_size(value, what="margin"))
+    return Margin(fraction=None, bytes=parse_memory_size(value, what="margin"))
 
 
 def parse_speculative_config(text: str) -> int:

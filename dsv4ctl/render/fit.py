@@ -42,7 +42,7 @@ def render_fit(result: FitResult, console: Console) -> None:
         console.print(_gpu_table(result))
     if result.log is not None:
         log = result.log
-        parts = [f"log {log.path}:"]
+        parts: list[str] = []
         if log.weights_bytes is not None:
             parts.append(f"weights {format_gib(log.weights_bytes)}")
         if log.graph_bytes is not None:
@@ -52,7 +52,7 @@ def render_fit(result: FitResult, console: Console) -> None:
         if log.predicted_range is not None:
             low, high = log.predicted_range
             parts.append(f"mirror for the logged memory ±0.005 GiB: {format_tokens(low)}-{format_tokens(high)}")
-        console.print(", ".join(parts), markup=False)
+        console.print(f"log {log.path}: " + ", ".join(parts), markup=False)
     console.print()
 
     answer = Table(box=box.SIMPLE_HEAD, show_header=False, pad_edge=False, show_edge=False)

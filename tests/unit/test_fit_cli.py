@@ -55,6 +55,15 @@ def test_json_contract_flash_at_9_81_gib(cli):
     assert result.stderr == ""  # JSON mode: notes and warnings live in the document
 
 
+@pytest.mark.parametrize(
+    "text, expected",
+    [("10G", 10 << 30), ("10g", 10 * 10**9), ("9.81GiB", 10_533_407_294), ("64GB", 64 * 10**9), ("123456789", 123456789)],
+)
+def test_kv_cache_memory_reads_like_vllms_flag(cli, text, expected):
+    _, data = run_json(cli, FLASH, "--kv-cache-memory-bytes", text)
+    assert data["kv_cache_memory_bytes"] == expected
+
+
 def test_recommendation_survives_its_margin(cli):
     """Start vLLM with the recommended length and the margin gone: it must still be admitted."""
     _, data = run_json(cli, FLASH, "--kv-cache-memory", "9.81GiB")
@@ -139,6 +148,7 @@ def test_refusal_in_human_output(cli):
         (["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}'], "is not modelled"),
         (["--speculative-config", "nope"], "--speculative-config must be JSON"),
         (["--attention-backend", "TRITON_MLA"], "is not a DeepSeek-V4 attention backend"),
+        (["--kv-cache-memory", "9.81G"], "no decimals with binary suffixes"),
     ],
 )
 def test_bad_flags_are_one_line_usage_errors(cli, args, fragment):
