@@ -458,9 +458,10 @@ def serve_command(
             f"startup failed (exit code {int(result.exit_code)}); retrying once with --max-model-len "
             f"{result.retry_max_model_len:,}, the length the diagnosis computed"
         )
-    elif retry and result.diagnosis is not None:
-        view.say("--retry: not retrying, a shorter --max-model-len would not avoid this failure")
         sys.stdout.flush()
         sys.stderr.flush()
+        # A fresh process (same pid, for systemd/Kubernetes): vLLM keeps process-wide state.
         os.execve(result.retry_argv[0], result.retry_argv, {**os.environ, ATTEMPT_ENV: "2"})
+    if retry and result.diagnosis is not None:
+        view.say("--retry: not retrying, a shorter --max-model-len would not avoid this failure")
     raise typer.Exit(int(result.exit_code))
