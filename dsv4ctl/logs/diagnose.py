@@ -342,6 +342,10 @@ def _dedupe_frames(hits: list[_Hit]) -> list[_Hit]:
     return same or hits
 
 
+def _is_worker(process: str | None) -> bool:
+    return bool(process) and "worker" in process.lower()
+
+
 def _ev(line: LogLine) -> Evidence:
     return Evidence(line.source, line.lineno, line.message, line.process)
 
@@ -357,7 +361,10 @@ def _make(sig: Signature, hits: list[_Hit], details: dict[str, Any], extra: list
     # The signature's own lines first (in log order), then the supporting lines.
     seen: set[tuple[str, int]] = set()
     evidence: list[Evidence] = []
-    primary = sorted((h.line for h in hits), key=lambda ln: (ln.source, ln.lineno))
+    # With several files, lines of the same second sort worker-first: a worker's own error comes
+    # before the engine's echo of it.
+    ordered = sorted(hits, key=lambda h: (h.order[0], bool(h.order[0]) and not _is_worker(h.line.process), h.order[1]))
+    primary = [h.line for h in ordered]
     for line in primary + sorted(extra or [], key=lambda ln: (ln.source, ln.lineno)):
         k = (line.source, line.lineno)
         if k in seen:
@@ -611,6 +618,12 @@ def _conclude(a: _Analyzer, sources: list[str]) -> Diagnosis:
     if causes and not tl.ready:
         root = min(causes, key=lambda f: (f.tier, f.order))
         root.is_root_cause = True
+    elif failure_seen and not tl.ready:
+        # Nothing explains it but a worker is known to have died: that is the best cause the log gives.
+        died = [f for f in symptoms if f.id == "worker_died"]
+        if died:
+            root = died[0]
+            root.is_root_cause = True
     if tl.ready:
         verdict = "healthy"
         for f in findings:
@@ -623,9 +636,22 @@ def _conclude(a: _Analyzer, sources: list[str]) -> Diagnosis:
 
     # Errors while serving, and shutdown noise.
     ready_line = tl.ready_ref.line if tl.ready_ref else None
+    post_causes = any(BY_ID[sid].role == "cause" for sid in post_ready)
+    post_exc = [e for e in a.exceptions if e.after_ready and not e.after_shutdown]
+    explained = {(h.line.source, h.line.lineno) for hits in post_ready.values() for h in hits}
+    unexplained = [e for e in post_exc if (e.line.source, e.line.lineno) not in explained]
+    if unexplained and not post_causes:
+        record = _first_unexplained(unexplained)
+        if record is not None:
+            details = {"classified_as": "unrecognized_error", "ready_line": ready_line, "exception": record.type}
+            extra = [record.last_frame[3]] if record.last_frame else []
+            f = _make(BY_ID["error_after_startup"], [], details, extra=[record.line] + extra)
+            f.order = record.order
+            findings.append(f)
+            post_ready = {}
     for sid, hits in post_ready.items():
         sig = BY_ID[sid]
-        if sig.role == "note":
+        if sig.role == "note" or (sig.role == "symptom" and post_causes):
             continue
         base = _derive(sid, hits, a, tl, log)
         details = {"classified_as": sid, "ready_line": ready_line, **{k: v for k, v in base.items() if k not in ("model", "log")}}

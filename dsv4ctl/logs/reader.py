@@ -202,6 +202,36 @@ def open_source(source: Source) -> BinaryIO:
     return buffered
 
 
+class _Reader:
+    """read(n) that returns what a truncated .gz still had instead of raising EOFError."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream = stream
+        self.read1 = getattr(stream, "read1", None)
+        self.done = False
+
+    def read(self, n: int) -> bytes:
+        if self.done:
+            return b""
+        parts: list[bytes] = []
+        size = 0
+        try:
+            if self.read1 is None:
+                return self.stream.read(n)
+            while size < n:
+                block = self.read1(n - size)
+                if not block:
+                    self.done = True
+                    break
+                parts.append(block)
+                size += len(block)
+        except EOFError:
+            self.done = True  # a truncated .gz: keep what was readable
+        except OSError as exc:
+            raise InputError(f"cannot read {source_name(self.stream)}: {exc}") from None
+        return b"".join(parts)
+
+
 def iter_chunks(stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES, max_line: int = MAX_LINE_BYTES) -> Iterator[bytes]:
     """Yield byte chunks that each end with a newline (the last one may not).
 
@@ -211,13 +241,9 @@ def iter_chunks(stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES, max_line: int 
     """
     carry = b""
     skipping = False  # inside an over-long line whose head is in `carry`
+    reader = _Reader(stream)
     while True:
-        try:
-            data = stream.read(chunk_bytes)
-        except EOFError:
-            data = b""  # a truncated .gz: keep what was readable
-        except OSError as exc:
-            raise InputError(f"cannot read {source_name(stream)}: {exc}") from None
+        data = reader.read(chunk_bytes)
         if not data:
             if carry:
                 yield carry

@@ -1,0 +1,347 @@
+"""`dsv4ctl diagnose`: one fixture per signature, through the CLI and json.loads.
+
+The fixture logs (tests/fixtures/logs/) are written from vLLM's own format strings; each file's
+header says which source (vLLM file and line, upstream report, torch/DeepGEMM message) it follows.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dsv4ctl.errors import ExitCode
+from dsv4ctl.logs import prefilter
+from dsv4ctl.logs.diagnose import c128a_capacity, diagnose, diagnose_lines, safe_max_model_len
+from dsv4ctl.logs.reader import iter_log_lines
+from dsv4ctl.logs.signatures import BY_ID, CATALOGUE
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
+
+# fixture -> (verdict, exit code, root cause id, ids that must be among the findings)
+EXPECTED = {
+    "address_in_use": ("failed", 3, "address_in_use", []),
+    "autofit_reduced_legacy": ("healthy", 0, None, ["autofit_reduced"]),
+    "autofit_reduced_v031": ("healthy", 0, None, ["autofit_reduced"]),
+    "autofit_reduced_v032": ("healthy", 0, None, ["autofit_reduced"]),
+    "compile_error": ("failed", 3, "compile_error", ["engine_core_failed"]),
+    "cuda_driver_too_old": ("failed", 3, "cuda_driver_too_old", []),
+    "cuda_illegal_memory_access": ("failed", 3, "cuda_illegal_memory_access", []),
+    "cuda_oom_capture": ("failed", 3, "cuda_oom", ["autofit_reduced"]),
+    "cuda_oom_load": ("failed", 3, "cuda_oom", []),
+    "cuda_oom_profile": ("failed", 3, "cuda_oom", []),
+    "cuda_oom_serving": ("healthy", 0, None, ["error_after_startup"]),
+    "deep_gemm_missing": ("failed", 3, "deep_gemm_missing", []),
+    "deepgemm_metadata_oob_nccl_masked": ("failed", 3, "deepgemm_metadata_oob", ["nccl_error"]),
+    "deepgemm_metadata_oob_traced": ("failed", 3, "deepgemm_metadata_oob", []),
+    "deepgemm_unsupported_arch": ("failed", 3, "deepgemm_unsupported_arch", []),
+    "error_after_startup": ("healthy", 0, None, ["error_after_startup"]),
+    "free_memory_below_utilization": ("failed", 3, "free_memory_below_utilization", []),
+    "healthy_explicit_len": ("healthy", 0, None, []),
+    "inconclusive_capture": ("inconclusive", 5, None, ["autofit_reduced"]),
+    "interleaved_multiprocess": ("failed", 3, "cuda_oom", ["engine_core_failed"]),
+    "kv_cache_dtype_unsupported": ("failed", 3, "kv_cache_dtype_unsupported", []),
+    "kv_cache_insufficient_cannot_autofit": ("failed", 3, "kv_cache_insufficient", []),
+    "kv_cache_insufficient_legacy": ("failed", 3, "kv_cache_insufficient", []),
+    "kv_cache_insufficient_no_memory": ("failed", 3, "kv_cache_insufficient", []),
+    "mtp_next_n_unsupported": ("failed", 3, "mtp_next_n_unsupported", []),
+    "mtp_weights_missing": ("failed", 3, "mtp_weights_missing", []),
+    "nccl_error": ("failed", 3, "nccl_error", []),
+    "no_sparse_mla_backend": ("failed", 3, "no_sparse_mla_backend", []),
+    "ray_prefixed": ("failed", 3, "cuda_oom", []),
+    "shutdown_noise_interrupted": ("inconclusive", 5, None, ["shutdown_noise"]),
+    "stale_max_model_len_compose_v029": ("failed", 3, "stale_max_model_len", ["autofit_reduced"]),
+    "stale_max_model_len_no_autofit": ("failed", 3, "stale_max_model_len", []),
+    "unrecognized_error": ("failed", 4, "unrecognized_error", []),
+    "worker_died": ("failed", 3, "worker_died", []),
+}
+
+
+def run_json(cli, *args, **kw):
+    result = cli("diagnose", *args, "--json", **kw)
+    assert "Traceback" not in result.output
+    return result, json.loads(result.stdout)
+
+
+def test_every_fixture_has_an_expectation_and_every_signature_a_fixture():
+    assert {p.stem for p in FIXTURES.glob("*.log")} == set(EXPECTED)
+    covered = {root for _, _, root, _ in EXPECTED.values() if root} | {i for *_, ids in EXPECTED.values() for i in ids}
+    assert {s.id for s in CATALOGUE} <= covered
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_fixture_diagnosis(cli, name):
+    verdict, code, root, ids = EXPECTED[name]
+    result, data = run_json(cli, FIXTURES / f"{name}.log")
+    assert result.exit_code == code
+    assert data["schema_version"] == 1
+    assert data["verdict"] == verdict
+    assert data["exit_code"] == code
+    assert data["root_cause"] == root
+    found = [f["id"] for f in data["findings"]]
+    for i in ids:
+        assert i in found
+    roots = [f for f in data["findings"] if f["is_root_cause"]]
+    if root is None:
+        assert roots == []
+    else:
+        assert [f["id"] for f in roots] == [root]
+        assert data["findings"][0]["id"] == root  # root cause first
+        lines = (FIXTURES / f"{name}.log").read_bytes().decode("utf-8").split("\n")  # CR is not a line end here
+        first = roots[0]
+        assert isinstance(first["line"], int) and first["evidence"]
+        # The evidence quotes the line it points at.
+        assert first["evidence"] in lines[first["line"] - 1]
+    for f in data["findings"]:
+        assert {"id", "severity", "line", "evidence"} <= set(f)
+        assert f["severity"] in ("critical", "warning", "info")
+    if verdict == "healthy":
+        assert not any(f["is_root_cause"] for f in data["findings"])
+
+
+def test_comment_headers_of_fixtures_are_not_log_lines():
+    # The header comments cite sources; they must never be mistaken for evidence.
+    for path in list(FIXTURES.glob("*.log")) + list((Path(__file__).resolve().parents[2] / "dsv4ctl" / "examples").glob("*.log")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.startswith("#"):
+                assert not prefilter.line_matches(line), (path.name, line)
+
+
+def test_stale_example_prints_the_arithmetic_from_the_log(cli):
+    result, data = run_json(cli, "--example", "stale-max-model-len")
+    assert result.exit_code == ExitCode.FAILED_KNOWN_CAUSE
+    assert data["autofit"] == {"from": 1048576, "to": 980224, "memory": "9.81 GiB available for KV cache", "memory_gib": 9.81}
+    root = data["findings"][0]
+    assert root["id"] == "stale_max_model_len"
+    d = root["details"]
+    assert (d["capacity"], d["requested"]) == (7680, 8192)
+    assert "7,680 < requested 1,048,576 // 128 = 8,192" in d["arithmetic"]
+    assert d["version_status"] == "affected" and d["vllm_version"] == "0.30.0"
+    assert d["safe_len"] == 960512 and d["safe_len"] % 256 == 0 and d["safe_len"] < 980224
+    assert any("--max-model-len 960512" in a for a in root["actions"])
+    assert any("0.31.0" in a for a in root["actions"])
+    assert data["next_command"] == "dsv4ctl serve deepseek-ai/DeepSeek-V4-Flash --max-model-len 960512"
+    answers = [c["answer"] for c in data["checklist"]]
+    assert answers == ["yes", "yes", "yes", "yes", "not in log", "yes"]
+    assert all(c["line"] for c in data["checklist"] if c["answer"] != "not in log")
+
+
+def test_stale_numbers_are_derived_not_hard_coded(cli):
+    _, data = run_json(cli, FIXTURES / "stale_max_model_len_compose_v029.log")
+    d = data["findings"][0]["details"]
+    assert (data["autofit"]["from"], data["autofit"]["to"]) == (1048576, 999936)
+    assert d["capacity"] == c128a_capacity(999936) == 7936  # align_up(cdiv(999,936, 128), 128)
+    assert d["requested"] == 8192
+    assert d["safe_len"] == safe_max_model_len(999936)
+    assert data["checklist"][0]["answer"] == "yes"  # 'max_model_len': 'auto'
+
+
+def test_stale_without_the_reduction_still_names_the_cause(cli):
+    _, data = run_json(cli, FIXTURES / "stale_max_model_len_no_autofit.log")
+    root = data["findings"][0]
+    assert root["id"] == "stale_max_model_len" and "arithmetic" not in root["details"]
+    assert data["autofit"] is None
+    assert not any("{" in a for a in root["actions"])  # no unfilled placeholders
+    assert data["next_command"].startswith("dsv4ctl fit-length --from-log")
+
+
+def test_safe_length_rule():
+    assert safe_max_model_len(980224) == 960512
+    assert safe_max_model_len(1000) == 512
+    assert safe_max_model_len(300) == 256  # never below one block
+    for fits in (300, 4096, 52732, 488704, 1048576):
+        safe = safe_max_model_len(fits)
+        assert safe % 256 == 0 and safe < fits or fits < 512
+
+
+def test_deepgemm_attribution_and_nccl_masking(cli):
+    _, traced = run_json(cli, FIXTURES / "deepgemm_metadata_oob_traced.log")
+    d = traced["findings"][0]["details"]
+    assert d["attribution"] == "traced" and d["masked_by_nccl"] is False
+    assert any("get_paged_mqa_logits_metadata" in e["text"] for e in traced["findings"][0]["evidence_lines"])
+    # the tqdm bar with a record glued to it still gives the capture state
+    assert traced["timeline"]["capture"]["desc"] == "Capturing CUDA graphs (decode, FULL)"
+
+    _, masked = run_json(cli, FIXTURES / "deepgemm_metadata_oob_nccl_masked.log")
+    root = masked["findings"][0]
+    assert root["details"]["attribution"] == "attributable" and root["details"]["masked_by_nccl"] is True
+    nccl = next(f for f in masked["findings"] if f["id"] == "nccl_error")
+    assert nccl["role"] == "symptom" and nccl["details"]["symptom_of"] == "deepgemm_metadata_oob"
+
+    result, example = run_json(cli, "--example", "deepgemm-ima")
+    assert result.exit_code == 3 and example["root_cause"] == "deepgemm_metadata_oob"
+    assert "unguarded" in example["findings"][0]["details"]["note"]
+    # The IMA on DP1 outranks the NCCL error on DP0 and the EngineCore lines.
+    assert "illegal memory access" in example["findings"][0]["evidence"]
+    assert example["next_command"] == "dsv4ctl probe deepgemm"
+
+    # An IMA outside FULL capture is not blamed on the scheduler metadata.
+    _, eager = run_json(cli, FIXTURES / "cuda_illegal_memory_access.log")
+    assert eager["root_cause"] == "cuda_illegal_memory_access"
+
+
+def test_kv_cache_insufficient_uses_vllms_estimate(cli):
+    result, data = run_json(cli, "--example", "kv-cache-insufficient")
+    assert result.exit_code == 3
+    d = data["findings"][0]["details"]
+    assert (d["max_model_len"], d["needed_gib"], d["available_gib"]) == (1048576, 10.06, 8.02)
+    assert d["estimated_max_model_len"] == 488704
+    assert d["safe_len"] == safe_max_model_len(488704)
+    _, legacy = run_json(cli, FIXTURES / "kv_cache_insufficient_legacy.log")
+    assert legacy["findings"][0]["details"]["kv_cache_tokens"] == 54736
+
+
+@pytest.mark.parametrize(
+    "name, phase",
+    [("cuda_oom_load", "load"), ("cuda_oom_profile", "profile"), ("cuda_oom_capture", "capture"), ("interleaved_multiprocess", "capture")],
+)
+def test_cuda_oom_phase(cli, name, phase):
+    _, data = run_json(cli, FIXTURES / f"{name}.log")
+    root = data["findings"][0]
+    assert root["id"] == "cuda_oom" and root["details"]["phase"] == phase
+
+
+def test_error_after_startup_is_not_a_startup_failure(cli):
+    _, data = run_json(cli, FIXTURES / "cuda_oom_serving.log")
+    after = [f for f in data["findings"] if f["id"] == "error_after_startup"]
+    assert after and after[0]["details"]["classified_as"] == "cuda_oom"
+    assert after[0]["details"]["phase"] == "serving"
+    _, unknown = run_json(cli, FIXTURES / "error_after_startup.log")
+    assert unknown["findings"][0]["details"]["classified_as"] == "unrecognized_error"
+
+
+def test_free_memory_numbers(cli):
+    _, data = run_json(cli, FIXTURES / "free_memory_below_utilization.log")
+    d = data["findings"][0]["details"]
+    assert (d["free_gib"], d["total_gib"], d["requested_utilization"]) == (61.17, 139.81, 0.92)
+    assert d["suggested_util"] < 61.17 / 139.81
+
+
+def test_healthy_example_and_timeline(cli):
+    result, data = run_json(cli, "--example", "healthy")
+    assert result.exit_code == 0 and data["verdict"] == "healthy"
+    tl = data["timeline"]
+    assert tl["vllm_version"] == "0.32.0" and tl["model"] == "deepseek-ai/DeepSeek-V4-Flash"
+    assert (tl["tensor_parallel_size"], tl["kv_cache_dtype"], tl["cudagraph_mode"]) == (2, "fp8", "FULL_AND_PIECEWISE")
+    assert (tl["weights_gib"], tl["available_kv_gib"], tl["graph_capture_gib"]) == (73.88, 8.02, 3.12)
+    assert tl["capture"]["n"] == tl["capture"]["total"] == 83
+    assert tl["ready"] is True and tl["ready_url"] == "http://0.0.0.0:8000"
+    assert {f["id"] for f in data["findings"]} == {"autofit_reduced", "shutdown_noise"}
+
+
+def test_multiple_per_process_files_are_ordered_by_timestamp(cli, tmp_path):
+    # Split a log into per-process files and pass them engine-first: the worker error still wins.
+    src = [ln + "\n" for ln in (FIXTURES / "cuda_oom_capture.log").read_bytes().decode("utf-8").split("\n")]
+    engine = [ln for ln in src if "(EngineCore" in ln or "(APIServer" in ln]
+    worker = [ln for ln in src if ln not in engine]
+    (tmp_path / "engine.log").write_bytes("".join(engine).encode("utf-8"))
+    (tmp_path / "worker.log").write_bytes("".join(worker).encode("utf-8"))
+    result, data = run_json(cli, tmp_path / "engine.log", tmp_path / "worker.log")
+    assert result.exit_code == 3 and data["root_cause"] == "cuda_oom"
+    assert data["findings"][0]["source"].endswith("worker.log")
+    assert data["sources"] == [str(tmp_path / "engine.log"), str(tmp_path / "worker.log")]
+
+
+def test_stdin_gzip_and_crlf_give_the_same_diagnosis(cli, tmp_path):
+    path = FIXTURES / "stale_max_model_len_compose_v029.log"
+    _, base = run_json(cli, path)
+    _, piped = run_json(cli, "-", input=path.read_bytes())
+    gz = tmp_path / "x.log.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    _, packed = run_json(cli, gz)
+    crlf = tmp_path / "crlf.log"
+    crlf.write_bytes(path.read_bytes().replace(b"\r\n", b"\n").replace(b"\n", b"\r\n"))
+    _, windows = run_json(cli, crlf)
+    for other in (piped, packed, windows):
+        assert [(f["id"], f["line"]) for f in other["findings"]] == [(f["id"], f["line"]) for f in base["findings"]]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_hyperscan_and_re_paths_agree(name):
+    if not prefilter.hyperscan_available():
+        pytest.skip("hyperscan not installed")
+    path = FIXTURES / f"{name}.log"
+    fast = diagnose([path], engine="hyperscan").to_json()
+    slow = diagnose([path], engine="re").to_json()
+    every = diagnose_lines(iter_log_lines([path])).to_json()
+    assert fast == slow == every
+
+
+def test_human_report_leads_with_the_verdict(cli):
+    result = cli("diagnose", "--example", "stale-max-model-len")
+    assert result.exit_code == 3
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(" FAILED ")
+    out = result.stdout
+    assert out.index("Root cause") < out.index("Startup timeline") < out.index("checklist") < out.index("Next:")
+    assert "7,680 < requested" in out and "--max-model-len 960512" in out
+    assert "line 56" in out  # the finding's line number (the _build_c128a_metadata frame)
+
+
+def test_examples_listing_and_errors(cli):
+    listed = cli("diagnose", "--list-examples", "--json")
+    names = [e["name"] for e in json.loads(listed.stdout)["examples"]]
+    assert "stale-max-model-len" in names and 3 <= len(names) <= 5
+    for name in names:
+        assert cli("diagnose", "--example", name).exit_code in (0, 3)
+    assert "stale-max-model-len" in cli("diagnose", "--list-examples").stdout
+    bad = cli("diagnose", "--example", "nope")
+    assert bad.exit_code == ExitCode.USAGE and "unknown example" in bad.stderr
+    none = cli("diagnose")
+    assert none.exit_code == ExitCode.USAGE and "no log given" in none.stderr
+    missing = cli("diagnose", "/no/such/file.log")
+    assert missing.exit_code == ExitCode.ERROR and "no such log file" in missing.stderr
+    assert "Traceback" not in missing.output
+
+
+def test_example_logs_are_small():
+    root = Path(__file__).resolve().parents[2] / "dsv4ctl" / "examples"
+    for path in root.glob("*.log"):
+        assert path.stat().st_size < 50_000
+
+
+def test_empty_and_foreign_input_is_inconclusive(cli):
+    result, data = run_json(cli, "-", input=b"")
+    assert result.exit_code == ExitCode.INCONCLUSIVE and data["verdict"] == "inconclusive"
+    result, data = run_json(cli, "-", input=b"hello\nworld\n")
+    assert data["verdict"] == "inconclusive" and data["findings"] == []
+
+
+def test_every_signature_keyword_passes_the_prefilter():
+    # A line a signature matches must reach the analyzer on the fast path.
+    for path in FIXTURES.glob("*.log"):
+        for line in iter_log_lines([path]):
+            if any(sig.match(line.message) for sig in CATALOGUE):
+                assert prefilter.line_matches(line.raw), (path.name, line.lineno)
+    assert set(BY_ID) >= {"autofit_reduced", "stale_max_model_len", "deepgemm_metadata_oob", "kv_cache_insufficient", "cuda_oom"}
+
+
+def test_diagnose_does_not_import_heavy_modules():
+    example = Path(__file__).resolve().parents[2] / "dsv4ctl" / "examples" / "healthy.log"
+    code = (
+        "import sys, runpy; sys.argv=['dsv4ctl','diagnose', %r];\n"
+        "try:\n    runpy.run_module('dsv4ctl', run_name='__main__')\n"
+        "except SystemExit: pass\n"
+        "heavy = [m for m in ('vllm','torch','pynvml') if m in sys.modules]\n"
+        "print('HEAVY', heavy)"
+    ) % str(example)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "HEAVY []" in out
+    assert "HEALTHY" in out
+
+
+def test_grep_agrees_with_the_prefilter_on_a_fixture():
+    # The benchmark hands PATTERNS to grep -E; both must count the same lines.
+    grep = shutil.which("grep")
+    if grep is None:
+        pytest.skip("grep not available")
+    path = FIXTURES / "deepgemm_metadata_oob_traced.log"
+    args = [grep, "-c", "-E"] + [x for p in prefilter.PATTERNS for x in ("-e", p)] + [str(path)]
+    count = int(subprocess.run(args, capture_output=True, text=True, env={"LC_ALL": "C"}).stdout.strip())
+    ours = sum(1 for ln in iter_log_lines([path]) if prefilter.line_matches(ln.raw))
+    assert count == ours
