@@ -462,6 +462,6 @@ def serve_command(
         sys.stderr.flush()
         # A fresh process (same pid, for systemd/Kubernetes): vLLM keeps process-wide state.
         os.execve(result.retry_argv[0], result.retry_argv, {**os.environ, ATTEMPT_ENV: "2"})
-    if retry and result.diagnosis is not None:
-        view.say("--retry: not retrying, a shorter --max-model-len would not avoid this failure")
+    if result.retry_note:
+        view.say(result.retry_note)
     raise typer.Exit(int(result.exit_code))

@@ -41,6 +41,7 @@ class ServeResult:
     diagnosis: Any = None
     retry_max_model_len: int | None = None
     retry_argv: list[str] | None = None
+    retry_note: str | None = None  # why --retry did not relaunch
     environment: dict[str, str] = field(default_factory=dict)
 
 
@@ -104,11 +105,15 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
     elif outcome.status == FAILED:
         result.diagnosis = diagnose_log(log_file)
         result.exit_code = int(getattr(result.diagnosis, "exit_code", ExitCode.FAILED_UNKNOWN_CAUSE))
-        if options.retry and attempt_number() == 1:
+        if options.retry and attempt_number() > 1:
+            result.retry_note = "--retry: this was already the relaunch; not retrying again"
+        elif options.retry:
             length = retry_length(result.diagnosis)
             if length is not None:
                 result.retry_max_model_len = length
                 result.retry_argv = retry_argv(flags, options, length, log_file)
+            else:
+                result.retry_note = "--retry: not retrying, a shorter --max-model-len would not avoid this failure"
     return result
 
 
