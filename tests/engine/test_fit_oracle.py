@@ -61,6 +61,7 @@ def vllm_env(vllm_available, tmp_path_factory):
     """Stubs for the whole module (undone afterwards); the 1x1 gloo group is torn down at the end."""
     import torch
 
+    import vllm.models.deepseek_v4.nvidia.flashinfer_sparse as flashinfer_sparse
     import vllm.models.deepseek_v4.nvidia.flashmla as flashmla
     from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
 
@@ -71,6 +72,7 @@ def vllm_env(vllm_available, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(torch.cuda, "Event", _NoCudaEvent)
         mp.setattr(flashmla, "compute_fp8_einsum_recipe", lambda *a, **k: (None, None))
+        mp.setattr(flashinfer_sparse, "compute_fp8_einsum_recipe", lambda *a, **k: (None, None))
         created: list[bool] = []
         yield tmp_path_factory, created, mp
         if created:
@@ -98,9 +100,12 @@ def _ensure_process_group(created: list[bool]) -> None:
     created.append(True)
 
 
-def _build(model_id: str, tmp: Path, created: list[bool], mp: pytest.MonkeyPatch) -> VllmModel:
+def _build(
+    model_id: str, tmp: Path, created: list[bool], mp: pytest.MonkeyPatch, *, flashinfer: bool = False, kv_cache_dtype: str = "auto"
+) -> VllmModel:
     import torch
 
+    import vllm.models.deepseek_v4.nvidia.flashinfer_sparse as flashinfer_sparse
     import vllm.models.deepseek_v4.nvidia.flashmla as flashmla
     from vllm.config import set_current_vllm_config
     from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
@@ -115,7 +120,8 @@ def _build(model_id: str, tmp: Path, created: list[bool], mp: pytest.MonkeyPatch
     config = {**_builtin_configs()[model_id], **_LAYER_EXTRAS}
     (tmp / "config.json").write_text(json.dumps(config))
     vllm_config = EngineArgs(
-        model=str(tmp), max_model_len=-1, load_format="dummy", skip_tokenizer_init=True, enforce_eager=True
+        model=str(tmp), max_model_len=-1, load_format="dummy", skip_tokenizer_init=True, enforce_eager=True,
+        kv_cache_dtype=kv_cache_dtype,
     ).create_engine_config()
     # Only now: EngineArgs refuses V2 without Triton, but the max_concurrent_batches rule must be V2's.
     mp.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
@@ -123,9 +129,12 @@ def _build(model_id: str, tmp: Path, created: list[bool], mp: pytest.MonkeyPatch
     num_layers = config["num_hidden_layers"]
     with set_current_vllm_config(vllm_config):
         _ensure_process_group(created)
+    attention_cls = (
+        flashinfer_sparse.DeepseekV4FlashInferMLAAttention if flashinfer else flashmla.DeepseekV4FlashMLAAttention
+    )
     with set_current_vllm_config(vllm_config), torch.device("meta"):
         for layer_id in range(num_layers + config["num_nextn_predict_layers"]):
-            flashmla.DeepseekV4FlashMLAAttention(
+            attention_cls(
                 vllm_config, prefix=f"model.layers.{layer_id}.attn", topk_indices_buffer=None, aux_stream_list=None
             )
         all_specs = get_kv_cache_spec(vllm_config)
@@ -144,7 +153,7 @@ def _build(model_id: str, tmp: Path, created: list[bool], mp: pytest.MonkeyPatch
 @pytest.fixture(scope="module")
 def vllm_models(vllm_env) -> dict[str, VllmModel]:
     tmp_factory, created, mp = vllm_env
-    models = {}
+    models: dict[str, VllmModel] = {}
     for m in MODELS:
         mp.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
         models[m] = _build(m, tmp_factory.mktemp(m.split("/")[1]), created, mp)
@@ -285,3 +294,27 @@ def test_mtp_draft_layer_equals_vllm(vllm_models):
             theirs = vllm_plan(model, memory, 8192, worker_specs=[with_mtp])
             mine = ours(model_id, memory, 8192, num_speculative_tokens=1)
             assert (mine.autofit_max_model_len, mine.bytes_per_block) == (theirs.autofit, theirs.bytes_per_block)
+
+
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8"])
+def test_flashinfer_plain_rows_equal_vllm(vllm_env, kv_cache_dtype):
+    """--attention-backend FLASHINFER_MLA_SPARSE_DSV4: bf16 (auto) or fp8 e4m3 rows, 512 B alignment."""
+    tmp_factory, created, mp = vllm_env
+    mp.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    model = _build(MODELS[0], tmp_factory.mktemp(f"flashinfer-{kv_cache_dtype}"), created, mp, flashinfer=True, kv_cache_dtype=kv_cache_dtype)
+    from dsv4ctl.planning.geometry import load_geometry
+    from dsv4ctl.planning.kv_specs import build_layer_specs, resolve_kv_layout
+
+    g = load_geometry(MODELS[0])
+    mine = build_layer_specs(
+        g.compress_ratios, num_mtp_layers=0, sliding_window=g.sliding_window, head_dim=g.head_dim,
+        index_head_dim=g.index_head_dim, layout=resolve_kv_layout(kv_cache_dtype, "FLASHINFER_MLA_SPARSE_DSV4"),
+    )
+    assert {n: s.page_size_bytes for n, s in mine.items()} == {n: s.page_size_bytes for n, s in model.specs.items()}
+    for memory in (4 * GiB, 16 * GiB):
+        for mnbt in BATCHED_TOKENS_GRID:
+            theirs = vllm_plan(model, memory, mnbt)
+            got = ours(MODELS[0], memory, mnbt, kv_cache_dtype=kv_cache_dtype, attention_backend="FLASHINFER_MLA_SPARSE_DSV4")
+            assert (got.autofit_max_model_len, got.num_blocks, got.bytes_per_block) == (
+                theirs.autofit, theirs.num_blocks, theirs.bytes_per_block
+            ), (memory, mnbt)
