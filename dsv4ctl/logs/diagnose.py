@@ -463,9 +463,9 @@ def _derive(sig_id: str, hits: list[_Hit], a: _Analyzer, tl: StartupTimeline, lo
         text = " ".join(msgs)
         if m := re.search(r"max seq len \(([0-9]+)\)", text):
             d["max_model_len"] = int(m.group(1))
-        if m := re.search(r"\(([0-9.]+) GiB KV cache is needed", text):
+        if m := re.search(r"\(([0-9]+(?:\.[0-9]+)?) GiB KV cache is needed", text):
             d["needed_gib"] = float(m.group(1))
-        if m := re.search(r"available KV cache memory \(([0-9.]+) GiB\)", text):
+        if m := re.search(r"available KV cache memory \(([0-9]+(?:\.[0-9]+)?) GiB\)", text):
             d["available_gib"] = float(m.group(1))
         if m := re.search(r"estimated maximum model length is ([0-9]+)", text):
             d["estimated_max_model_len"] = int(m.group(1))
@@ -498,7 +498,7 @@ def _derive(sig_id: str, hits: list[_Hit], a: _Analyzer, tl: StartupTimeline, lo
             d["tried_to_allocate"] = m.group(1)
     if sig_id == "free_memory_below_utilization":
         text = msgs[0]
-        m = re.search(r"\(([0-9.]+)/([0-9.]+) GiB\) on startup is less than desired GPU memory utilization \(([0-9.]+), ([0-9.]+) GiB\)", text)
+        m = re.search(r"\(([0-9]+(?:\.[0-9]+)?)/([0-9]+(?:\.[0-9]+)?) GiB\) on startup is less than desired GPU memory utilization \(([0-9]+(?:\.[0-9]+)?), ([0-9]+(?:\.[0-9]+)?) GiB\)", text)
         if m:
             free, total, util, wanted = (float(x) for x in m.groups())
             d.update(free_gib=free, total_gib=total, requested_utilization=util, requested_gib=wanted)

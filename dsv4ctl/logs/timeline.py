@@ -165,23 +165,23 @@ _RE = {
     "arch": re.compile(r"Resolved architecture: (\S+)"),
     "start_load": re.compile(r"Starting to load model (\S+?)(?:\.\.\.)?$"),
     "shards": re.compile(r"Loading safetensors checkpoint shards.*?([0-9]+)/([0-9]+)"),
-    "load_weights": re.compile(r"Loading weights took ([0-9.]+) seconds"),
-    "model_loading": re.compile(r"Model loading took ([0-9.]+) GiB(?: memory)? and ([0-9.]+) seconds"),
+    "load_weights": re.compile(r"Loading weights took ([0-9]+(?:\.[0-9]+)?) seconds"),
+    "model_loading": re.compile(r"Model loading took ([0-9]+(?:\.[0-9]+)?) GiB(?: memory)? and ([0-9]+(?:\.[0-9]+)?) seconds"),
     "profiling": re.compile(
         r"Memory profiling takes|Starting torch\.compile|Dynamo bytecode transform time|Compiling a graph for compile range"
         r"|Initial profiling/warmup run took|Profiling CUDA graph memory|Estimated CUDA graph memory"
     ),
-    "available_kv": re.compile(r"Available KV cache memory: ([0-9.]+) GiB"),
+    "available_kv": re.compile(r"Available KV cache memory: (-?[0-9]+(?:\.[0-9]+)?) GiB"),
     "autofit": re.compile(r"max_model_len: reduced from ([0-9,]+) to ([0-9,]+)(.*)"),
     "autofit_full": re.compile(r"Auto-fit max_model_len: full model context length ([0-9,]+) fits"),
     "kv_size": re.compile(r"KV cache size: ([0-9,]+) tokens"),
-    "concurrency": re.compile(r"Maximum concurrency for ([0-9,]+) tokens per request: ([0-9.]+)x"),
+    "concurrency": re.compile(r"Maximum concurrency for ([0-9,]+) tokens per request: ([0-9]+(?:\.[0-9]+)?)x"),
     "capture": re.compile(
         r"(Capturing [A-Za-z -]*CUDA graphs)(?: \(([^)]*)\))?:?\s*(?:[0-9]+%)?\s*\|[^|]*\|\s*([0-9]+)/([0-9]+)"
     ),
     "capture_bare": re.compile(r"(Capturing [A-Za-z -]*CUDA graphs)(?: \(([^)]*)\))?"),
-    "graph_done": re.compile(r"Graph capturing finished in ([0-9.]+) secs, took ([0-9.]+) GiB"),
-    "init_engine": re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([0-9.]+) s"),
+    "graph_done": re.compile(r"Graph capturing finished in ([0-9]+(?:\.[0-9]+)?) secs, took ([0-9]+(?:\.[0-9]+)?) GiB"),
+    "init_engine": re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([0-9]+(?:\.[0-9]+)?) s"),
     "server_on": re.compile(r"Starting vLLM (?:API )?server (?:[0-9]+ )?on (\S+)"),
     "startup_complete": re.compile(r"Application startup complete"),
     "v2_runner": re.compile(r"Using V2 Model Runner"),

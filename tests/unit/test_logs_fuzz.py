@@ -1,0 +1,80 @@
+"""Property tests: random bytes, truncations, huge lines, invalid UTF-8 never crash diagnose.
+
+Whatever the input, `diagnose` returns a Diagnosis whose JSON round-trips, the hyperscan and `re`
+paths agree, and diagnosing the parsed lines gives the same answer.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dsv4ctl.logs import prefilter
+from dsv4ctl.logs.diagnose import diagnose, diagnose_lines
+from dsv4ctl.logs.reader import MAX_LINE_BYTES, iter_log_lines
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
+SAMPLES = [p.read_bytes() for p in sorted(FIXTURES.glob("*.log"))]
+ENGINES = ["re"] + (["hyperscan"] if prefilter.hyperscan_available() else [])
+
+# Bytes that look like log material: keywords, prefixes, control characters, broken UTF-8.
+PIECES = st.sampled_from(
+    [
+        b"\n", b"\r", b"\r\n", b"\x1b[31m", b"\x1b[0m", b"\xff", b"\xe2\x96", b"\x00",
+        b"(Worker_TP0 pid=1) ", b"(EngineCore pid=2) ", b"vllm-1  | ", b"ERROR 10-21 09:00:00 [a.py:1] ",
+        b"Traceback (most recent call last):", b'  File "/x/sparse_mla.py", line 259, in _build_c128a_metadata',
+        b"AssertionError", b"Auto-fit max_model_len: reduced from 1048576 to 980224 to fit in available KV cache memory (9.81 GiB GPU)",
+        b"max_model_len: reduced from 99999999999999999999 to 0", b"CUDA out of memory", b"illegal memory access",
+        b"NCCL error: unhandled cuda error", b"Capturing CUDA graphs (FULL):  1%|| 1/83", b"Application startup complete.",
+        b"Starting vLLM server on http://0.0.0.0:8000", b"KV cache size: 1,2,3 tokens", b"Maximum concurrency for x tokens",
+        b"Initializing a V1 LLM engine (v) with config: max_seq_len=", b"[shutdown]", b"KeyboardInterrupt",
+        b"Available KV cache memory: 1.2.3 GiB", b"To serve at least one request with the model's max seq len (",
+    ]
+)
+LOGLIKE = st.lists(st.one_of(PIECES, st.binary(max_size=40)), max_size=60).map(b"".join)
+
+
+def check(data: bytes) -> None:
+    results = []
+    for engine in ENGINES:
+        d = diagnose([io.BytesIO(data)], engine=engine)
+        payload = d.to_json()
+        assert json.loads(json.dumps(payload)) == payload
+        assert payload["verdict"] in ("failed", "healthy", "inconclusive")
+        assert int(d.exit_code) in (0, 3, 4, 5)
+        results.append(payload)
+    results.append(diagnose_lines(iter_log_lines([io.BytesIO(data)])).to_json())
+    for r in results:
+        r.pop("sources")  # an empty stream yields no line, so diagnose_lines never sees its name
+    for other in results[1:]:
+        assert other == results[0]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=4096))
+def test_random_bytes(data):
+    check(data)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(LOGLIKE)
+def test_log_like_garbage(data):
+    check(data)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(min_value=0, max_value=len(SAMPLES) - 1), st.floats(min_value=0, max_value=1))
+def test_truncated_fixtures(index, fraction):
+    data = SAMPLES[index]
+    check(data[: int(len(data) * fraction)])
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.integers(min_value=MAX_LINE_BYTES - 3, max_value=3 * MAX_LINE_BYTES), st.sampled_from([b"x", b"\xff", b"ERROR ", b"\r"]))
+def test_huge_lines(length, unit):
+    body = (unit * (length // len(unit) + 1))[:length]
+    check(b"Traceback (most recent call last):\n" + body + b" illegal memory access\nAssertionError\n")
