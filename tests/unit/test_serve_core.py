@@ -1,0 +1,229 @@
+"""serve's pure parts: flag edits, the preflight decision, retry decisions, log paths, the CLI surface.
+
+No vLLM here: the preflight takes an argparse.Namespace shaped like vLLM's parsed serve flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import tinymodel
+from dsv4ctl.errors import ExitCode, GpuUnavailableError
+from dsv4ctl.serve import command, preflight
+from dsv4ctl.serve.flags import has_flag, set_max_model_len
+
+REPO = Path(__file__).resolve().parents[2]
+MiB = 1 << 20
+
+
+# -- flags ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["m", "--port", "1"], ["m", "--port", "1", "--max-model-len", "4096"]),
+        (["m", "--max-model-len", "auto", "--port", "1"], ["m", "--max-model-len", "4096", "--port", "1"]),
+        (["m", "--max_model_len=-1", "-tp", "2"], ["m", "--max-model-len", "4096", "-tp", "2"]),
+        (["m", "--max-model-len", "1k", "--max-model-len=2k"], ["m", "--max-model-len", "4096"]),
+    ],
+)
+def test_set_max_model_len_replaces_every_spelling_in_place(flags, expected):
+    assert set_max_model_len(flags, 4096) == expected
+
+
+def test_has_flag_accepts_both_spellings():
+    assert has_flag(["m", "--kv_cache_memory_bytes=1G"], "--kv-cache-memory-bytes")
+    assert not has_flag(["m", "--kv-cache-dtype", "fp8"], "--kv-cache-memory-bytes")
+
+
+# -- preflight -------------------------------------------------------------------------------------------
+
+
+def _ns(model: Path | str, **kw) -> argparse.Namespace:
+    base = dict(
+        model=str(model), max_model_len=None, kv_cache_memory_bytes=None, gpu_memory_utilization=0.92,
+        kv_cache_dtype="auto", block_size=None, max_num_batched_tokens=None, max_num_seqs=None,
+        tensor_parallel_size=1, pipeline_parallel_size=1, data_parallel_size=1, data_parallel_size_local=None,
+        enable_expert_parallel=False, async_scheduling=None, attention_backend=None, speculative_config=None,
+    )
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def _no_gpu():
+    raise GpuUnavailableError("no NVIDIA driver here")
+
+
+@pytest.fixture()
+def dsv4(tmp_path):
+    return tinymodel.write_dsv4_config(tmp_path / "dsv4", max_position_embeddings=1_048_576)
+
+
+@pytest.fixture(autouse=True)
+def _no_cpu_kv_env(monkeypatch):
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+
+
+def test_non_deepseek_model_passes_through_unchanged(tmp_path):
+    llama = tinymodel.write_llama(tmp_path / "llama", tokenizer=False)
+    flags = [str(llama), "--max-model-len", "auto"]
+    decision = preflight.decide(_ns(llama, max_model_len=-1), flags, snapshot_reader=_no_gpu)
+    assert decision.action == preflight.PASS_THROUGH
+    assert decision.flags == flags and decision.max_model_len is None
+    assert "not a DeepSeek-V4 model" in decision.reason
+
+
+def test_deepseek_without_gpu_or_kv_budget_cannot_plan(dsv4):
+    flags = [str(dsv4)]
+    decision = preflight.decide(_ns(dsv4), flags, snapshot_reader=_no_gpu)
+    assert decision.action == preflight.PASS_THROUGH and decision.flags == flags
+    assert any("no NVIDIA GPU" in n for n in decision.notes)
+
+
+@pytest.mark.parametrize("requested", [None, -1])
+def test_deepseek_auto_or_unset_gets_the_planned_explicit_length(dsv4, requested):
+    from dsv4ctl.planning.fit import FitRequest, plan_fit
+
+    budget = 700 * MiB
+    plan = plan_fit(FitRequest(model=str(dsv4), kv_cache_memory_bytes=budget))
+    assert 0 < plan.recommended_max_model_len < 1_048_576
+    flags = [str(dsv4), "--kv-cache-memory-bytes", "700M"] + (["--max-model-len", "auto"] if requested else [])
+    decision = preflight.decide(_ns(dsv4, max_model_len=requested, kv_cache_memory_bytes=budget), flags, snapshot_reader=_no_gpu)
+    assert decision.action == preflight.SET_LENGTH
+    assert decision.max_model_len == plan.recommended_max_model_len
+    assert decision.flags == [str(dsv4), "--kv-cache-memory-bytes", "700M", "--max-model-len", str(plan.recommended_max_model_len)]
+    assert f"{plan.recommended_max_model_len:,}" in decision.reason
+    assert decision.to_json()["vllm_argv"][:2] == ["vllm", "serve"]
+
+
+def test_cpu_kv_space_env_is_the_budget_like_vllms_cpu_backend(dsv4, monkeypatch):
+    from dsv4ctl.planning.fit import FitRequest, plan_fit
+
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    plan = plan_fit(FitRequest(model=str(dsv4), kv_cache_memory_bytes=1024 * MiB))
+    decision = preflight.decide(_ns(dsv4, max_model_len=-1, kv_cache_memory_bytes=64 * MiB), [str(dsv4)], snapshot_reader=_no_gpu)
+    assert decision.plan["kv_cache_memory_bytes"] == plan.kv_cache_memory_bytes
+    assert any("VLLM_CPU_KVCACHE_SPACE=1" in n for n in decision.notes)
+
+
+def test_keep_auto_leaves_the_flags_and_shows_the_ceiling(dsv4):
+    flags = [str(dsv4), "--max-model-len", "-1", "--kv-cache-memory-bytes", "64M"]
+    decision = preflight.decide(
+        _ns(dsv4, max_model_len=-1, kv_cache_memory_bytes=64 * MiB), flags, keep_auto=True, snapshot_reader=_no_gpu
+    )
+    assert decision.action == preflight.KEEP_AUTO and decision.flags == flags
+    ceiling = decision.plan["autofit_max_model_len"]
+    assert f"{ceiling:,}" in decision.reason and "will shrink" in decision.reason
+
+
+def test_explicit_length_that_vllm_would_refuse_is_refused_early(dsv4):
+    decision = preflight.decide(
+        _ns(dsv4, max_model_len=1_048_576, kv_cache_memory_bytes=64 * MiB), [str(dsv4)], snapshot_reader=_no_gpu
+    )
+    assert decision.action == preflight.REFUSE
+    assert decision.refusal.exit_code == ExitCode.DOES_NOT_FIT
+    assert "vLLM would refuse this" in decision.refusal.message
+    ceiling = decision.plan["autofit_max_model_len"]
+    assert f"{ceiling:,}" in decision.refusal.hint
+
+
+def test_explicit_length_that_fits_passes(dsv4):
+    decision = preflight.decide(
+        _ns(dsv4, max_model_len=2048, kv_cache_memory_bytes=64 * MiB), [str(dsv4), "--max-model-len", "2048"],
+        snapshot_reader=_no_gpu,
+    )
+    assert decision.action == preflight.EXPLICIT_OK
+    assert decision.flags == [str(dsv4), "--max-model-len", "2048"]
+
+
+def test_multi_node_data_parallel_plans_the_local_replicas(dsv4):
+    request = preflight.fit_request_from(
+        _ns(dsv4, data_parallel_size=4, data_parallel_size_local=2, speculative_config={"num_speculative_tokens": 1}), str(dsv4)
+    )
+    assert request.data_parallel_size == 2
+    assert request.num_speculative_tokens == 1
+
+
+# -- retry, log paths --------------------------------------------------------------------------------
+
+
+def _diagnosis(cause: str | None, **details):
+    root = SimpleNamespace(id=cause, details=details) if cause else None
+    return SimpleNamespace(root_cause=root, exit_code=ExitCode.FAILED_KNOWN_CAUSE)
+
+
+def test_retry_length_only_for_causes_a_shorter_length_avoids():
+    assert command.retry_length(_diagnosis("kv_cache_insufficient", safe_len=64000)) == 64000
+    assert command.retry_length(_diagnosis("stale_max_model_len", safe_len=960_000)) == 960_000
+    assert command.retry_length(_diagnosis("kv_cache_insufficient", reason="no memory")) is None
+    assert command.retry_length(_diagnosis("cuda_oom", safe_len=1000)) is None
+    assert command.retry_length(_diagnosis(None)) is None
+
+
+def test_retry_argv_drops_retry_and_sets_the_length(tmp_path):
+    options = command.ServeOptions(log_file=tmp_path / "a.log", retry=True, keep_auto=True, fixes="all")
+    argv = command.retry_argv(["m", "--max-model-len", "auto", "--port", "9"], options, 64000, tmp_path / "a.log")
+    assert argv[1:4] == ["-m", "dsv4ctl", "serve"]
+    assert "--retry" not in argv and "--keep-auto" not in argv
+    assert argv[argv.index("--log-file") + 1] == str(tmp_path / "a.retry.log")
+    assert argv[-5:] == ["m", "--max-model-len", "64000", "--port", "9"]
+
+
+def test_default_log_file(monkeypatch, tmp_path):
+    monkeypatch.setenv("DSV4CTL_LOG_DIR", str(tmp_path))
+    path = command.default_log_file(now=0, pid=42)
+    assert path == tmp_path / "serve-19700101T000000Z-42.log"
+    monkeypatch.delenv("DSV4CTL_LOG_DIR")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert command.default_log_file(now=0, pid=1).parent == tmp_path / "state" / "dsv4ctl" / "logs"
+
+
+def test_environment_enables_fixes_and_ray_copies_them():
+    env = {"VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY": "FOO_"}
+    from dsv4ctl.serve.session import apply_environment
+
+    changed = apply_environment(None, env)
+    assert env["DSV4CTL_FIXES"] == "all"
+    assert env["VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY"] == "FOO_,DSV4CTL_"
+    env2 = {"DSV4CTL_FIXES": "none"}
+    apply_environment(None, env2)
+    assert env2["DSV4CTL_FIXES"] == "none"  # the operator's choice wins
+    apply_environment("stale-max-model-len", env2)
+    assert env2["DSV4CTL_FIXES"] == "stale-max-model-len"
+    assert "DSV4CTL_FIXES" in changed
+
+
+# -- CLI surface (no vLLM) -------------------------------------------------------------------------------
+
+
+def test_serve_help_lists_our_options_without_importing_vllm():
+    code = (
+        "import sys\n"
+        "from dsv4ctl.cli import main\n"
+        "rc = main(['serve', '--help'])\n"
+        "heavy = [m for m in ('vllm', 'torch', 'pynvml') if m in sys.modules]\n"
+        "print('HEAVY=' + ','.join(heavy), 'RC=' + str(rc))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                            env={**os.environ, "NO_COLOR": "1", "COLUMNS": "120"})
+    assert "HEAVY= RC=0" in result.stdout, result.stdout + result.stderr
+    for option in ("--log-file", "--keep-auto", "--retry", "--fixes", "--dry-run", "--vllm-help"):
+        assert option in result.stdout
+
+
+def test_serve_rejects_unknown_fix_names_and_json_without_dry_run(cli):
+    bad = cli("serve", "some/model", "--fixes", "all,no-such-fix")
+    assert bad.exit_code == 2
+    assert "no-such-fix" in bad.stderr
+    js = cli("serve", "some/model", "--json")
+    assert js.exit_code == 2
+    assert "--dry-run" in js.stderr
