@@ -258,3 +258,45 @@ def test_unset_touches_nothing_and_imports_no_vllm_submodules(vllm_available, tm
     assert proc.stdout.strip().splitlines()[-1] == "RESULT []"
     (line,) = report_lines(tmp_path / "r.jsonl")
     assert {v["status"] for v in line["fixes"].values()} == {"not-requested"}
+
+
+OFFLINE_RUN = """
+import sys
+from vllm import LLM, SamplingParams
+if __name__ == "__main__":
+    llm = LLM(model=sys.argv[1], load_format="dummy", max_model_len=1024, enforce_eager=True)
+    out = llm.generate(["Hello"], SamplingParams(max_tokens=2, temperature=0))
+    print("GENERATED", len(out[0].outputs[0].token_ids))
+"""
+
+
+def test_plugin_runs_in_every_vllm_process_of_a_real_engine(vllm_available, tmp_path):
+    """A real (tiny Llama, dummy weights) vLLM engine start: the front process, EngineCore and the
+    worker each load the plugin, log one line and append one report line; generation still works."""
+    import tinymodel
+
+    model = tinymodel.write_llama(tmp_path / "llama")
+    script = tmp_path / "offline.py"
+    script.write_text(OFFLINE_RUN)
+    report = tmp_path / "fixes.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSV4CTL_", "VLLM_PLUGINS"))}
+    env.update({"DSV4CTL_FIXES": "stale-max-model-len,deepgemm-metadata-clamp", "DSV4CTL_FIXES_REPORT": str(report),
+                "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1", "VLLM_NO_USAGE_STATS": "1",
+                "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(tmp_path / "cache")})
+    proc = subprocess.run([sys.executable, str(script), str(model)], capture_output=True, text=True, timeout=600,
+                          env=env, cwd=tmp_path)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "GENERATED 2" in proc.stdout, output[-4000:]
+    lines = report_lines(report)
+    by_name = {line["process"]: line for line in lines}
+    assert "EngineCore" in by_name and any(name.startswith("VllmWorker") for name in by_name), lines
+    front = [line for line in lines if line["process"] == "MainProcess" and line["argv0"] == str(script)]
+    assert len(front) == 1
+    engine = by_name["EngineCore"]
+    worker = next(line for name, line in by_name.items() if name.startswith("VllmWorker"))
+    assert engine["ppid"] == front[0]["pid"] and worker["ppid"] == engine["pid"]
+    for line in (front[0], engine, worker):
+        assert {v["status"] for v in line["fixes"].values()} == {"applied"}
+    logged = [line for line in output.splitlines() if "dsv4ctl fixes:" in line]
+    for process in ("MainProcess", "EngineCore", "VllmWorker-0"):
+        assert sum(f"({process} pid=" in line for line in logged) == 1, logged
