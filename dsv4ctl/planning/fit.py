@@ -377,7 +377,8 @@ def _validate(request: FitRequest) -> None:
         value = getattr(request, name)
         if value is not None and (value < 0 or value > 64 * (1 << 40)):
             raise UsageError(f"{name.replace('_', ' ')} {value} is out of range")
-    if request.margin.bytes is not None and request.margin.bytes > 64 * (1 << 40):
+    margin = _as_margin(request.margin)
+    if margin.bytes is not None and margin.bytes > 64 * (1 << 40):
         raise UsageError("--margin is larger than any GPU")
 
 
@@ -497,6 +498,19 @@ def _predict_memory(
             "unified-memory GPU: free memory swings with the host's page cache; consider --margin 25%"
         )
     return predictions, notes
+
+
+def _as_margin(value: Any) -> Margin:
+    """Library callers may give a Margin, a string (`10%`, `1GiB`), a fraction (0.1) or bytes (int)."""
+    if isinstance(value, Margin):
+        return value
+    if isinstance(value, str):
+        return parse_margin(value)
+    if isinstance(value, float) and 0 <= value < 1:
+        return Margin(fraction=value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return Margin(fraction=None, bytes=value)
+    raise UsageError(f"invalid margin {value!r}", hint="write it like 10% or 1GiB")
 
 
 def _round_block_friendly(length: int) -> int:
@@ -627,7 +641,7 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None) ->
         refusal = refusal or auto_plan.error
 
     # Recommendation: auto-fit again with the margin taken off every worker, strictly below the ceiling.
-    margin = request.margin.resolve(kv_memory)
+    margin = _as_margin(request.margin).resolve(kv_memory)
     margin_memory = [max(m - margin, 0) for m in positive_memory]
     margin_plan = plan(margin_memory, length=model_max, auto=True, tokens_in_flight=in_flight)
     safe = 0 if margin_plan.error else margin_plan.max_model_len

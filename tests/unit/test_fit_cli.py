@@ -187,3 +187,17 @@ def test_fast_path_imports_no_engine_and_no_nvml():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "HEAVY [] RC 0" in proc.stderr, proc.stderr
     assert json.loads(proc.stdout)["model_max_model_len"] == 1_048_576
+
+
+@pytest.mark.parametrize("margin, expected", [("1GiB", 1 << 30), (0.2, None), (3 << 30, 3 << 30), ("10%", None)])
+def test_library_margin_forms(margin, expected):
+    from dsv4ctl.planning import FitRequest, plan_fit
+
+    memory = 17 << 30  # the full context needs 16.27 GiB at 16,384 batched tokens
+    result = plan_fit(FitRequest(model=FLASH, kv_cache_memory_bytes=memory, margin=margin, max_num_batched_tokens=16384))
+    if expected is None:
+        fraction = margin if isinstance(margin, float) else 0.10
+        expected = int(memory * fraction)
+    assert result.margin_bytes == expected
+    assert result.autofit_max_model_len == 1_048_576
+    assert result.recommended_max_model_len < result.autofit_max_model_len  # the margin does not hold the full context
