@@ -22,9 +22,13 @@ from __future__ import annotations
 import re
 from typing import BinaryIO, Iterator
 
-from dsv4ctl.logs.reader import MAX_LINE_BYTES, CHUNK_BYTES, decode, iter_chunks
+from dsv4ctl.logs.reader import CHUNK_BYTES, MAX_LINE_BYTES, decode, iter_spans
 
-# Keep each entry a literal or a simple class-based regex that cannot cross a newline.
+# Keep each entry a literal or a simple class-based regex that cannot cross a newline. Entries start
+# with an upper-case letter, `_`, `-`, `(` or `[` where possible: the `re` fallback skips positions whose
+# first character cannot start any entry, and lower-case letters are most of a log. A keyword may be a
+# fragment of the message it stands for ("_paged_mqa_logits_metadata"); lines logged at ERROR level or
+# carrying an exception name ("...Error") are selected by those entries.
 PATTERNS: tuple[str, ...] = (
     # errors, tracebacks, exception lines
     "ERROR",
@@ -33,51 +37,33 @@ PATTERNS: tuple[str, ...] = (
     "Exception",
     "Traceback",
     "KeyboardInterrupt",
+    'File "',
     "Assertion error",
-    '", line [0-9]',
-    "active_topk_width",
-    "[Oo]ut of [Mm]emory",
-    "illegal memory access",
-    "cudaErrorIllegalAddress",
+    "CUDA error",
+    "CUDA out of memory",
+    "CUDA driver",
+    "NVIDIA driver",
     "NCCL",
-    "unhandled cuda error",
-    "get_paged_mqa_logits_metadata",
+    "DeepGEMM",
+    "_gemm not found",
+    "_paged_mqa_logits_metadata",
     "IndexerMetadataBuilder",
     "_build_c128a_metadata",
-    "DeepGEMM",
-    "deep_gemm",
+    "_topk_width",
+    "xt_n",
     "Unsupported architecture",
-    "next_n",
     "No valid attention backend",
-    "only supports fp8",
-    "weights missing from checkpoint",
     "To serve at least one request",
     "No available memory for the cache blocks",
-    "stored in KV cache",
-    "estimated maximum model length",
-    "not enough GPU memory",
-    "less than desired GPU memory utilization",
-    "died unexpectedly",
-    "failed to start",
-    "initialization failed",
-    "fatal error",
-    "hit an exception",
-    "output_handler failed",
-    "EngineDead",
+    "Failed to load model",
     "BackendCompilerFailed",
-    "torch\\._inductor",
-    "torch\\._dynamo",
     "Address already in use",
-    "driver on your system is too old",
-    "driver version is insufficient",
-    "leaked shared_memory",
-    "nanobind: leaked",
+    "_tracker",
     # startup milestones
-    "vLLM server version",
-    "  version ",
-    "  model   ",
+    "LLM server version",
+    "█",
     "Initializing a V1 LLM engine",
-    "non-default args",
+    "-default args",
     "Using max model len",
     "Resolved architecture",
     "Starting to load model",
@@ -92,19 +78,19 @@ PATTERNS: tuple[str, ...] = (
     "Profiling CUDA graph memory",
     "Estimated CUDA graph memory",
     "Available KV cache memory",
-    "max_model_len: ",
+    "_model_len: ",
     "KV cache size",
     "Maximum concurrency",
     "Capturing [A-Za-z -]*CUDA graphs",
     "Graph capturing finished",
-    "init engine \\(profile",
+    "\\(profile, create kv cache",
     "Starting vLLM server on",
     "Starting vLLM API server",
     "Application startup complete",
     "Using V2 Model Runner",
     "Model Runner V2",
-    "fp8_ds_mla",
-    "indexer cache for Lightning Indexer",
+    "_ds_mla",
+    "Lightning Indexer",
     # shutdown
     "\\[shutdown\\]",
     "Shutting down",
@@ -112,8 +98,21 @@ PATTERNS: tuple[str, ...] = (
     "Finished server process",
 )
 
-_STR_RE = re.compile("|".join(f"(?:{p})" for p in PATTERNS), re.ASCII)
-_BYTES_RE = re.compile("|".join(f"(?:{p})" for p in PATTERNS).encode("utf-8"))
+def _factored(patterns: tuple[str, ...]) -> str:
+    """The same alternation, grouped by first character: `re` then tests one branch per group."""
+    groups: dict[str, list[str]] = {}
+    for p in patterns:
+        head = p[:2] if p.startswith("\\") else p[0]
+        groups.setdefault(head, []).append(p[len(head):])
+    parts = []
+    for head, tails in groups.items():
+        lead = head if head.startswith("\\") else re.escape(head)
+        parts.append(lead + "(?:" + "|".join(tails) + ")")
+    return "|".join(parts)
+
+
+_STR_RE = re.compile(_factored(PATTERNS), re.ASCII)
+_BYTES_RE = re.compile(_factored(PATTERNS).encode("utf-8"))
 
 
 def line_matches(raw: str) -> bool:
@@ -144,14 +143,16 @@ def _hyperscan_db():
     return _HS_DB
 
 
-def _candidates_hyperscan(chunk: bytes) -> list[int]:
+def _candidates_hyperscan(data: bytes, start: int, end: int) -> list[int]:
+    """End offsets (into `data`) of every pattern match in data[start:end]."""
     ends: list[int] = []
     append = ends.append
 
-    def on_match(_id: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
-        append(end)
+    def on_match(_id: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
+        append(to + start)
 
-    _hyperscan_db().scan(chunk, match_event_handler=on_match)
+    view = memoryview(data)[start:end]
+    _hyperscan_db().scan(view, match_event_handler=on_match)
     ends.sort()
     return ends
 
@@ -167,18 +168,13 @@ def scan_source(
     engine: "hyperscan", "re", or "auto" (hyperscan when installed).
     """
     use_hs = engine == "hyperscan" or (engine == "auto" and hyperscan_available())
-    lineno_base = 0  # lines before the current chunk
-    for chunk in iter_chunks(stream, chunk_bytes):
-        n = len(chunk)
-        counted_to = 0
-        counted = 0  # newlines in chunk[:counted_to]
-        if use_hs:
-            ends = _candidates_hyperscan(chunk)
-            positions = iter(ends)
-        else:
-            positions = None
+    lineno_base = 0  # lines before the current span
+    for data, s0, e0 in iter_spans(stream, chunk_bytes):
+        counted_to = s0
+        counted = 0  # newlines in data[s0:counted_to]
+        positions = iter(_candidates_hyperscan(data, s0, e0)) if use_hs else None
         line_end = -1
-        search_from = 0
+        search_from = s0
         while True:
             if positions is not None:
                 pos = next(positions, None)
@@ -186,25 +182,28 @@ def scan_source(
                     break
                 if pos <= line_end:
                     continue
-                inside = max(pos - 1, 0)
+                inside = max(pos - 1, s0)
             else:
-                m = _BYTES_RE.search(chunk, search_from)
+                m = _BYTES_RE.search(data, search_from, e0)
                 if m is None:
                     break
                 inside = m.start()
-            start = chunk.rfind(b"\n", 0, inside) + 1
-            end = chunk.find(b"\n", inside)
+            start = data.rfind(b"\n", s0, inside) + 1 or s0
+            if start < s0:
+                start = s0
+            end = data.find(b"\n", inside, e0)
             if end == -1:
-                end = n
+                end = e0
             line_end = end
             search_from = end + 1
-            counted += chunk.count(b"\n", counted_to, start)
+            counted += data.count(b"\n", counted_to, start)
             counted_to = start
-            raw = decode(chunk[start:end][:MAX_LINE_BYTES])
+            raw = decode(data[start:min(end, start + MAX_LINE_BYTES)])
             if line_matches(raw):
                 yield lineno_base + counted + 1, raw
-            if search_from >= n:
+            if search_from >= e0:
                 break
-        lineno_base += chunk.count(b"\n")
-        if not chunk.endswith(b"\n"):
+        counted += data.count(b"\n", counted_to, e0)
+        lineno_base += counted
+        if data[e0 - 1:e0] != b"\n":
             lineno_base += 1

@@ -168,7 +168,7 @@ def source_name(source: Source) -> str:
     if isinstance(source, (str, Path)):
         return "-" if str(source) == "-" else str(source)
     name = getattr(source, "name", None)
-    return str(name) if isinstance(name, str) else "<stream>"
+    return str(name) if isinstance(name, str) and name else "<stream>"
 
 
 def open_source(source: Source) -> BinaryIO:
@@ -207,7 +207,8 @@ class _Reader:
 
     def __init__(self, stream: BinaryIO) -> None:
         self.stream = stream
-        self.read1 = getattr(stream, "read1", None)
+        # Only gzip needs read1 (read(n) of a truncated .gz raises before returning what it had).
+        self.read1 = getattr(stream, "read1", None) if isinstance(stream, gzip.GzipFile) else None
         self.done = False
 
     def read(self, n: int) -> bytes:
@@ -227,17 +228,25 @@ class _Reader:
                 size += len(block)
         except EOFError:
             self.done = True  # a truncated .gz: keep what was readable
+        except gzip.BadGzipFile as exc:
+            raise InputError(
+                f"cannot read {source_name(self.stream)}: it starts like gzip but is not valid gzip ({exc})",
+                hint="decompress it first, or pass the uncompressed log",
+            ) from None
         except OSError as exc:
             raise InputError(f"cannot read {source_name(self.stream)}: {exc}") from None
         return b"".join(parts)
 
 
-def iter_chunks(stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES, max_line: int = MAX_LINE_BYTES) -> Iterator[bytes]:
-    """Yield byte chunks that each end with a newline (the last one may not).
+def iter_spans(
+    stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES, max_line: int = MAX_LINE_BYTES
+) -> Iterator[tuple[bytes, int, int]]:
+    """Yield `(buffer, start, end)`: `buffer[start:end]` holds whole lines (the very last may lack its newline).
 
-    A line that does not fit in one read is cut to its first `max_line` bytes and the rest of it is
-    dropped, so no chunk is larger than `chunk_bytes + max_line` bytes. Lines that fit in a read are
-    passed whole; consumers cap them with `line_at`/`split_lines`.
+    Spans point into the bytes just read, so a big log is scanned without copying it. A line split
+    across two reads is yielded on its own; a line that does not fit in one read is cut to its first
+    `max_line` bytes and the rest of it is dropped, so memory stays below two reads plus one line.
+    Lines that fit in a read are passed whole; consumers cap them at `MAX_LINE_BYTES`.
     """
     carry = b""
     skipping = False  # inside an over-long line whose head is in `carry`
@@ -246,29 +255,39 @@ def iter_chunks(stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES, max_line: int 
         data = reader.read(chunk_bytes)
         if not data:
             if carry:
-                yield carry
+                yield carry, 0, len(carry)
             return
-        if skipping:
+        start = 0
+        if carry or skipping:
             nl = data.find(b"\n")
             if nl == -1:
+                if not skipping:
+                    carry += data
+                    if len(carry) > max_line:
+                        carry = carry[:max_line]
+                        skipping = True
                 continue
-            carry += b"\n"
-            data = data[nl + 1:]
+            line = carry + b"\n" if skipping else carry + data[: nl + 1]
+            yield line, 0, len(line)
+            carry = b""
             skipping = False
-            if not data:
-                yield carry
-                carry = b""
-                continue
-        buf = carry + data if carry else data
-        cut = buf.rfind(b"\n")
-        if cut == -1:
-            carry = buf
+            start = nl + 1
+        last = data.rfind(b"\n", start)
+        if last == -1:
+            carry = data[start:]
         else:
-            yield buf[: cut + 1]
-            carry = buf[cut + 1:]
+            if last + 1 > start:
+                yield data, start, last + 1
+            carry = data[last + 1:]
         if len(carry) > max_line:
             carry = carry[:max_line]
             skipping = True
+
+
+def iter_chunks(stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES, max_line: int = MAX_LINE_BYTES) -> Iterator[bytes]:
+    """The spans of `iter_spans` as byte strings (each ends with a newline, the last one may not)."""
+    for data, start, end in iter_spans(stream, chunk_bytes, max_line):
+        yield data if (start == 0 and end == len(data)) else data[start:end]
 
 
 def decode(raw: bytes) -> str:

@@ -377,7 +377,6 @@ CATALOGUE: tuple[Signature, ...] = (
             r"output_handler failed",
             r"EngineDeadError",
             r"leaked shared_memory",
-            r"nanobind: leaked",
             r"^KeyboardInterrupt",
         ),
         actions=(),

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Benchmark `dsv4ctl diagnose` on a big generated log against `LC_ALL=C grep -c -E` with the same patterns.
+
+    python benchmarks/diagnose_bench.py                    # 1 GiB, hyperscan and pure-re paths
+    python benchmarks/diagnose_bench.py --size 8MiB --json # a quick run (the test suite's smoke test)
+
+The log is a real startup (the `healthy` example: auto-fit, capture, ready) followed by serving noise
+(uvicorn access lines, engine metrics, request logs, a few warnings and one error after startup),
+repeated until it reaches --size. It is written to a temporary file and deleted afterwards.
+
+Each measured command runs in its own process after one untimed warm-up read of the file, so the
+page cache is warm for all of them. Reported per engine: wall seconds, the ratio to grep's wall
+seconds (lower is better; 1.0 = as fast as grep), the peak RSS of the diagnosing process, and the
+number of lines selected (which must equal grep's count: same patterns, same lines).
+Run it under `flock /tmp/dsv4ctl-heavy.lock` on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from dsv4ctl.logs import prefilter  # noqa: E402
+from dsv4ctl.units import parse_size  # noqa: E402
+
+NOISE = [
+    '(APIServer pid=7701) INFO:     10.0.{a}.{b}:5{c:04d} - "POST /v1/chat/completions HTTP/1.1" 200 OK\n',
+    "(APIServer pid=7701) INFO 10-21 11:{m:02d}:{s:02d} [loggers.py:259] Engine 000: Avg prompt throughput: {t}.4 tokens/s, "
+    "Avg generation throughput: {g}.0 tokens/s, Running: {r} reqs, Waiting: 0 reqs, GPU KV cache usage: {u}.4%, "
+    "Prefix cache hit rate: 41.0%\n",
+    "(APIServer pid=7701) INFO 10-21 11:{m:02d}:{s:02d} [logger.py:49] Received request chatcmpl-{a}{b}{c}: prompt: "
+    "'<|User|>Summarise the attached report in three bullet points.<|Assistant|>', params: SamplingParams(n=1, "
+    "temperature=0.6, top_p=0.95, max_tokens=2048), lora_request: None.\n",
+    "(APIServer pid=7701) INFO 10-21 11:{m:02d}:{s:02d} [engine.py:331] Added request chatcmpl-{a}{b}{c}.\n",
+    "(APIServer pid=7701) WARNING 10-21 11:{m:02d}:{s:02d} [protocol.py:120] The following fields were present in the "
+    "request but ignored: {{'stream_options'}}\n",
+]
+AFTER_STARTUP_ERROR = (
+    "(Worker_TP0 pid=7811) WARNING 10-21 12:00:00 [gpu_model_runner.py:2201] Preempted {n} requests; "
+    "consider raising --gpu-memory-utilization\n"
+)
+
+
+def generate(path: Path, size: int) -> int:
+    """Write the benchmark log; returns its size in bytes."""
+    head = (REPO / "dsv4ctl" / "examples" / "healthy.log").read_bytes()
+    # Keep the startup, drop the shutdown tail so the serving noise follows the ready line.
+    head = head[: head.index(b"[shutdown]")]
+    head = head[: head.rindex(b"\n") + 1]
+    block = []
+    i = 0
+    while sum(map(len, block)) < (1 << 20):
+        tmpl = NOISE[i % len(NOISE)] if i % 97 else NOISE[4]
+        block.append(tmpl.format(a=i % 250, b=(i * 7) % 250, c=i % 10000, m=(i // 60) % 60, s=i % 60, t=i % 900, g=i % 90, r=i % 64, u=i % 90).encode())
+        i += 1
+    chunk = b"".join(block)
+    written = 0
+    with open(path, "wb") as out:
+        out.write(head)
+        written += len(head)
+        n = 0
+        while written < size:
+            out.write(chunk)
+            written += len(chunk)
+            n += 1
+            if n % 256 == 0:
+                line = AFTER_STARTUP_ERROR.format(n=n).encode()
+                out.write(line)
+                written += len(line)
+    return written
+
+
+DIAGNOSE_SNIPPET = """
+import json, resource, sys, time
+t = time.perf_counter()
+from dsv4ctl.logs.diagnose import diagnose
+d = diagnose([sys.argv[1]], engine=sys.argv[2])
+elapsed = time.perf_counter() - t
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"seconds_inside": elapsed, "peak_rss_bytes": rss, "lines": d.lines_examined,
+                  "verdict": d.verdict, "findings": [f.id for f in d.findings]}))
+"""
+
+
+def run_diagnose(path: Path, engine: str) -> dict:
+    start = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-c", DIAGNOSE_SNIPPET, str(path), engine], capture_output=True, text=True, check=True, cwd=REPO
+    ).stdout
+    wall = time.perf_counter() - start
+    data = json.loads(out.strip().splitlines()[-1])
+    data["seconds"] = wall
+    return data
+
+
+def run_grep(path: Path) -> tuple[float, int]:
+    grep = shutil.which("grep")
+    if grep is None:
+        raise SystemExit("grep not found")
+    args = [grep, "-c", "-E"] + [x for p in prefilter.PATTERNS for x in ("-e", p)] + [str(path)]
+    env = {**os.environ, "LC_ALL": "C"}
+    start = time.perf_counter()
+    out = subprocess.run(args, capture_output=True, text=True, env=env).stdout
+    return time.perf_counter() - start, int(out.strip() or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="1GiB", help="log size (default 1GiB)")
+    parser.add_argument("--engine", choices=["auto", "hyperscan", "re", "both"], default="both")
+    parser.add_argument("--dir", default=tempfile.gettempdir(), help="where to write the log (default /tmp)")
+    parser.add_argument("--keep", action="store_true", help="keep the generated log")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args(argv)
+
+    size = parse_size(args.size)
+    engines = ["hyperscan", "re"] if args.engine == "both" else [args.engine]
+    if "hyperscan" in engines and not prefilter.hyperscan_available():
+        engines = [e for e in engines if e != "hyperscan"] or ["re"]
+    fd, name = tempfile.mkstemp(prefix="dsv4ctl-bench-", suffix=".log", dir=args.dir)
+    os.close(fd)
+    path = Path(name)
+    try:
+        t0 = time.perf_counter()
+        written = generate(path, size)
+        gen_seconds = time.perf_counter() - t0
+        run_grep(path)  # warm the page cache (untimed)
+        grep_seconds, grep_count = run_grep(path)
+        results = {
+            "size_bytes": written,
+            "generate_seconds": round(gen_seconds, 2),
+            "grep": {"seconds": round(grep_seconds, 3), "lines": grep_count},
+            "patterns": len(prefilter.PATTERNS),
+            "engines": {},
+        }
+        for engine in engines:
+            r = run_diagnose(path, engine)
+            results["engines"][engine] = {
+                "seconds": round(r["seconds"], 3),
+                "seconds_inside": round(r["seconds_inside"], 3),
+                "ratio_vs_grep": round(r["seconds"] / grep_seconds, 3) if grep_seconds > 0 else None,
+                "peak_rss_mib": round(r["peak_rss_bytes"] / (1 << 20), 1),
+                "lines": r["lines"],
+                "lines_match_grep": r["lines"] == grep_count,
+                "verdict": r["verdict"],
+                "findings": r["findings"],
+            }
+    finally:
+        if not args.keep:
+            path.unlink(missing_ok=True)
+    results["log_deleted"] = not path.exists()
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        print(f"log: {written / (1 << 30):.2f} GiB ({written:,} bytes), {len(prefilter.PATTERNS)} patterns")
+        print(f"grep -c -E: {grep_seconds:.2f} s, {grep_count:,} lines")
+        for engine, r in results["engines"].items():
+            print(
+                f"diagnose [{engine}]: {r['seconds']:.2f} s = {r['ratio_vs_grep']:.2f}x grep, "
+                f"peak RSS {r['peak_rss_mib']:.0f} MiB, {r['lines']:,} lines "
+                f"({'same as grep' if r['lines_match_grep'] else 'DIFFERENT from grep'}), verdict {r['verdict']}"
+            )
+    ok = all(r["lines_match_grep"] for r in results["engines"].values())
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
