@@ -81,10 +81,16 @@ def stale_bug_status(version: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class Evidence:
+    """A quoted log line: its source, 1-based line number, message text and process tag."""
+
     source: str
     line: int
     text: str
     process: str | None = None
+
+    @property
+    def lineno(self) -> int:
+        return self.line
 
     def to_json(self) -> dict[str, Any]:
         return {"source": self.source, "line": self.line, "text": self.text, "process": self.process}
@@ -599,6 +605,11 @@ def _conclude(a: _Analyzer, sources: list[str]) -> Diagnosis:
     pre_exc = [e for e in a.exceptions if not e.after_ready and not e.after_shutdown]
     if not pre_exc and not tl.ready and any(not e.after_shutdown for e in a.exceptions):
         pre_exc = [e for e in a.exceptions if not e.after_shutdown]
+
+    if dsv4 and tl.kv_cache_dtype == "auto" and not tl.uses_fp8_ds_mla and tl.available_kv_gib is not None:
+        ref = tl.refs.get("engine_config") or tl.refs.get("available_kv")
+        f = _make(BY_ID["kv_cache_dtype_auto_bf16"], [], {"kv_cache_dtype": "auto"}, extra=[_line_of(ref)] if ref else [])
+        findings.append(f)
 
     causes = [f for f in findings if f.role == "cause" and f.severity == "critical"]
     symptoms = [f for f in findings if f.role == "symptom" and f.severity == "critical"]

@@ -387,6 +387,21 @@ CATALOGUE: tuple[Signature, ...] = (
 # Findings derived by diagnose itself (not matched line by line).
 DERIVED: tuple[Signature, ...] = (
     Signature(
+        id="kv_cache_dtype_auto_bf16",
+        severity="warning",
+        role="note",
+        title="KV cache stored as bf16 (--kv-cache-dtype auto without the fp8_ds_mla layout)",
+        meaning=(
+            "The engine ran DeepSeek-V4 with kv_cache_dtype=auto and never switched to DeepSeek's fp8_ds_mla "
+            "KV format, which is what happens with the FlashInfer DSv4 backend (the default on SM12x GPUs): it "
+            "stores plain bf16 rows, about twice the memory per token of fp8, so the context that fits is "
+            "roughly halved."
+        ),
+        patterns=(),
+        actions=("Store the KV cache in fp8: --kv-cache-dtype fp8",),
+        source="vllm/models/deepseek_v4/attention.py _resolve_dsv4_kv_cache_dtype (plain-row branch)",
+    ),
+    Signature(
         id="error_after_startup",
         severity="warning",
         role="note",

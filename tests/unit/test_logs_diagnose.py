@@ -45,6 +45,7 @@ EXPECTED = {
     "healthy_explicit_len": ("healthy", 0, None, []),
     "inconclusive_capture": ("inconclusive", 5, None, ["autofit_reduced"]),
     "interleaved_multiprocess": ("failed", 3, "cuda_oom", ["engine_core_failed"]),
+    "kv_cache_dtype_auto_bf16": ("healthy", 0, None, ["kv_cache_dtype_auto_bf16"]),
     "kv_cache_dtype_unsupported": ("failed", 3, "kv_cache_dtype_unsupported", []),
     "kv_cache_insufficient_cannot_autofit": ("failed", 3, "kv_cache_insufficient", []),
     "kv_cache_insufficient_legacy": ("failed", 3, "kv_cache_insufficient", []),
