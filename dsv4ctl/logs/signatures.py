@@ -380,7 +380,7 @@ CATALOGUE: tuple[Signature, ...] = (
             r"^KeyboardInterrupt",
         ),
         actions=(),
-        source="vllm/v1/engine/async_llm.py; multiprocessing resource_tracker; nanobind",
+        source="vllm/v1/engine/async_llm.py; multiprocessing resource_tracker",
     ),
 )
 
