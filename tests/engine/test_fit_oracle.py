@@ -318,3 +318,19 @@ def test_flashinfer_plain_rows_equal_vllm(vllm_env, kv_cache_dtype):
             assert (got.autofit_max_model_len, got.num_blocks, got.bytes_per_block) == (
                 theirs.autofit, theirs.num_blocks, theirs.bytes_per_block
             ), (memory, mnbt)
+
+
+def test_defaults_mirror_vllm(vllm_available):
+    """The defaults fit-length assumes are vLLM's own (config classes of the installed vLLM)."""
+    from vllm.config.cache import CacheConfig
+    from vllm.config.scheduler import SchedulerConfig
+
+    from dsv4ctl.cli import fit_length_command
+    from dsv4ctl.planning.fit import DEFAULT_GPU_MEMORY_UTILIZATION, SCHEDULER_DEFAULT_MAX_NUM_BATCHED_TOKENS
+
+    assert CacheConfig.__pydantic_fields__["gpu_memory_utilization"].default == DEFAULT_GPU_MEMORY_UTILIZATION
+    assert SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS == SCHEDULER_DEFAULT_MAX_NUM_BATCHED_TOKENS
+    import inspect
+
+    option = inspect.signature(fit_length_command).parameters["gpu_memory_utilization"].default
+    assert option.default == DEFAULT_GPU_MEMORY_UTILIZATION
