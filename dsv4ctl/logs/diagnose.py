@@ -41,6 +41,10 @@ VERDICT_EXIT = {
 }
 
 MAX_EVIDENCE = 6
+# Memory stays bounded on logs full of errors: per signature (and per before/after ready/shutdown) only
+# the first HIT_CAP matches are kept, the rest are counted; likewise for exception lines.
+HIT_CAP = 2 * MAX_EVIDENCE
+EXCEPTION_CAP = 256
 
 
 def safe_max_model_len(fits: int) -> int:
@@ -246,6 +250,8 @@ class _Analyzer:
         self.last_ts: dict[str, str] = {}
         self.traced_deepgemm: list[LogLine] = []
         self.progress_phase: str | None = None  # the last startup phase, ignoring failed/shutdown
+        self.hit_counts: dict[tuple[str, bool, bool], int] = {}
+        self.exception_counts: dict[bool, int] = {}
 
     def feed(self, line: LogLine) -> None:
         self.seq += 1
@@ -279,7 +285,7 @@ class _Analyzer:
             if not after_ready and len(self.traced_deepgemm) < MAX_EVIDENCE:
                 self.traced_deepgemm.append(line)
         m = _EXC_RE.match(msg)
-        if m and line.level in (None, "ERROR", "CRITICAL"):
+        if m and line.level in (None, "ERROR", "CRITICAL") and self._count_exception(after_ready):
             stack = self.frames.get(key) or []
             self.exceptions.append(
                 _ExceptionRecord(
@@ -297,10 +303,25 @@ class _Analyzer:
             self.in_tb[key] = False
         for sig in CATALOGUE:
             mm = sig.match(msg)
-            if mm:
+            if mm and self._count_hit(sig.id, after_ready, after_shutdown):
                 self.hits.append(
                     _Hit(sig, line, self.seq, order, phase_before, after_ready, after_shutdown, capture_mode, mm.re.pattern)
                 )
+
+
+    def _count_hit(self, sig_id: str, after_ready: bool, after_shutdown: bool) -> bool:
+        key = (sig_id, after_ready, after_shutdown)
+        n = self.hit_counts.get(key, 0) + 1
+        self.hit_counts[key] = n
+        return n <= HIT_CAP
+
+    def _count_exception(self, after_ready: bool) -> bool:
+        n = self.exception_counts.get(after_ready, 0) + 1
+        self.exception_counts[after_ready] = n
+        return n <= EXCEPTION_CAP
+
+    def occurrences(self, sig_id: str) -> int:
+        return sum(n for (sid, _, _), n in self.hit_counts.items() if sid == sig_id)
 
 
 def diagnose(sources: Iterable[Source] | Source, *, engine: str = "auto") -> Diagnosis:
@@ -438,7 +459,7 @@ def _full_capture(tl: StartupTimeline, hit: _Hit) -> bool:
 
 def _derive(sig_id: str, hits: list[_Hit], a: _Analyzer, tl: StartupTimeline, log: str) -> dict[str, Any]:
     """Numbers a finding shows, derived from the log itself."""
-    d: dict[str, Any] = {"model": tl.model or "<model>", "log": log}
+    d: dict[str, Any] = {"model": tl.model or "<model>", "log": log, "occurrences": a.occurrences(sig_id)}
     msgs = [h.line.message for h in hits]
     af = tl.autofit
     if sig_id in ("autofit_reduced", "stale_max_model_len") and af is not None:
@@ -821,8 +842,12 @@ def _checklist(a: _Analyzer, tl: StartupTimeline, findings: list[Finding], pre_e
         ev = _ref_ev(refs.get("max_model_len_arg"))
         if tl.ready:
             items.append(ChecklistItem(q[4], "yes", _ref_ev(tl.ready_ref) or ev, f"this start used --max-model-len {arg} and completed"))
-        elif any(f.is_root_cause for f in findings):
+        elif any(f.is_root_cause and f.id == "stale_max_model_len" for f in findings):
             items.append(ChecklistItem(q[4], "no", ev, f"this start used --max-model-len {arg} and still failed"))
+        elif (root := next((f for f in findings if f.is_root_cause), None)) is not None:
+            items.append(
+                ChecklistItem(q[4], "not in log", ev, f"this start used --max-model-len {arg} and failed for another reason ({root.id})")
+            )
         else:
             items.append(ChecklistItem(q[4], "not in log", ev, f"this start used --max-model-len {arg} but did not finish"))
     else:

@@ -460,7 +460,7 @@ class StartupTracker:
             return None
         tl.capture = CaptureProgress(desc=desc, mode=mode, n=n, total=total, ref=LineRef.of(line))
         self.timeline.refs["capture"] = LineRef.of(line)
-        if mode and (not tl.capture_modes or tl.capture_modes[-1] != mode):
+        if mode and (not tl.capture_modes or tl.capture_modes[-1] != mode) and len(tl.capture_modes) < 16:
             tl.capture_modes.append(mode)
         if key == self._last_capture_key:
             return None

@@ -70,6 +70,18 @@ def _finding(console: Console, f: Finding, multi: bool, heading: str | None, com
     details = f.details
     if "arithmetic" in details:
         console.print(Text("  Why it asserts: " + details["arithmetic"], style="bold"))
+    if details.get("attribution"):
+        how = {
+            "traced": "traced: the log shows the scheduler-metadata call with the fault",
+            "attributable": "attributed: the fault hit FULL CUDA-graph capture of a DeepSeek-V4 model",
+        }[details["attribution"]]
+        if details.get("masked_by_nccl"):
+            how += "; only an NCCL 'unhandled cuda error' surfaced"
+        if details.get("capture"):
+            how += f" ({details['capture']})"
+        console.print(Text("  How it was identified: " + how))
+    if f.id == "cuda_oom" and details.get("phase"):
+        console.print(Text(f"  Phase: {details['phase']}"))
     if details.get("note"):
         console.print(Text("  Note: " + str(details["note"])))
     if details.get("startup_completed_later"):
@@ -91,6 +103,9 @@ def _finding(console: Console, f: Finding, multi: bool, heading: str | None, com
         console.print(line, soft_wrap=True)
     if len(f.evidence) > limit:
         console.print(Text(f"    … {len(f.evidence) - limit} more line(s)", style="dim"))
+    occurrences = details.get("occurrences") or 0
+    if occurrences > len(f.evidence):
+        console.print(Text(f"    (matched {occurrences:,} lines in all)", style="dim"))
     if f.actions and not compact:
         console.print(Text("  What to do:", style="bold"))
         for i, action in enumerate(f.actions, 1):

@@ -346,3 +346,20 @@ def test_grep_agrees_with_the_prefilter_on_a_fixture():
     count = int(subprocess.run(args, capture_output=True, text=True, env={"LC_ALL": "C"}).stdout.strip())
     ours = sum(1 for ln in iter_log_lines([path]) if prefilter.line_matches(ln.raw))
     assert count == ours
+
+
+def test_memory_stays_bounded_on_a_log_full_of_errors():
+    import io
+
+    from dsv4ctl.logs import diagnose as core
+
+    line = b"(Worker_TP0 pid=1) ERROR 10-21 09:00:00 [x.py:1] RuntimeError: NCCL error: unhandled system error\n"
+    analyzer = core._Analyzer()
+    for n, raw in prefilter.scan_source(io.BytesIO(line * 20000), engine="re"):
+        analyzer.feed(core.parse_line(raw, "big.log", n))
+    assert len(analyzer.hits) <= core.HIT_CAP * len(CATALOGUE)
+    assert len(analyzer.exceptions) <= core.EXCEPTION_CAP
+    assert analyzer.occurrences("nccl_error") == 20000
+    result = core._conclude(analyzer, ["big.log"])
+    assert result.root_cause.id == "nccl_error" and result.root_cause.details["occurrences"] == 20000
+    assert len(result.root_cause.evidence) <= core.MAX_EVIDENCE
