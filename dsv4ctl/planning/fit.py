@@ -613,6 +613,24 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None) ->
                 f"({format_gib(worst.weights_bytes)}) and overhead ({format_gib(worst.overhead_bytes)}) exceed "
                 f"{request.gpu_memory_utilization} of {format_gib(worst.cuda_total_bytes)}"
             )
+    if devices is not None and source != "predicted":
+        # vLLM checks free memory against the utilization budget at worker start even when
+        # --kv-cache-memory-bytes fixes the KV size.
+        for dev in devices:
+            requested = requested_memory(dev.cuda_total_bytes, request.gpu_memory_utilization)
+            cuda_free = max(0, dev.free_bytes - CUDA_CONTEXT_BYTES)
+            if cuda_free < requested and refusal is None:
+                refusal = free_memory_refusal(dev.cuda_index, cuda_free, dev.cuda_total_bytes, request.gpu_memory_utilization, requested)
+    if devices is not None and refusal is None:
+        slack = min(
+            max(0, dev.free_bytes - CUDA_CONTEXT_BYTES) - requested_memory(dev.cuda_total_bytes, request.gpu_memory_utilization)
+            for dev in devices
+        )
+        if slack < GiB:
+            warnings.append(
+                f"free memory is only {format_gib(slack)} above the --gpu-memory-utilization budget on the tightest GPU: "
+                "anything else that allocates GPU memory before vLLM starts makes it refuse to start"
+            )
     # Worker order: rank = pp_rank * tp + tp_rank.
     stage_layers = _worker_layer_sets(specs, geometry, pp)
     worker_layers = [stage_layers[rank // tp] for rank in range(tp * pp)]

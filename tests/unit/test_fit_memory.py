@@ -210,3 +210,23 @@ def test_from_log_without_the_memory_line(cli, tmp_path):
 def test_input_errors_are_input_errors(tmp_path):
     with pytest.raises(InputError):
         plan_fit(FitRequest(model=str(tmp_path / "missing.json"), kv_cache_memory_bytes=GiB))
+
+
+def test_given_kv_memory_still_checks_free_memory(cli, tmp_path):
+    """vLLM's start-up check of free memory against the budget runs even with --kv-cache-memory-bytes."""
+    path = tmp_path / "snap.json"
+    save_snapshot(snapshot(h200(0, free=100 * GiB)), path)
+    result = cli("fit-length", FLASH, "--gpus", str(path), "--kv-cache-memory", "20GiB", "--json")
+    assert result.exit_code == ExitCode.DOES_NOT_FIT
+    assert json.loads(result.stdout)["refusal"].startswith("Free memory on device cuda:0")
+    ok = json.loads(cli("fit-length", FLASH, "--gpus", str(path), "--kv-cache-memory", "20GiB", "--gpu-memory-utilization", "0.6", "--json").stdout)
+    assert ok["fits"] is True and ok["max_num_batched_tokens"] == 8192  # H200 default from the snapshot
+
+
+def test_little_free_memory_above_the_budget_is_a_warning(cli, tmp_path):
+    requested = math.ceil((H200_TOTAL - H200_RESERVED) * 0.92)
+    path = tmp_path / "snap.json"
+    save_snapshot(snapshot(h200(0, free=requested + CUDA_CONTEXT_BYTES + GiB // 4)), path)
+    data = json.loads(cli("fit-length", FLASH, "--gpus", str(path), "--kv-cache-memory", "20GiB", "--json").stdout)
+    assert data["fits"] is True
+    assert any("above the --gpu-memory-utilization budget" in w for w in data["warnings"])
