@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import sys
 import threading
 from typing import Any
@@ -51,6 +52,7 @@ class ServeConsole:
         self._pending: dict[int, bytes] = {}
         self._lock = threading.RLock()
         self.ready_url: str | None = None
+        self._last_capture_step: tuple[str, int] | None = None
 
     # -- ServeView -------------------------------------------------------------------------------------
 
@@ -103,8 +105,20 @@ class ServeConsole:
                 self._status.update(shown)
                 if phase in ("ready", "failed", "kv_cache", "weights_loaded"):
                     self._console.print(Text(f"{PREFIX} {shown}", style=_phase_style(phase)))
-            else:
+            elif phase != "capturing" or self._capture_step_changed(text):
                 self.say(shown)
+
+    def _capture_step_changed(self, text: str) -> bool:
+        """Plain output: a capture bar's n/N only at its start, each quarter and its end."""
+        m = re.search(r"^(.*?)\s*(\d+)/(\d+)$", text)
+        if not m or int(m.group(3)) == 0:
+            return True
+        desc, n, total = m.group(1), int(m.group(2)), int(m.group(3))
+        step = (desc, 4 * n // total)
+        if step == self._last_capture_step:
+            return False
+        self._last_capture_step = step
+        return True
 
     # -- one-shot messages -----------------------------------------------------------------------------
 

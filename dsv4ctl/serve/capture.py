@@ -83,8 +83,8 @@ class FdTee:
         """Give fds 1 and 2 back, drain what is still in the pipes, then flush, fsync and close the log.
 
         Safe to call more than once and from a `finally`. Readers end when every writer (this process
-        and its children) has closed the pipe; a writer that outlives `drain_timeout_s` is abandoned
-        after a last non-blocking read.
+        and its children) has closed the pipe; a writer that outlives `drain_timeout_s` is abandoned.
+        `terminal_fd()` stays usable until `close_terminal()`.
         """
         if not self._started or self._stopped:
             return
@@ -108,6 +108,9 @@ class FdTee:
                 except OSError:
                     pass
                 self._log.close()
+
+    def close_terminal(self) -> None:
+        """Close the saved copies of the original fds (after whoever draws on them is done)."""
         for saved in self._saved.values():
             _close_quietly(saved)
         self._saved.clear()
@@ -117,6 +120,7 @@ class FdTee:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+        self.close_terminal()
 
     # -- terminal access for dsv4ctl's own output ----------------------------------------------------
 

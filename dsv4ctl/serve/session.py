@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from dsv4ctl.errors import Dsv4ctlError, InputError
 from dsv4ctl.serve.capture import FdTee
 from dsv4ctl.serve.children import ChildTracker, ReapReport
 
@@ -130,7 +131,13 @@ class ServeSession:
     def __enter__(self) -> ServeSession:
         self._feed = _ProgressFeed(str(self.log_file), self.view.progress, self._started)
         self._tee = FdTee(self.log_file, on_line=self._feed.feed, echo=self.view.echo, append=self._append)
-        self._tee.start()
+        try:
+            self._tee.start()
+        except OSError as exc:
+            raise InputError(
+                f"cannot write the log file {self.log_file}: {exc.strerror or exc}",
+                hint="choose a writable path with --log-file (or set DSV4CTL_LOG_DIR)",
+            ) from None
         self.view.attach(self._tee)
         self._children = ChildTracker().start()
         self._install_handlers(self._interrupt)
@@ -140,7 +147,7 @@ class ServeSession:
         # From here on a second SIGTERM/Ctrl-C must not cut the cleanup short.
         self._install_handlers(self._note_only)
         try:
-            if exc is not None and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            if exc is not None and not isinstance(exc, (KeyboardInterrupt, SystemExit, Dsv4ctlError)):
                 traceback.print_exception(exc_type, exc, tb, file=sys.stderr)  # into the log
             self.shutdown()
         finally:
@@ -163,6 +170,8 @@ class ServeSession:
         if self._tee is not None:
             self._tee.stop()
         self.view.detach()
+        if self._tee is not None:
+            self._tee.close_terminal()
         if self.outcome is not None:
             self.outcome.reap = reap
             self._complete_outcome()  # every line has been parsed now

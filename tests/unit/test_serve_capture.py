@@ -175,3 +175,51 @@ def test_child_tracker_ignores_a_recycled_pid(tmp_path):
     assert _same_process(TrackedProcess(me.pid, me.create_time() - 100.0, "x")) is None
     assert _same_process(TrackedProcess(me.pid, me.create_time(), "x")) is not None
     assert tracker.reap(grace_s=0.1).survivors == []
+
+
+LIVE_DRIVER = """
+    import subprocess, sys
+    from pathlib import Path
+    from dsv4ctl.render.serve import ServeConsole
+    from dsv4ctl.serve.session import ServeSession
+
+    log = Path(sys.argv[1])
+    def launch():
+        return subprocess.Popen(["sh", "-c",
+            "echo '(APIServer pid=1) INFO 11-30 00:13:29 [api_utils.py:347] vLLM server version 0.32.0, serving model x';"
+            "echo 'INFO:     Application startup complete.'; sleep 0.3"]).wait()
+    view = ServeConsole()  # decides by itself: both stdout and stderr are the pty
+    with ServeSession(log, view, grace_s=1) as session:
+        outcome = session.run(launch)
+    view.outcome(outcome, 130)
+    print("LIVE=" + str(view.live), "STATUS=" + outcome.status)
+"""
+
+
+def test_live_status_line_on_a_terminal(tmp_path):
+    import pty
+
+    log = tmp_path / "live.log"
+    script = _driver(tmp_path, LIVE_DRIVER)
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.environ["PYTHONPATH"] = str(REPO)
+        os.environ.pop("NO_COLOR", None)
+        os.execv(sys.executable, [sys.executable, str(script), str(log)])
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    _, status = os.waitpid(pid, 0)
+    text = out.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 0, text
+    assert "LIVE=True STATUS=stopped" in text
+    assert "vLLM server version 0.32.0" in text  # vLLM's lines printed above the status line
+    assert "\x1b[2K" in text  # the status line redraws in place
+    assert "dsv4ctl serve: vLLM shut down cleanly" in text
+    assert "Application startup complete." in log.read_text()

@@ -227,3 +227,12 @@ def test_serve_rejects_unknown_fix_names_and_json_without_dry_run(cli):
     js = cli("serve", "some/model", "--json")
     assert js.exit_code == 2
     assert "--dry-run" in js.stderr
+
+
+def test_unwritable_log_file_is_one_clear_error(cli, tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    result = cli("serve", "some/model", "--log-file", str(blocker / "serve.log"))
+    assert result.exit_code == 1
+    assert "cannot write the log file" in result.stderr and "--log-file" in result.stderr
+    assert "Traceback" not in result.output
