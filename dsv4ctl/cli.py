@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
 @app.command("diagnose")
 def diagnose_command(
     paths: list[str] | None = typer.Argument(
-        None, metavar="[PATHS]...", help="Log files (several for per-process logs), - for stdin; .gz is read as is."
+        None, metavar="PATHS", help="Log files (several for per-process logs), - for stdin; .gz is read as is."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON (schema_version 1) on stdout."),
     example: str | None = typer.Option(

@@ -34,7 +34,7 @@ EXAMPLES: tuple[Example, ...] = (
     Example(
         "kv-cache-insufficient",
         "kv-cache-insufficient.log",
-        "vLLM 0.32.0, DeepSeek-V4-Flash TP1: --max-model-len 1048576 does not fit the KV cache",
+        "vLLM 0.32.0, DeepSeek-V4-Flash TP2: --max-model-len 1048576 does not fit the KV cache",
     ),
     Example(
         "healthy",
