@@ -194,8 +194,11 @@ _RE = {
         r"|Engine core initialization failed|died unexpectedly|EngineCore encountered a fatal error"
     ),
     "traceback": re.compile(r"^Traceback \(most recent call last\)"),
+    # Shutdown asked for from outside (SIGTERM, Ctrl-C, the server stopping). vLLM >= 0.32 also logs
+    # "[shutdown] Executor: ..." lines while it tears down after a failure: those are not markers.
     "shutdown": re.compile(
-        r"^\[shutdown\]|^Shutting down$|Waiting for application shutdown|Finished server process|^KeyboardInterrupt"
+        r"^\[shutdown\] (?:API server: shutdown triggered|.*received signal)"
+        r"|^Shutting down$|Waiting for application shutdown|Finished server process|^KeyboardInterrupt"
     ),
 }
 

@@ -55,6 +55,8 @@ EXPECTED = {
     "nccl_error": ("failed", 3, "nccl_error", []),
     "no_sparse_mla_backend": ("failed", 3, "no_sparse_mla_backend", []),
     "ray_prefixed": ("failed", 3, "cuda_oom", []),
+    "real_v032_cpu_healthy": ("healthy", 0, None, ["shutdown_noise"]),
+    "real_v032_cpu_kv_insufficient": ("failed", 3, "kv_cache_insufficient", ["engine_core_failed", "worker_died"]),
     "shutdown_noise_interrupted": ("inconclusive", 5, None, ["shutdown_noise"]),
     "stale_max_model_len_compose_v029": ("failed", 3, "stale_max_model_len", ["autofit_reduced"]),
     "stale_max_model_len_no_autofit": ("failed", 3, "stale_max_model_len", []),
@@ -193,6 +195,9 @@ def test_kv_cache_insufficient_uses_vllms_estimate(cli):
     assert (d["max_model_len"], d["needed_gib"], d["available_gib"]) == (1048576, 10.06, 8.02)
     assert d["estimated_max_model_len"] == 488704
     assert d["safe_len"] == safe_max_model_len(488704)
+    _, real = run_json(cli, FIXTURES / "real_v032_cpu_kv_insufficient.log")
+    assert real["findings"][0]["details"]["estimated_max_model_len"] == 65408  # real vLLM 0.32.0 output
+    assert real["timeline"]["last_phase"] == "failed"
     _, legacy = run_json(cli, FIXTURES / "kv_cache_insufficient_legacy.log")
     assert legacy["findings"][0]["details"]["kv_cache_tokens"] == 54736
 
