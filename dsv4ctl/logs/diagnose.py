@@ -536,9 +536,14 @@ def _derive(sig_id: str, hits: list[_Hit], a: _Analyzer, tl: StartupTimeline, lo
         else:
             d["free_text"] = "see the evidence"
     if sig_id == "worker_died":
-        codes = [m.group(1) for t in msgs if (m := re.search(r"exit code: (-?[0-9]+)", t))]
-        d["exit_codes"] = [int(c) for c in codes]
-        d["exit_text"] = f"exit code {codes[0]}" if codes else "exit code not stated"
+        codes = [m.group(1) for t in msgs if (m := re.search(r"exit code: (-?[0-9]+|None)", t))]
+        d["exit_codes"] = [None if c == "None" else int(c) for c in codes]
+        if not codes:
+            d["exit_text"] = "exit code not stated"
+        elif codes[0] == "None":
+            d["exit_text"] = "no exit code yet: it was still stopping"
+        else:
+            d["exit_text"] = f"exit code {codes[0]}"
     return d
 
 

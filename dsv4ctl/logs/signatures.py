@@ -370,8 +370,8 @@ CATALOGUE: tuple[Signature, ...] = (
         role="noise",
         title="Errors during shutdown (harmless)",
         meaning=(
-            "These errors were printed after shutdown began (SIGTERM, Ctrl-C, or the server stopping); "
-            "vLLM prints them while tearing down its processes. They are not a startup failure."
+            "Printed while vLLM's processes stop — after SIGTERM or Ctrl-C, when the server shuts down, or "
+            "at exit (leaked shared-memory warnings). Harmless, and not a startup failure."
         ),
         patterns=(
             r"output_handler failed",
