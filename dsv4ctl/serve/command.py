@@ -69,8 +69,7 @@ def plan_only(flags: list[str], options: ServeOptions) -> PreflightDecision:
     """`--dry-run`: parse with vLLM's parser and decide; start nothing."""
     from dsv4ctl.serve.vllm_entry import parse_serve_flags
 
-    apply_environment(options.fixes)
-    namespace = parse_serve_flags(flags)
+    namespace = parse_serve_flags(flags)  # nothing is launched: the environment stays as it is
     return decide(namespace, flags, keep_auto=options.keep_auto)
 
 
