@@ -121,9 +121,10 @@ def line_matches(raw: str) -> bool:
 
 
 def hyperscan_available() -> bool:
+    """hyperscan is installed and compiles our patterns (any failure means: use `re`)."""
     try:
-        import hyperscan  # noqa: F401
-    except Exception:  # noqa: BLE001 - any import problem means "not available"
+        _hyperscan_db()
+    except Exception:  # noqa: BLE001 - an import or compile problem means "not available"
         return False
     return True
 
