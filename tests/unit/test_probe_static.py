@@ -86,3 +86,22 @@ def test_auto_mode_with_include_falls_back_to_static_and_says_why():
     reasons = dict(result.tried)
     assert "cute/cutlass" in reasons["kernel"]
     assert "--include" in reasons["python"]
+
+
+def test_module_entry_runs_with_the_standard_library_only(tmp_path):
+    """`python -m dsv4ctl.probe` is what GPU nodes without typer/rich run (benchmarks/device)."""
+    import subprocess
+    import venv
+
+    bare = tmp_path / "venv"
+    venv.create(bare, with_pip=False, symlinks=True)
+    repo = Path(__file__).resolve().parents[2]
+    cmd = [str(bare / "bin" / "python"), "-m", "dsv4ctl.probe", "deepgemm", "--mode", "static", "--include"]
+    affected = subprocess.run([*cmd, str(UNGUARDED), "--json"], capture_output=True, text=True, cwd=tmp_path,
+                              env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"}, timeout=60)
+    assert affected.returncode == 7, affected.stderr
+    doc = json.loads(affected.stdout)
+    assert doc["schema_version"] == 1 and doc["affected"] is True and doc["mode"] == "static"
+    fixed = subprocess.run([*cmd, str(GUARDED)], capture_output=True, text=True, cwd=tmp_path,
+                           env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"}, timeout=60)
+    assert fixed.returncode == 0 and "verdict (static): not affected" in fixed.stdout
