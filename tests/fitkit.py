@@ -7,6 +7,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from dsv4ctl.gpu import GpuDevice, GpuSnapshot
 from dsv4ctl.planning.geometry import _builtin_configs
 
@@ -86,3 +88,9 @@ def snapshot(*devices: GpuDevice) -> GpuSnapshot:
         cuda_visible_devices=None,
         source="file",
     )
+
+
+@pytest.fixture(autouse=True)
+def no_hf_cache(tmp_path_factory, monkeypatch):
+    """Model ids resolve to the built-in values unless a test builds a Hugging Face cache itself."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path_factory.mktemp("empty-hf-hub")))

@@ -3,8 +3,9 @@
 Sources, in the order `load_geometry` tries them:
 - a checkpoint directory (its config.json, plus safetensors headers for the weight size),
 - a config.json path,
+- a model id already in the local Hugging Face cache (config.json and safetensors headers from there),
 - a built-in public model id (`deepseek-ai/DeepSeek-V4-Flash`, `deepseek-ai/DeepSeek-V4-Pro`), whose
-  published config values ship in `builtin_models.json` (nothing is downloaded).
+  published config values ship in `builtin_models.json`. Nothing is ever downloaded.
 
 Both config forms are read: the `compress_ratios` list of the original release (vLLM <= 0.32 reads it)
 and the upstream-transformers form `layer_types` + `compress_rates` (vLLM 0.33 reads it).
@@ -13,6 +14,7 @@ and the upstream-transformers form `layer_types` + `compress_rates` (vLLM 0.33 r
 from __future__ import annotations
 
 import json
+import os
 import re
 import struct
 from dataclasses import dataclass, field, replace
@@ -69,7 +71,7 @@ class Dsv4Geometry:
     """What vLLM's DeepSeek-V4 layers need to build their KV-cache specs."""
 
     model: str  # as given: model id, directory or config.json path
-    source: str  # "builtin" | "config"
+    source: str  # "builtin" | "config" | "hf-cache"
     config_form: str  # "compress_ratios" | "layer_types"
     architecture: str
     num_hidden_layers: int
@@ -146,6 +148,13 @@ def load_geometry(model: str | Path) -> Dsv4Geometry:
     if path.is_file():
         config = _read_json(path)
         return _geometry_from_config(config, model=text, source="config", config_path=str(path), weights=None, directory=path.parent)
+    cached = hf_cache_snapshot(text)
+    if cached is not None:
+        config = _read_json(cached / "config.json")
+        geometry = _geometry_from_config(
+            config, model=text, source="hf-cache", config_path=str(cached / "config.json"), weights=None, directory=cached
+        )
+        return replace(geometry, weights=read_safetensors_weights(cached, geometry.num_hidden_layers))
     builtins = _builtin_configs()
     for model_id in builtin_model_ids():
         if text == model_id or text.lower() == model_id.lower():
@@ -156,6 +165,36 @@ def load_geometry(model: str | Path) -> Dsv4Geometry:
         f"{text}: not a checkpoint directory, a config.json, or a known model id",
         hint="built-in ids: " + ", ".join(builtin_model_ids()) + "; other models: pass the local checkpoint directory",
     )
+
+
+def hf_cache_snapshot(model_id: str) -> Path | None:
+    """The local Hugging Face cache snapshot of `org/name`, if one was downloaded before (never downloads).
+
+    Looks where `huggingface_hub` keeps it: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub;
+    takes the revision `refs/main` names, else the most recently modified snapshot with a config.json.
+    """
+    parts = model_id.split("/")
+    if len(parts) != 2 or not all(parts) or any(p in (".", "..") for p in parts):
+        return None
+    if os.environ.get("HF_HUB_CACHE"):
+        hub = Path(os.environ["HF_HUB_CACHE"])
+    elif os.environ.get("HF_HOME"):
+        hub = Path(os.environ["HF_HOME"]) / "hub"
+    else:
+        hub = Path.home() / ".cache" / "huggingface" / "hub"
+    repo = hub.expanduser() / f"models--{parts[0]}--{parts[1]}"
+    snapshots = repo / "snapshots"
+    try:
+        ref = (repo / "refs" / "main").read_text(encoding="utf-8").strip()
+    except OSError:
+        ref = ""
+    if ref and (snapshots / ref / "config.json").is_file():
+        return snapshots / ref
+    try:
+        candidates = [d for d in snapshots.iterdir() if (d / "config.json").is_file()]
+    except OSError:
+        return None
+    return max(candidates, key=lambda d: d.stat().st_mtime) if candidates else None
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from fitkit import FLASH, PRO
+from fitkit import FLASH, PRO, no_hf_cache  # noqa: F401 - autouse fixture
 
 from dsv4ctl.errors import ExitCode
 

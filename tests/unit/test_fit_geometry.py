@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from fitkit import FLASH, PRO, builtin_config, layer_types_form, make_checkpoint
+from fitkit import FLASH, PRO, builtin_config, layer_types_form, make_checkpoint, no_hf_cache  # noqa: F401 - autouse fixture
 
 from dsv4ctl.errors import InputError
 from dsv4ctl.planning import load_geometry
@@ -102,3 +102,26 @@ def test_truncated_safetensors_is_an_input_error(tmp_path):
     (ckpt / "model.safetensors").write_bytes(b"\x01\x02")
     with pytest.raises(InputError, match="truncated safetensors"):
         load_geometry(ckpt)
+
+
+def test_model_id_found_in_the_local_hf_cache(tmp_path, monkeypatch):
+    hub = tmp_path / "hub"
+    repo = hub / "models--deepseek-ai--DeepSeek-V4-Flash"
+    make_checkpoint(repo / "snapshots" / "abc123", builtin_config(FLASH), [{"model.layers.0.ffn.experts.1.w1.weight": 4096}])
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    g = load_geometry(FLASH)
+    assert g.source == "hf-cache" and g.weights is not None and g.weights.expert_bytes == 4096
+    assert g.config_path.endswith("snapshots/abc123/config.json")
+    # Not cached: the built-in values, no weights.
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    assert load_geometry(FLASH).source == "builtin"
+
+
+def test_cached_non_dsv4_id_is_rejected(tmp_path, monkeypatch):
+    hub = tmp_path / "hub"
+    make_checkpoint(hub / "models--org--Other" / "snapshots" / "r1", {"model_type": "llama", "num_hidden_layers": 2})
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    with pytest.raises(InputError, match="not a DeepSeek-V4 model"):
+        load_geometry("org/Other")

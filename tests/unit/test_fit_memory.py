@@ -9,7 +9,7 @@ import types
 
 import pynvml as real_pynvml
 import pytest
-from fitkit import FLASH, H200_FREE, H200_RESERVED, H200_TOTAL, builtin_config, h200, make_checkpoint, snapshot
+from fitkit import FLASH, H200_FREE, H200_RESERVED, H200_TOTAL, builtin_config, h200, make_checkpoint, snapshot, no_hf_cache  # noqa: F401 - autouse fixture
 
 from dsv4ctl.errors import ExitCode, GpuUnavailableError, InputError
 from dsv4ctl.gpu import save_snapshot

@@ -7,7 +7,7 @@ comparison on a grid); here they pin the arithmetic without vLLM installed.
 from __future__ import annotations
 
 import pytest
-from fitkit import FLASH, PRO
+from fitkit import FLASH, PRO, no_hf_cache  # noqa: F401 - autouse fixture
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
