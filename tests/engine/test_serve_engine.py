@@ -55,9 +55,16 @@ def _free_port() -> int:
 
 
 def _port_is_free(port: int) -> bool:
+    """A new server could listen on it: nothing listens there, and a bind with SO_REUSEADDR (what
+    uvicorn does; the closed client connections may sit in TIME_WAIT) succeeds."""
+    listening = [c for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN]
+    if listening:
+        return False
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
+            s.listen()
         except OSError:
             return False
     return True
