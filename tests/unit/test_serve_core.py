@@ -236,3 +236,52 @@ def test_unwritable_log_file_is_one_clear_error(cli, tmp_path):
     assert result.exit_code == 1
     assert "cannot write the log file" in result.stderr and "--log-file" in result.stderr
     assert "Traceback" not in result.output
+
+
+# -- preflight on a GPU node (a snapshot of 8 H200s built by the planner's test kit) ----------------------
+
+
+@pytest.fixture()
+def flash_checkpoint(tmp_path):
+    from fitkit import FLASH, builtin_config, make_checkpoint
+
+    GiB = 1 << 30
+    shards = [
+        {"model.embed_tokens.weight": 6 * GiB, "model.layers.0.attn.wq_b.weight": 6 * GiB},
+        {"model.layers.5.ffn.experts.17.w1.weight": 140 * GiB},
+    ]
+    return make_checkpoint(tmp_path / "DeepSeek-V4-Flash", builtin_config(FLASH), shards)
+
+
+def test_gpu_node_auto_length_is_the_planned_one(flash_checkpoint):
+    from fitkit import h200, snapshot
+
+    from dsv4ctl.planning.fit import FitRequest, plan_fit
+
+    snap = snapshot(*(h200(i) for i in range(8)))
+    plan = plan_fit(FitRequest(model=str(flash_checkpoint), tensor_parallel_size=8), snapshot=snap)
+    flags = [str(flash_checkpoint), "-tp", "8", "--max-model-len", "auto"]
+    decision = preflight.decide(_ns(flash_checkpoint, max_model_len=-1, tensor_parallel_size=8), flags, snapshot_reader=lambda: snap)
+    assert decision.action == preflight.SET_LENGTH
+    assert decision.max_model_len == plan.recommended_max_model_len > 0
+    assert decision.flags == [str(flash_checkpoint), "-tp", "8", "--max-model-len", str(plan.recommended_max_model_len)]
+    assert not any("no NVIDIA GPU" in n for n in decision.notes)
+
+
+def test_gpu_node_with_free_memory_below_the_utilization_is_refused(flash_checkpoint):
+    from fitkit import H200_FREE, h200, snapshot
+
+    busy = H200_FREE - 30 * (1 << 30)  # another process holds 30 GiB on cuda:3
+    snap = snapshot(*(h200(i, free=busy if i == 3 else H200_FREE) for i in range(8)))
+    decision = preflight.decide(
+        _ns(flash_checkpoint, max_model_len=-1, tensor_parallel_size=8), [str(flash_checkpoint)], snapshot_reader=lambda: snap
+    )
+    assert decision.action == preflight.REFUSE
+    assert decision.refusal.exit_code == ExitCode.DOES_NOT_FIT
+    assert "Free memory on device cuda:3" in decision.refusal.message
+    assert "is less than desired GPU memory utilization (0.92" in decision.refusal.message
+    lower = preflight.decide(
+        _ns(flash_checkpoint, max_model_len=-1, tensor_parallel_size=8, gpu_memory_utilization=0.7),
+        [str(flash_checkpoint)], snapshot_reader=lambda: snap,
+    )
+    assert lower.action == preflight.SET_LENGTH
