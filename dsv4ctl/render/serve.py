@@ -51,7 +51,6 @@ class ServeConsole:
         self._status: Any = None
         self._pending: dict[int, bytes] = {}
         self._lock = threading.RLock()
-        self.ready_url: str | None = None
         self._last_capture_step: tuple[str, int] | None = None
 
     # -- ServeView -------------------------------------------------------------------------------------

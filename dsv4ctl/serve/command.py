@@ -91,8 +91,6 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
         if decision.action == REFUSE:
             refusal = decision.refusal
         else:
-            if getattr(namespace, "headless", False) is False:
-                view.ready_url = server_url(namespace)
             session.run(lambda: run_vllm_serve(decision.flags))
     outcome = session.outcome
     if refusal is not None:
@@ -114,15 +112,6 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
             else:
                 result.retry_note = "--retry: not retrying, a shorter --max-model-len would not avoid this failure"
     return result
-
-
-def server_url(namespace: Any) -> str:
-    host = getattr(namespace, "host", None) or "0.0.0.0"
-    port = getattr(namespace, "port", None) or 8000
-    scheme = "https" if getattr(namespace, "ssl_certfile", None) else "http"
-    if getattr(namespace, "uds", None):
-        return f"unix:{namespace.uds}"
-    return f"{scheme}://{host}:{port}"
 
 
 def diagnose_log(log_file: Path) -> Any:
