@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from dsv4ctl.errors import ExitCode
-from dsv4ctl.logs import prefilter
+from dsv4ctl.logs import parallel, prefilter
 from dsv4ctl.logs.reader import LogLine, Source, _as_list, _close, open_source, parse_line, source_name
 from dsv4ctl.logs.signatures import AFFECTED_STALE, BY_ID, CATALOGUE, FIXED_STALE, Signature
 from dsv4ctl.logs.timeline import LineRef, StartupTimeline, StartupTracker
@@ -324,12 +324,30 @@ class _Analyzer:
         return sum(n for (sid, _, _), n in self.hit_counts.items() if sid == sig_id)
 
 
-def diagnose(sources: Iterable[Source] | Source, *, engine: str = "auto") -> Diagnosis:
-    """Diagnose one or more logs (paths, "-" for stdin, .gz, binary streams), reading each once."""
+def diagnose(
+    sources: Iterable[Source] | Source,
+    *,
+    engine: str = "auto",
+    workers: int | None = None,
+    parallel_min_bytes: int | None = None,
+) -> Diagnosis:
+    """Diagnose one or more logs (paths, "-" for stdin, .gz, binary streams), reading each once.
+
+    A regular, uncompressed file of at least `parallel_min_bytes` is scanned by `workers` processes
+    (default: the usable CPUs, at most 4; `dsv4ctl.logs.parallel`); the result is the same.
+    `parallel_min_bytes` defaults to `parallel.PARALLEL_MIN_BYTES` (64 MiB).
+    """
+    if parallel_min_bytes is None:
+        parallel_min_bytes = parallel.PARALLEL_MIN_BYTES
     items = _as_list(sources)
     names = [source_name(s) for s in items]
     analyzer = _Analyzer(multi_source=len(items) > 1)
+    n_workers = parallel.default_workers() if workers is None else max(1, workers)
     for source, name in zip(items, names):
+        if n_workers > 1 and isinstance(source, (str, Path)) and parallel.parallel_size(source, parallel_min_bytes):
+            for lineno, raw in parallel.scan_file_parallel(source, engine=engine, workers=n_workers):
+                analyzer.feed(parse_line(raw, name, lineno))
+            continue
         stream = open_source(source)
         try:
             for lineno, raw in prefilter.scan_source(stream, engine=engine):
@@ -479,9 +497,11 @@ def _derive(sig_id: str, hits: list[_Hit], a: _Analyzer, tl: StartupTimeline, lo
             cap = c128a_capacity(af.to_len)
             req = af.from_len // C128A_COMPRESS_RATIO
             d.update(capacity=cap, requested=req)
+            # Operands inside the formula without thousands separators (a comma there reads like another
+            # argument); the results, standalone numbers, with them.
             d["arithmetic"] = (
-                f"capacity align_up(cdiv({format_tokens(af.to_len)}, {C128A_COMPRESS_RATIO}), {C128A_TOPK_ALIGNMENT}) "
-                f"= {format_tokens(cap)} {'<' if cap < req else '>='} requested {format_tokens(af.from_len)} // "
+                f"capacity align_up(cdiv({af.to_len}, {C128A_COMPRESS_RATIO}), {C128A_TOPK_ALIGNMENT}) "
+                f"= {format_tokens(cap)} {'<' if cap < req else '>='} requested {af.from_len} // "
                 f"{C128A_COMPRESS_RATIO} = {format_tokens(req)}"
             )
         elif tl.max_concurrency_tokens:

@@ -123,7 +123,9 @@ def test_stale_example_prints_the_arithmetic_from_the_log(cli):
     assert root["id"] == "stale_max_model_len"
     d = root["details"]
     assert (d["capacity"], d["requested"]) == (7680, 8192)
-    assert "7,680 < requested 1,048,576 // 128 = 8,192" in d["arithmetic"]
+    # Operands inside the formula carry no thousands separators (a comma there reads like another
+    # argument); the standalone results do.
+    assert d["arithmetic"] == "capacity align_up(cdiv(980224, 128), 128) = 7,680 < requested 1048576 // 128 = 8,192"
     assert d["version_status"] == "affected" and d["vllm_version"] == "0.30.0"
     assert d["safe_len"] == 960512 and d["safe_len"] % 256 == 0 and d["safe_len"] < 980224
     assert any("--max-model-len 960512" in a for a in root["actions"])
@@ -138,8 +140,9 @@ def test_stale_numbers_are_derived_not_hard_coded(cli):
     _, data = run_json(cli, FIXTURES / "stale_max_model_len_compose_v029.log")
     d = data["findings"][0]["details"]
     assert (data["autofit"]["from"], data["autofit"]["to"]) == (1048576, 999936)
-    assert d["capacity"] == c128a_capacity(999936) == 7936  # align_up(cdiv(999,936, 128), 128)
+    assert d["capacity"] == c128a_capacity(999936) == 7936
     assert d["requested"] == 8192
+    assert d["arithmetic"] == "capacity align_up(cdiv(999936, 128), 128) = 7,936 < requested 1048576 // 128 = 8,192"
     assert d["safe_len"] == safe_max_model_len(999936)
     assert data["checklist"][0]["answer"] == "yes"  # 'max_model_len': 'auto'
 
@@ -286,6 +289,9 @@ def test_human_report_leads_with_the_verdict(cli):
     out = result.stdout
     assert out.index("Root cause") < out.index("Startup timeline") < out.index("checklist") < out.index("Next:")
     assert "7,680 < requested" in out and "--max-model-len 960512" in out
+    flat = " ".join(out.split())  # the report may wrap the formula
+    assert "align_up(cdiv(980224, 128), 128) = 7,680 < requested 1048576 // 128 = 8,192" in flat
+    assert "980,224, 128" not in flat and "1,048,576 //" not in flat
     assert "line 56" in out  # the finding's line number (the _build_c128a_metadata frame)
 
 
