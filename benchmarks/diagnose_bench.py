@@ -10,8 +10,12 @@ repeated until it reaches --size. It is written to a temporary file and deleted 
 
 Each measured command runs in its own process after one untimed warm-up read of the file, so the
 page cache is warm for all of them. Reported per engine: wall seconds, the ratio to grep's wall
-seconds (lower is better; 1.0 = as fast as grep), the peak RSS of the diagnosing process, and the
-number of lines selected (which must equal grep's count: same patterns, same lines).
+seconds (lower is better; 1.0 = as fast as grep), peak RSS, and the number of lines selected (which
+must equal grep's count: same patterns, same lines). A big file is scanned by several processes
+(`dsv4ctl.logs.parallel`), so RSS is reported two ways: `peak_rss_mib`, the largest single process
+(exact, from getrusage of the diagnosing process and of its children), and `tree_peak_rss_mib`, the
+sum over the whole process tree sampled every 20 ms with psutil (pages a forked child shares with its
+parent are counted in both). `--sequential-too` also times the one-process scan.
 Run it under `flock /tmp/dsv4ctl-heavy.lock` on a shared machine.
 """
 
@@ -24,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -87,19 +92,67 @@ from dsv4ctl.logs.diagnose import diagnose
 d = diagnose([sys.argv[1]], engine=sys.argv[2])
 elapsed = time.perf_counter() - t
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"seconds_inside": elapsed, "peak_rss_bytes": rss, "lines": d.lines_examined,
-                  "verdict": d.verdict, "findings": [f.id for f in d.findings]}))
+children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+print(json.dumps({"seconds_inside": elapsed, "peak_rss_bytes": rss, "children_peak_rss_bytes": children,
+                  "lines": d.lines_examined, "verdict": d.verdict, "findings": [f.id for f in d.findings]}))
 """
 
 
-def run_diagnose(path: Path, engine: str) -> dict:
+class TreeRss:
+    """Samples the summed RSS of a process and all its descendants every few milliseconds (psutil)."""
+
+    def __init__(self, pid: int, interval: float = 0.02) -> None:
+        import psutil
+
+        self.psutil = psutil
+        self.root = psutil.Process(pid)
+        self.interval = interval
+        self.peak = 0
+        self.peak_processes = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        psutil = self.psutil
+        while not self.stop.is_set():
+            try:
+                procs = [self.root] + self.root.children(recursive=True)
+            except psutil.Error:
+                return
+            total = 0
+            for p in procs:
+                try:
+                    total += p.memory_info().rss
+                except psutil.Error:
+                    pass
+            if total > self.peak:
+                self.peak, self.peak_processes = total, len(procs)
+            self.stop.wait(self.interval)
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def run_diagnose(path: Path, engine: str, workers: int | None = None) -> dict:
+    env = dict(os.environ)
+    if workers is not None:
+        env["DSV4CTL_DIAGNOSE_WORKERS"] = str(workers)
     start = time.perf_counter()
-    out = subprocess.run(
-        [sys.executable, "-c", DIAGNOSE_SNIPPET, str(path), engine], capture_output=True, text=True, check=True, cwd=REPO
-    ).stdout
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DIAGNOSE_SNIPPET, str(path), engine], stdout=subprocess.PIPE, text=True, cwd=REPO, env=env
+    )
+    sampler = TreeRss(proc.pid)
+    out, _ = proc.communicate()
     wall = time.perf_counter() - start
+    sampler.finish()
+    if proc.returncode != 0:
+        raise SystemExit(f"diagnose failed with exit code {proc.returncode}")
     data = json.loads(out.strip().splitlines()[-1])
     data["seconds"] = wall
+    data["tree_peak_rss_bytes"] = sampler.peak
+    data["tree_peak_processes"] = sampler.peak_processes
     return data
 
 
@@ -124,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", default=tempfile.gettempdir(), help="where to write the log (default /tmp)")
     parser.add_argument("--keep", action="store_true", help="keep the generated log")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--sequential-too", action="store_true",
+                        help="also time each engine with DSV4CTL_DIAGNOSE_WORKERS=1 (one process)")
     args = parser.parse_args(argv)
 
     size = parse_size(args.size)
@@ -148,14 +203,24 @@ def main(argv: list[str] | None = None) -> int:
             "patterns": len(prefilter.PATTERNS),
             "engines": {},
         }
-        for engine in engines:
-            r = run_diagnose(path, engine)
-            results["engines"][engine] = {
+        runs = [(e, None) for e in engines] + ([(e, 1) for e in engines] if args.sequential_too else [])
+        for engine, workers in runs:
+            r = run_diagnose(path, engine, workers)
+            key = engine if workers is None else f"{engine}, 1 process"
+            results["engines"][key] = {
                 "seconds": round(r["seconds"], 3),
                 "seconds_inside": round(r["seconds_inside"], 3),
                 "ratio_vs_grep": round(r["seconds"] / grep_seconds, 3) if grep_seconds > 0 else None,
                 "ratio_vs_grep_n": round(r["seconds"] / grep_n_seconds, 3) if grep_n_seconds > 0 else None,
-                "peak_rss_mib": round(r["peak_rss_bytes"] / (1 << 20), 1),
+                # Largest single process (the diagnosing one or any of its scanning children), from
+                # getrusage: exact peaks, but not a sum.
+                "peak_rss_mib": round(max(r["peak_rss_bytes"], r["children_peak_rss_bytes"]) / (1 << 20), 1),
+                "parent_peak_rss_mib": round(r["peak_rss_bytes"] / (1 << 20), 1),
+                "children_peak_rss_mib": round(r["children_peak_rss_bytes"] / (1 << 20), 1),
+                # Sum over the whole process tree, sampled every 20 ms with psutil (may miss a shorter
+                # peak; counts pages shared between a parent and its forked children twice).
+                "tree_peak_rss_mib": round(r["tree_peak_rss_bytes"] / (1 << 20), 1),
+                "tree_peak_processes": r["tree_peak_processes"],
                 "lines": r["lines"],
                 "lines_match_grep": r["lines"] == grep_count,
                 "verdict": r["verdict"],
@@ -174,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
         for engine, r in results["engines"].items():
             print(
                 f"diagnose [{engine}]: {r['seconds']:.2f} s = {r['ratio_vs_grep']:.2f}x grep, "
-                f"peak RSS {r['peak_rss_mib']:.0f} MiB, {r['lines']:,} lines "
+                f"peak RSS {r['peak_rss_mib']:.0f} MiB (largest process), {r['tree_peak_rss_mib']:.0f} MiB "
+                f"(process tree, sampled), {r['lines']:,} lines "
                 f"({'same as grep' if r['lines_match_grep'] else 'DIFFERENT from grep'}), verdict {r['verdict']}"
             )
     ok = all(r["lines_match_grep"] for r in results["engines"].values())

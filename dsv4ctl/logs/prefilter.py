@@ -129,6 +129,11 @@ def hyperscan_available() -> bool:
     return True
 
 
+def use_hyperscan(engine: str) -> bool:
+    """Whether `engine` ("hyperscan", "re" or "auto") means the hyperscan prefilter."""
+    return engine == "hyperscan" or (engine == "auto" and hyperscan_available())
+
+
 _HS_DB = None
 
 
@@ -142,6 +147,48 @@ def _hyperscan_db():
         db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs), flags=[0] * len(exprs))
         _HS_DB = db
     return _HS_DB
+
+
+_NUMPY_MIN_BYTES = 1 << 20  # below this bytes.count is as fast and numpy is not imported
+_NUMPY_BLOCK = 2 << 20  # keeps numpy's temporary boolean array small
+_np = None  # numpy, once imported; False when it is not installed
+
+
+def count_newlines(data: bytes, start: int, end: int) -> int:
+    """`data.count(b"\\n", start, end)`, with numpy (vectorised, about 6x faster) for big spans when installed.
+
+    Line numbers need every newline counted, and `bytes.count` of one byte is a scalar loop: on a big log it
+    was about 40 % of the scan. numpy is optional (installed with the `fast` extra).
+    """
+    if end - start < _NUMPY_MIN_BYTES or _np is False:
+        return data.count(b"\n", start, end)
+    np = _np if _np is not None else _import_numpy()
+    if np is False:
+        return data.count(b"\n", start, end)
+    total = 0
+    for s in range(start, end, _NUMPY_BLOCK):
+        block = np.frombuffer(data, dtype=np.uint8, count=min(_NUMPY_BLOCK, end - s), offset=s)
+        total += int(np.count_nonzero(block == 10))
+    return total
+
+
+def _import_numpy():
+    global _np
+    if _np is None:
+        try:
+            import numpy
+
+            _np = numpy
+        except ImportError:
+            _np = False
+    return _np
+
+
+def prepare_big_scan(engine: str) -> None:
+    """Compile the hyperscan database and import numpy now (before forking scanners that share them)."""
+    if use_hyperscan(engine):
+        _hyperscan_db()
+    _import_numpy()
 
 
 def _candidates_hyperscan(data: bytes, start: int, end: int) -> list[int]:
@@ -163,12 +210,15 @@ def scan_source(
     *,
     engine: str = "auto",
     chunk_bytes: int = CHUNK_BYTES,
+    line_count: list[int] | None = None,
 ) -> Iterator[tuple[int, str]]:
     """Yield `(lineno, raw_line)` for every interesting line of one binary stream, in order.
 
     engine: "hyperscan", "re", or "auto" (hyperscan when installed).
+    line_count: when given, the number of lines in the stream is appended to it once the stream is
+    exhausted (a last line without a newline counts).
     """
-    use_hs = engine == "hyperscan" or (engine == "auto" and hyperscan_available())
+    use_hs = use_hyperscan(engine)
     lineno_base = 0  # lines before the current span
     for data, s0, e0 in iter_spans(stream, chunk_bytes):
         counted_to = s0
@@ -197,14 +247,16 @@ def scan_source(
                 end = e0
             line_end = end
             search_from = end + 1
-            counted += data.count(b"\n", counted_to, start)
+            counted += count_newlines(data, counted_to, start)
             counted_to = start
             raw = decode(data[start:min(end, start + MAX_LINE_BYTES)])
             if line_matches(raw):
                 yield lineno_base + counted + 1, raw
             if search_from >= e0:
                 break
-        counted += data.count(b"\n", counted_to, e0)
+        counted += count_newlines(data, counted_to, e0)
         lineno_base += counted
         if data[e0 - 1:e0] != b"\n":
             lineno_base += 1
+    if line_count is not None:
+        line_count.append(lineno_base)

@@ -1,0 +1,213 @@
+"""Scan a big regular log file on several cores; same lines, same line numbers as one sequential pass.
+
+Neither hyperscan nor `bytes.count` (the newline counting that gives line numbers) releases the GIL,
+so threads would not help. A large, seekable, uncompressed file is instead cut at line boundaries into
+N byte ranges (N = the usable CPUs, at most `MAX_WORKERS`). The calling process scans the first range
+itself while one child process per other range scans it with the same `prefilter.scan_source`. A
+child sends back only the interesting lines (numbered within its range) and its range's line count;
+the parent turns them into absolute line numbers with a running sum and yields every line in file
+order, so whatever consumes the lines sees exactly what the sequential scan yields.
+
+Memory stays bounded: each process reads `CHUNK_BYTES` at a time, and a child whose range is full of
+interesting lines sends them in batches of at most `BATCH_BYTES`; the pipe then blocks it until the
+parent reaches its range.
+
+Children are forked when that is safe (Linux, and only this one thread running: forking a process
+with other threads can copy a held lock), which costs milliseconds and reuses the compiled hyperscan
+database and the imported numpy (the newline counter); otherwise they are spawned. stdin, `.gz` and files below `PARALLEL_MIN_BYTES` are scanned
+sequentially: starting processes would cost more than it saves.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import stat
+import sys
+import threading
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+from dsv4ctl.errors import InputError
+from dsv4ctl.logs import prefilter
+from dsv4ctl.logs.reader import CHUNK_BYTES
+
+PARALLEL_MIN_BYTES = 64 * 1024 * 1024
+MAX_WORKERS = 4
+BATCH_BYTES = 4 * 1024 * 1024
+_BOUNDARY_READ = 64 * 1024
+# Overrides the number of scanning processes (1: always sequential).
+WORKERS_ENV = "DSV4CTL_DIAGNOSE_WORKERS"
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def default_workers() -> int:
+    """`DSV4CTL_DIAGNOSE_WORKERS` when set to a positive integer, else min(usable CPUs, MAX_WORKERS)."""
+    value = os.environ.get(WORKERS_ENV, "").strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    return max(1, min(usable_cpus(), MAX_WORKERS))
+
+
+def parallel_size(path: str | Path, min_bytes: int = PARALLEL_MIN_BYTES) -> int | None:
+    """The file's size when it should be scanned in parallel (a regular, uncompressed file of at
+    least `min_bytes`), else None."""
+    if str(path) == "-":
+        return None
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size < max(min_bytes, 1):
+            return None
+        with open(path, "rb") as f:
+            if f.read(2) == b"\x1f\x8b":
+                return None
+    except OSError:
+        return None  # the sequential path reports it
+    return st.st_size
+
+
+def split_ranges(f: BinaryIO, size: int, parts: int) -> list[tuple[int, int]]:
+    """Cut `[0, size)` into at most `parts` non-empty ranges, each starting at the beginning of a line."""
+    bounds = [0]
+    for i in range(1, parts):
+        target = max(size * i // parts, bounds[-1])
+        pos = target
+        f.seek(pos)
+        while True:
+            block = f.read(_BOUNDARY_READ)
+            if not block:
+                pos = size
+                break
+            nl = block.find(b"\n")
+            if nl != -1:
+                pos += nl + 1
+                break
+            pos += len(block)
+        pos = min(pos, size)
+        if pos > bounds[-1] and pos < size:
+            bounds.append(pos)
+    bounds.append(size)
+    return [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
+
+
+class _RangeReader:
+    """A read-only binary stream over `[start, end)` of a file (`end=None`: to the end of the file)."""
+
+    def __init__(self, f: BinaryIO, start: int, end: int | None) -> None:
+        self.f = f
+        self.left = None if end is None else end - start
+        self.name = getattr(f, "name", "<stream>")
+        f.seek(start)
+
+    def read(self, n: int = -1) -> bytes:
+        if self.left is None:
+            return self.f.read(n)
+        if self.left <= 0:
+            return b""
+        data = self.f.read(self.left if n is None or n < 0 else min(n, self.left))
+        self.left -= len(data)
+        return data
+
+
+def _scan_range_worker(path: str, start: int, end: int | None, engine: str, chunk_bytes: int, conn) -> None:
+    """Child process: scan one range, send ("lines", [(lineno, raw)...]) batches, then ("done", [...], lines)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and ends its children
+    try:
+        count: list[int] = []
+        batch: list[tuple[int, str]] = []
+        size = 0
+        with open(path, "rb") as f:
+            stream = _RangeReader(f, start, end)
+            for lineno, raw in prefilter.scan_source(stream, engine=engine, chunk_bytes=chunk_bytes, line_count=count):
+                batch.append((lineno, raw))
+                size += len(raw) + 64
+                if size >= BATCH_BYTES:
+                    conn.send(("lines", batch))
+                    batch = []
+                    size = 0
+        conn.send(("done", batch, count[0]))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it as an InputError
+        try:
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        except OSError:
+            pass
+    finally:
+        conn.close()
+
+
+def _context():
+    """fork when it is safe and cheap (Linux, one thread), spawn otherwise."""
+    if sys.platform.startswith("linux") and threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
+
+
+def scan_file_parallel(
+    path: str | Path,
+    *,
+    engine: str = "auto",
+    workers: int | None = None,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> Iterator[tuple[int, str]]:
+    """Yield `(lineno, raw_line)` for every interesting line of a regular file, in order, scanning
+    its parts in `workers` processes (this one included). Same output as `prefilter.scan_source`."""
+    engine = "hyperscan" if prefilter.use_hyperscan(engine) else "re"
+    n = default_workers() if workers is None else max(1, workers)
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    procs: list[tuple[multiprocessing.process.BaseProcess, object]] = []
+    try:
+        size = os.fstat(f.fileno()).st_size
+        ranges = split_ranges(f, size, n) if n > 1 else [(0, size)]
+        if len(ranges) > 1:
+            prefilter.prepare_big_scan(engine)  # once, here: forked children inherit both
+        ctx = _context() if len(ranges) > 1 else None
+        for i, (start, end) in enumerate(ranges[1:], start=1):
+            last = i == len(ranges) - 1
+            recv, send = ctx.Pipe(duplex=False)
+            proc = ctx.Process(
+                target=_scan_range_worker,
+                args=(str(path), start, None if last else end, engine, chunk_bytes, send),
+                daemon=True,
+            )
+            proc.start()
+            send.close()
+            procs.append((proc, recv))
+        count: list[int] = []
+        # The first range here, while the children scan theirs. A log that grows while it is read
+        # is read to its end, as the sequential scan does, by the process with the last range.
+        first_end = ranges[0][1] if len(ranges) > 1 else None
+        yield from prefilter.scan_source(_RangeReader(f, 0, first_end), engine=engine, chunk_bytes=chunk_bytes, line_count=count)
+        base = count[0]
+        for proc, recv in procs:
+            while True:
+                try:
+                    msg = recv.recv()  # type: ignore[attr-defined]
+                except EOFError:
+                    raise InputError(f"cannot read {path}: a scanning process ended unexpectedly (exit code {proc.exitcode})",
+                                     hint=f"retry, or set {WORKERS_ENV}=1 to scan in one process") from None
+                if msg[0] == "error":
+                    raise InputError(f"cannot read {path}: {msg[1]}")
+                for lineno, raw in msg[1]:
+                    yield base + lineno, raw
+                if msg[0] == "done":
+                    base += msg[2]
+                    break
+            proc.join()
+    finally:
+        f.close()
+        for proc, recv in procs:
+            recv.close()  # type: ignore[attr-defined]
+            if proc.is_alive():
+                proc.terminate()
+            proc.join()

@@ -1,0 +1,181 @@
+"""The parallel scan of big files gives byte-for-byte the sequential result.
+
+The threshold is lowered to a few bytes here, so small files (fixtures padded with serving noise and
+concatenated) take the parallel path; nothing big is written.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dsv4ctl.logs import parallel, prefilter
+from dsv4ctl.logs.diagnose import diagnose
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
+EXAMPLES = Path(__file__).resolve().parents[2] / "dsv4ctl" / "examples"
+LOGS = sorted(FIXTURES.glob("*.log")) + sorted(EXAMPLES.glob("*.log"))
+ENGINES = ["re"] + (["hyperscan"] if prefilter.hyperscan_available() else [])
+
+# Serving noise no pattern selects (a uvicorn access line and a metrics line).
+NOISE = (
+    b'(APIServer pid=7701) INFO:     10.0.0.1:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+    b"(APIServer pid=7701) INFO 10-21 11:00:00 [loggers.py:259] Engine 000: Avg prompt throughput: 1.4 tokens/s\n"
+)
+
+
+def _json(path: Path, **kw) -> str:
+    return json.dumps(diagnose([path], **kw).to_json(), sort_keys=True)
+
+
+def _padded(log: bytes, noise_lines: int) -> bytes:
+    """The log's startup with serving noise before and after it, so range cuts land all over it."""
+    return NOISE * noise_lines + log + NOISE * noise_lines
+
+
+def test_fixtures_padded_give_the_same_diagnosis_with_2_3_and_4_processes(tmp_path):
+    assert len(LOGS) >= 10
+    for log in LOGS:
+        path = tmp_path / log.name
+        path.write_bytes(_padded(log.read_bytes(), 50))
+        sequential = _json(path, workers=1)
+        for workers in (2, 3, 4):
+            assert _json(path, workers=workers, parallel_min_bytes=1) == sequential, (log.name, workers)
+
+
+def test_all_fixtures_concatenated_into_one_file(tmp_path):
+    path = tmp_path / "all.log"
+    path.write_bytes(b"".join(_padded(p.read_bytes(), 3) for p in LOGS))
+    sequential = diagnose([path], workers=1)
+    for engine in ENGINES:
+        for workers in (2, 4):
+            d = diagnose([path], engine=engine, workers=workers, parallel_min_bytes=1)
+            assert json.dumps(d.to_json(), sort_keys=True) == json.dumps(sequential.to_json(), sort_keys=True)
+    assert sequential.lines_examined > 500
+    # Every selected line, numbered: the last ones lie in the last range, so the numbers were rebuilt.
+    with open(path, "rb") as f:
+        expected = list(prefilter.scan_source(f))
+    got = list(parallel.scan_file_parallel(path, workers=4))
+    assert got == expected
+    total = path.read_bytes().count(b"\n")
+    assert expected[-1][0] > total * 3 // 4
+
+
+def test_the_parallel_path_is_taken_above_the_threshold_only(tmp_path, monkeypatch):
+    calls: list[int] = []
+    real = parallel.scan_file_parallel
+
+    def spy(path, **kw):
+        calls.append(kw["workers"])
+        return real(path, **kw)
+
+    monkeypatch.setattr(parallel, "scan_file_parallel", spy)
+    path = tmp_path / "x.log"
+    path.write_bytes(_padded((EXAMPLES / "stale-max-model-len.log").read_bytes(), 100))
+    size = path.stat().st_size
+    diagnose([path], workers=2, parallel_min_bytes=size + 1)
+    assert calls == []
+    diagnose([path], workers=2, parallel_min_bytes=size)
+    assert calls == [2]
+    diagnose([path], workers=1, parallel_min_bytes=1)
+    assert calls == [2]
+
+
+def test_gzip_stdin_and_directories_are_not_parallel(tmp_path):
+    gz = tmp_path / "x.log.gz"
+    gz.write_bytes(gzip.compress(NOISE * 10))
+    assert parallel.parallel_size(gz, 1) is None
+    assert parallel.parallel_size("-", 1) is None
+    assert parallel.parallel_size(tmp_path, 1) is None
+    assert parallel.parallel_size(tmp_path / "missing.log", 1) is None
+    plain = tmp_path / "x.log"
+    plain.write_bytes(NOISE * 10)
+    assert parallel.parallel_size(plain, 1) == len(NOISE) * 10
+    assert parallel.parallel_size(plain, len(NOISE) * 10 + 1) is None
+
+
+def test_ranges_start_at_line_starts_and_cover_the_file(tmp_path):
+    data = b"a\n" + b"x" * 300_000 + b"\nb\nc" + b"\n" * 5 + b"tail without newline"
+    path = tmp_path / "r.log"
+    path.write_bytes(data)
+    with open(path, "rb") as f:
+        for parts in (1, 2, 3, 4, 9):
+            ranges = parallel.split_ranges(f, len(data), parts)
+            assert ranges[0][0] == 0 and ranges[-1][1] == len(data)
+            assert all(a < b for a, b in ranges)
+            assert all(ranges[i][1] == ranges[i + 1][0] for i in range(len(ranges) - 1))
+            assert all(data[s - 1:s] == b"\n" for s, _ in ranges[1:])
+            assert len(ranges) <= parts
+    with open(path, "rb") as f:  # one line: one range whatever the parts
+        path.write_bytes(b"x" * 1000)
+        assert parallel.split_ranges(f, 1000, 4) == [(0, 1000)]
+
+
+LINE_PIECES = st.sampled_from(
+    [
+        b"\n", b"\r\n", b"\r", b"\xff\xe2", b"ERROR 10-21 09:00:00 [a.py:1] boom", b"Traceback (most recent call last):",
+        b"AssertionError", b"plain text ", b"(Worker_TP0 pid=1) ", b"Starting vLLM server on http://x",
+        b"x" * 5000, b"KV cache size: 12 tokens",
+    ]
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pieces=st.lists(LINE_PIECES, max_size=80), workers=st.integers(2, 4), engine=st.sampled_from(ENGINES))
+def test_scan_matches_sequential_on_random_logs(tmp_path, pieces, workers, engine):
+    data = b"".join(pieces)
+    path = tmp_path / "fuzz.log"
+    path.write_bytes(data)
+    with open(path, "rb") as f:
+        expected = list(prefilter.scan_source(f, engine=engine, chunk_bytes=4096))
+    got = list(parallel.scan_file_parallel(path, engine=engine, workers=workers, chunk_bytes=4096))
+    assert got == expected
+
+
+def test_line_count_counts_a_last_line_without_newline(tmp_path):
+    path = tmp_path / "n.log"
+    for data, lines in ((b"", 0), (b"a", 1), (b"a\n", 1), (b"a\nb", 2), (b"\n\n", 2)):
+        path.write_bytes(data)
+        count: list[int] = []
+        with open(path, "rb") as f:
+            list(prefilter.scan_source(f, line_count=count))
+        assert count == [lines], data
+
+
+def test_workers_env_overrides_the_default(monkeypatch):
+    monkeypatch.setenv(parallel.WORKERS_ENV, "3")
+    assert parallel.default_workers() == 3
+    monkeypatch.setenv(parallel.WORKERS_ENV, "nonsense")
+    assert 1 <= parallel.default_workers() <= parallel.MAX_WORKERS
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_a_cli_run_uses_the_same_numbers(cli, tmp_path, monkeypatch, workers):
+    # Through the CLI, with the threshold lowered for this process: the JSON equals the one-process run.
+    path = tmp_path / "stale.log"
+    path.write_bytes(_padded((EXAMPLES / "stale-max-model-len.log").read_bytes(), 200))
+    monkeypatch.setenv(parallel.WORKERS_ENV, "1")
+    sequential = cli("diagnose", str(path), "--json")
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setenv(parallel.WORKERS_ENV, str(workers))
+    par = cli("diagnose", str(path), "--json")
+    assert par.exit_code == sequential.exit_code == 3
+    assert json.loads(par.stdout) == json.loads(sequential.stdout)
+
+
+@pytest.mark.parametrize("use_numpy", [True, False])
+def test_count_newlines_equals_bytes_count(monkeypatch, use_numpy):
+    if use_numpy:
+        pytest.importorskip("numpy")
+        monkeypatch.setattr(prefilter, "_np", None)
+    else:
+        monkeypatch.setattr(prefilter, "_np", False)  # as if numpy were not installed
+    data = bytes(range(256)) * 20_000 + b"\n" * 3 + b"x" * 1_500_000 + b"\n"  # ~6.6 MB
+    for start, end in ((0, len(data)), (1, len(data) - 1), (5_000_000, len(data)), (7, 1_048_583), (10, 20), (3, 3)):
+        assert prefilter.count_newlines(data, start, end) == data.count(b"\n", start, end), (start, end)
+    assert (prefilter._np is not False) == use_numpy
