@@ -10,41 +10,78 @@ from dsv4ctl.errors import UsageError
 GiB = 1 << 30
 MiB = 1 << 20
 
-_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*$")
-# Binary units as operators write them for GPU memory; decimal ones as vLLM's human-readable ints read them.
-_UNITS = {
+# vLLM's `human_readable_int` (utils/argparse_utils.py): one-letter suffixes, lower case decimal,
+# upper case binary, no decimals with a binary suffix. `--kv-cache-memory-bytes 10G` is 10 GiB.
+_VLLM_INT_RE = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+_VLLM_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_VLLM_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+# Spelled-out units as operators copy them from logs and nvidia-smi (`9.81GiB`, `64GB`, `512 MiB`).
+_SIZE_RE = re.compile(r"([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)")
+_SPELLED_UNITS = {
     "": 1, "b": 1,
-    "k": 1000, "kb": 1000, "kib": 1 << 10,
-    "m": 1000**2, "mb": 1000**2, "mib": 1 << 20,
-    "g": 1000**3, "gb": 1000**3, "gib": 1 << 30,
-    "t": 1000**4, "tb": 1000**4, "tib": 1 << 40,
+    "kb": 1000, "kib": 1 << 10,
+    "mb": 1000**2, "mib": 1 << 20,
+    "gb": 1000**3, "gib": 1 << 30,
+    "tb": 1000**4, "tib": 1 << 40,
 }
+_SIZE_HINT = "write it like 9.81GiB, 512MiB, 10G (= 10 GiB, as vLLM reads it) or 1234567"
+
+
+def parse_vllm_int(text: str, *, what: str = "value", allow_auto: bool = False) -> int:
+    """Read an integer exactly as vLLM's `human_readable_int[_or_auto]` does.
+
+    `1k` = 1,000, `1K` = 1,024, `25.6k` = 25,600, `1M` = 1,048,576; with `allow_auto`, `auto` and
+    `-1` give -1 (vLLM's `--max-model-len auto`).
+    """
+    value = str(text).strip()
+    if allow_auto and (value == "-1" or value.lower() == "auto"):
+        return -1
+    match = _VLLM_INT_RE.fullmatch(value)
+    if match:
+        number, suffix = match.groups()
+        if suffix in _VLLM_DECIMAL:
+            return int(float(number) * _VLLM_DECIMAL[suffix])
+        if "." in number:
+            raise UsageError(
+                f"invalid {what} {text!r}: vLLM allows no decimals with binary suffixes like {suffix}",
+                hint=f"write {number}{suffix}iB (binary) or {number}{suffix.lower()} (decimal)",
+            )
+        return int(number) * _VLLM_BINARY[suffix]
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"invalid {what} {text!r}", hint="write it like 1048576, 1M, 512k" + (" or auto" if allow_auto else "")) from None
 
 
 def parse_size(text: str, *, what: str = "size") -> int:
-    """Parse `9.81GiB`, `64M`, `1.5e9` or `123456` into bytes (GiB/MiB binary, G/GB/M/MB decimal).
-
-    vLLM's `--kv-cache-memory-bytes` reads `K`/`M`/`G` as decimal; we follow the same reading and
-    accept the explicit binary suffixes operators use when they copy a GiB figure from a log.
-    """
-    match = _SIZE_RE.match(str(text))
+    """Parse a byte size: vLLM's spelling (`10G` = 10 GiB, `10g` = 10**9, as `--kv-cache-memory-bytes`
+    reads it) or a spelled-out unit (`9.81GiB`, `512MiB`, `64GB`, `1.5e9`). Fractions round up."""
+    value = str(text).strip()
+    if _VLLM_INT_RE.fullmatch(value):
+        return parse_vllm_int(value, what=what)
+    match = _SIZE_RE.fullmatch(value)
     if not match:
-        raise UsageError(f"invalid {what} {text!r}", hint="write it like 9.81GiB, 512MiB, 64M or 1234567")
+        raise UsageError(f"invalid {what} {text!r}", hint=_SIZE_HINT)
     number, unit = match.groups()
-    factor = _UNITS.get(unit.lower())
+    factor = _SPELLED_UNITS.get(unit.lower())
     if factor is None:
-        raise UsageError(f"invalid {what} {text!r}: unknown unit {unit!r}", hint="units: B, KiB, MiB, GiB, TiB, K, M, G, T")
+        raise UsageError(f"invalid {what} {text!r}: unknown unit {unit!r}", hint=_SIZE_HINT)
     if number.isdigit():
-        value = int(number) * factor  # exact for integers of any size
-        return value
-    value = float(number) * factor
-    if not math.isfinite(value) or value < 0:
-        raise UsageError(f"invalid {what} {text!r}: must be a non-negative number of bytes")
-    return int(math.ceil(value)) if unit.lower() not in ("", "b") else int(value)
+        return int(number) * factor  # exact for integers of any size
+    size = float(number) * factor
+    if not math.isfinite(size):
+        raise UsageError(f"invalid {what} {text!r}: must be a finite number of bytes")
+    return math.ceil(size)
 
 
 def gib(n_bytes: float) -> float:
     return n_bytes / GiB
+
+
+def format_gib_vllm(n_bytes: float) -> str:
+    """vLLM's own `format_gib`: `round(bytes / GiB, 2)` with no trailing zeros (`9.81`, `61.2`)."""
+    return f"{round(n_bytes / GiB, 2)}"
 
 
 def format_gib(n_bytes: float, digits: int = 2) -> str:

@@ -31,7 +31,7 @@ from dsv4ctl.planning.memory import (
     requested_memory,
     weights_per_rank,
 )
-from dsv4ctl.units import GiB, MiB, format_gib, format_tokens
+from dsv4ctl.units import GiB, MiB, format_gib, format_tokens, parse_size, parse_vllm_int
 
 # vLLM 0.32 defaults (config/cache.py, config/scheduler.py, engine/arg_utils.py:get_batch_defaults).
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
@@ -273,41 +273,13 @@ def max_concurrent_batches(async_scheduling: bool, pipeline_parallel_size: int) 
 
 def parse_max_model_len(text: str) -> int:
     """vLLM's `human_readable_int_or_auto`: `auto`/-1, `1m` (10^6), `1M` (2^20), `25.6k`, plain ints."""
-    value = str(text).strip()
-    if value == "-1" or value.lower() == "auto":
-        return -1
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", value)
-    if match:
-        number, suffix = match.groups()
-        if suffix.islower():
-            return int(float(number) * {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}[suffix])
-        if "." in number:
-            raise UsageError(f"invalid length {text!r}: decimals are not allowed with binary suffixes like {suffix}")
-        return int(number) * {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[suffix]
-    try:
-        return int(value)
-    except ValueError:
-        raise UsageError(f"invalid length {text!r}", hint="write it like 1048576, 1M, 512k or auto") from None
+    return parse_vllm_int(text, what="length", allow_auto=True)
 
 
 def parse_memory_size(text: str, *, what: str) -> int:
-    """A per-GPU size: vLLM's `human_readable_int` spelling (`10G` = 10 GiB, `10g` = 10**9, plain bytes)
-    reads exactly as vLLM reads `--kv-cache-memory-bytes`; `9.81GiB` / `512MiB` / `64GB` as written."""
-    from dsv4ctl.units import parse_size
-
-    value = str(text).strip()
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", value)
-    if match:
-        number, suffix = match.groups()
-        if suffix.islower():
-            return int(float(number) * {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}[suffix])
-        if "." in number:
-            raise UsageError(
-                f"invalid {what} {text!r}: vLLM allows no decimals with binary suffixes like {suffix}",
-                hint=f"write {number}{suffix}iB (binary) or {number}{suffix.lower()} (decimal)",
-            )
-        return int(number) * {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[suffix]
-    return parse_size(value, what=what)
+    """A per-GPU size, read as vLLM reads `--kv-cache-memory-bytes` (`10G` = 10 GiB, `10g` = 10**9),
+    or with a spelled-out unit (`9.81GiB`, `512MiB`, `64GB`)."""
+    return parse_size(text, what=what)
 
 
 def parse_margin(text: str) -> Margin:

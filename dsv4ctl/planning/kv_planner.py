@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from dsv4ctl.planning.kv_specs import SLIDING, LayerKvSpec
-from dsv4ctl.units import cdiv, round_up
+from dsv4ctl.units import cdiv, format_gib_vllm, round_up
 
 MIRRORED_VLLM_VERSION = "0.32.0"
 
@@ -259,11 +259,6 @@ def pp_layer_ranges(num_hidden_layers: int, pp_size: int, partition: list[int] |
         ranges.append((start, start + p))
         start += p
     return ranges
-
-
-def format_gib_vllm(n_bytes: int) -> str:
-    """vLLM's `format_gib`: GiB rounded to 2 decimals."""
-    return f"{round(n_bytes / (1 << 30), 2)}"
 
 
 def plan_kv_cache(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsv4ctl.planning.geometry import CheckpointWeights
-from dsv4ctl.units import GiB, MiB
+from dsv4ctl.units import GiB, MiB, format_gib_vllm
 
 # A fresh CUDA context took 552,402,944 bytes on an H200 (driver 580, torch 2.x): vLLM's own process
 # sees that much less free memory than NVML reports before it starts. Rounded up.
@@ -69,15 +69,11 @@ def requested_memory(cuda_total_bytes: int, gpu_memory_utilization: float) -> in
     return math.ceil(cuda_total_bytes * gpu_memory_utilization)
 
 
-def _gib(n: int) -> str:
-    return f"{round(n / GiB, 2)}"  # vLLM's format_gib
-
-
 def free_memory_refusal(cuda_index: int, free: int, total: int, util: float, requested: int) -> str:
     """vLLM's `request_memory` error, word for word (0.32)."""
     return (
-        f"Free memory on device cuda:{cuda_index} ({_gib(free)}/{_gib(total)} GiB) on startup is less than desired "
-        f"GPU memory utilization ({util}, {_gib(requested)} GiB). Decrease GPU memory utilization or reduce GPU "
+        f"Free memory on device cuda:{cuda_index} ({format_gib_vllm(free)}/{format_gib_vllm(total)} GiB) on startup is less than desired "
+        f"GPU memory utilization ({util}, {format_gib_vllm(requested)} GiB). Decrease GPU memory utilization or reduce GPU "
         "memory used by other processes."
     )
 
