@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import multiprocessing
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dsv4ctl.errors import InputError
 from dsv4ctl.logs import parallel, prefilter
 from dsv4ctl.logs.diagnose import diagnose
 
@@ -179,3 +181,42 @@ def test_count_newlines_equals_bytes_count(monkeypatch, use_numpy):
     for start, end in ((0, len(data)), (1, len(data) - 1), (5_000_000, len(data)), (7, 1_048_583), (10, 20), (3, 3)):
         assert prefilter.count_newlines(data, start, end) == data.count(b"\n", start, end), (start, end)
     assert (prefilter._np is not False) == use_numpy
+
+
+def test_spawned_scanners_give_the_same_lines(tmp_path, monkeypatch):
+    # The fallback where forking is unsafe (other threads running, or not Linux).
+    monkeypatch.setattr(parallel, "_context", lambda: multiprocessing.get_context("spawn"))
+    path = tmp_path / "s.log"
+    path.write_bytes(_padded((EXAMPLES / "deepgemm-ima.log").read_bytes(), 40))
+    with open(path, "rb") as f:
+        expected = list(prefilter.scan_source(f))
+    assert list(parallel.scan_file_parallel(path, workers=3)) == expected
+
+
+def test_fork_only_while_single_threaded():
+    import threading
+
+    assert parallel._context().get_start_method() in ("fork", "spawn")
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert parallel._context().get_start_method() == "spawn"
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_a_failing_scanner_is_one_clear_error(tmp_path, monkeypatch):
+    path = tmp_path / "gone.log"
+    path.write_bytes(NOISE * 200)
+    real = parallel._scan_range_worker
+
+    def worker_on_a_missing_file(p, *args):
+        return real(str(tmp_path / "missing.log"), *args)
+
+    monkeypatch.setattr(parallel, "_scan_range_worker", worker_on_a_missing_file)
+    # fork: the child runs the patched function as it is (spawn would re-import the module's own).
+    monkeypatch.setattr(parallel, "_context", lambda: multiprocessing.get_context("fork"))
+    with pytest.raises(InputError, match="cannot read .*No such file"):
+        list(parallel.scan_file_parallel(path, workers=2))
