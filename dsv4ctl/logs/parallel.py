@@ -20,7 +20,6 @@ sequentially: starting processes would cost more than it saves.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import stat
@@ -145,6 +144,8 @@ def _scan_range_worker(path: str, start: int, end: int | None, engine: str, chun
 
 def _context():
     """fork when it is safe and cheap (Linux, one thread), spawn otherwise."""
+    import multiprocessing  # here: diagnose of a small log need not import it
+
     if sys.platform.startswith("linux") and threading.active_count() == 1:
         return multiprocessing.get_context("fork")
     return multiprocessing.get_context("spawn")
@@ -165,7 +166,7 @@ def scan_file_parallel(
         f = open(path, "rb")  # noqa: SIM115 - closed below
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
-    procs: list[tuple[multiprocessing.process.BaseProcess, object]] = []
+    procs: list = []  # (process, receiving end of its pipe)
     try:
         size = os.fstat(f.fileno()).st_size
         ranges = split_ranges(f, size, n) if n > 1 else [(0, size)]

@@ -8,6 +8,10 @@ that contain one of `PATTERNS` (startup milestones, errors, traceback frames, si
   chunk at memory speed;
 - otherwise one alternation of the same patterns with Python's `re` does the same job, slower.
 
+Line numbers need every newline counted; `count_newlines` does it with numpy when installed (also in
+the `fast` extra), `bytes.count` otherwise. `dsv4ctl.logs.parallel` runs `scan_source` over parts of a
+big file in several processes.
+
 Either engine only proposes candidate lines: every candidate is confirmed with `line_matches` (the
 same `re` alternation over the decoded, length-capped line) before it is used, so both engines select
 exactly the same lines. `diagnose_lines` applies `line_matches` too, so a caller that feeds every line
