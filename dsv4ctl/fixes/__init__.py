@@ -5,18 +5,25 @@ the model-registry subprocess, EngineCore and each worker. So this module must b
 (standard library only), idempotent, and must never break a startup: every surprise turns into a
 skipped fix and a warning.
 
+The fixes are lazy: a fix whose target module is not imported yet in this process is `deferred`;
+a post-import hook (`dsv4ctl.fixes.post_import`) checks and applies it right after vLLM itself
+imports the target (in the process that builds the model runner). So the processes that never
+import it (the API server, EngineCore in multiprocess mode) pay nothing for it.
+
 Which fixes run is chosen by `DSV4CTL_FIXES`:
 - unset, empty or `none`: nothing is touched (one DEBUG line);
 - `all`: every fix whose check says this installation needs it;
 - a comma list of fix names: those fixes, installed even where the check says they are not needed
   (as long as their target exists).
 
-Each process logs one INFO line starting with `dsv4ctl fixes:` through vLLM's logger, and, when
-`DSV4CTL_FIXES_REPORT` names a file, appends one JSON line describing what it did (see docs/fixes.md).
+Each process logs one INFO line starting with `dsv4ctl fixes:` through vLLM's logger at registration,
+and one more when deferred fixes land; when `DSV4CTL_FIXES_REPORT` names a file, each of these
+events appends one JSON line (`"event": "register"` / `"import"`; see docs/fixes.md).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -32,11 +39,22 @@ STALE_MAX_MODEL_LEN = "stale-max-model-len"
 DEEPGEMM_METADATA_CLAMP = "deepgemm-metadata-clamp"
 FIX_NAMES: tuple[str, ...] = (STALE_MAX_MODEL_LEN, DEEPGEMM_METADATA_CLAMP)
 
+# The module whose import makes a fix applicable (the one holding what it wraps).
+TARGET_MODULES: dict[str, str] = {
+    STALE_MAX_MODEL_LEN: "vllm.v1.worker.gpu.model_runner",
+    DEEPGEMM_METADATA_CLAMP: "vllm.v1.attention.backends.mla.indexer",
+}
+
 # Statuses a fix can end in, in one process.
 APPLIED = "applied"
 NOT_NEEDED = "not-needed"
 SKIPPED = "skipped"
 NOT_REQUESTED = "not-requested"
+DEFERRED = "deferred"
+
+# Report events.
+EVENT_REGISTER = "register"
+EVENT_IMPORT = "import"
 
 
 @dataclass(frozen=True)
@@ -107,6 +125,9 @@ class FixOutcome:
 class _ProcessState:
     outcomes: dict[str, FixOutcome] = field(default_factory=dict)
     calls: int = 0
+    pid: int = 0  # register() in a forked child starts over (it inherited its parent's state)
+    selection: FixSelection | None = None
+    deferred: dict[str, tuple[str, ...]] = field(default_factory=dict)  # target module -> fix names
 
 
 _STATE = _ProcessState()
@@ -139,7 +160,8 @@ def status() -> dict[str, FixCheck]:
 
 
 def outcomes() -> dict[str, FixOutcome]:
-    """What `register()` did in this process (empty before it ran)."""
+    """What the plugin did in this process, latest state (empty before `register()` ran): a
+    `deferred` fix turns into its final status once its target module is imported."""
     return dict(_STATE.outcomes)
 
 
@@ -190,10 +212,13 @@ def _process_identity() -> dict[str, object]:
     }
 
 
-def _append_report(path: str, results: dict[str, FixOutcome], selection: FixSelection) -> str | None:
+def _append_report(path: str, results: dict[str, FixOutcome], selection: FixSelection,
+                   event: str = EVENT_REGISTER, module: str | None = None) -> str | None:
     record = {
+        "event": event,
         **_process_identity(),
         "requested": selection.raw,
+        "module": module,
         "fixes": {name: outcome.to_json() for name, outcome in results.items()},
     }
     data = (json.dumps(record, sort_keys=False) + "\n").encode("utf-8")
@@ -208,13 +233,15 @@ def _append_report(path: str, results: dict[str, FixOutcome], selection: FixSele
     return None
 
 
-def summary_line(results: dict[str, FixOutcome]) -> str:
-    """The one INFO line: `dsv4ctl fixes: <name> applied (...); <name> not needed (...)`."""
+def summary_line(results: dict[str, FixOutcome], imported: str | None = None) -> str:
+    """The INFO line: `dsv4ctl fixes: <name> applied (...); <name> not needed (...)`, and for fixes
+    that landed with a module's import, `... on import of <module>` at the end."""
     parts = []
     for name, outcome in results.items():
         label = outcome.status.replace("-", " ")
         parts.append(f"{name} {label} ({outcome.reason})")
-    return f"{LOG_PREFIX} " + "; ".join(parts)
+    line = f"{LOG_PREFIX} " + "; ".join(parts)
+    return f"{line} on import of {imported}" if imported else line
 
 
 def _vllm_logger() -> logging.Logger:
@@ -254,7 +281,10 @@ def register() -> None:
 
 def _register() -> None:
     selection = parse_selection(os.environ.get(FIXES_ENV))
+    if _STATE.pid != os.getpid():  # first call here, or a forked child holding its parent's state
+        _STATE.pid, _STATE.outcomes, _STATE.deferred, _STATE.calls = os.getpid(), {}, {}, 0
     _STATE.calls += 1
+    _STATE.selection = selection
     if selection.mode == "none":
         results = {name: FixOutcome(name, NOT_REQUESTED, f"{FIXES_ENV} is unset or none") for name in FIX_NAMES}
         first = not _STATE.outcomes
@@ -270,7 +300,7 @@ def _register() -> None:
                 _append_report(report, results, selection)
         return
 
-    results = {name: _decide(name, selection) for name in FIX_NAMES}
+    results = {name: _register_one(name, selection) for name in FIX_NAMES}
     previous = {name: outcome.status for name, outcome in _STATE.outcomes.items()}
     if previous == {name: outcome.status for name, outcome in results.items()}:
         return  # loaded again in the same process: nothing changed, nothing new to say
@@ -279,12 +309,69 @@ def _register() -> None:
     if selection.unknown:
         logger.warning("%s unknown fix name(s) in %s: %s (known: %s)", LOG_PREFIX, FIXES_ENV,
                        ", ".join(selection.unknown), ", ".join(FIX_NAMES))
-    for outcome in results.values():
+    _log_and_report(logger, results, results, selection, EVENT_REGISTER, None)
+
+
+def _log_and_report(logger: logging.Logger, landed: dict[str, FixOutcome], snapshot: dict[str, FixOutcome],
+                    selection: FixSelection, event: str, module: str | None) -> None:
+    for outcome in landed.values():
         if outcome.status == SKIPPED:
             logger.warning("%s %s skipped: %s", LOG_PREFIX, outcome.name, outcome.reason)
-    logger.info(summary_line(results))
+    logger.info(summary_line(landed, module))
     report = os.environ.get(REPORT_ENV)
     if report:
-        problem = _append_report(report, results, selection)
+        problem = _append_report(report, snapshot, selection, event, module)
         if problem:
             logger.warning("%s %s", LOG_PREFIX, problem)
+
+
+def _precheck(name: str, selection: FixSelection) -> FixOutcome | None:
+    """A final outcome decided without importing the fix's target (only reads files), or None.
+
+    Only under `all`: a fix named explicitly is installed whatever its need, which needs the target."""
+    if selection.forced(name):
+        return None
+    need = getattr(_fix_module(name), "need_without_target", None)
+    if need is None:
+        return None
+    needed, reason = need()
+    return FixOutcome(name, NOT_NEEDED, reason) if needed is False else None
+
+
+def _register_one(name: str, selection: FixSelection) -> FixOutcome:
+    """At registration: decide now when the target is imported already (or cheaply decidable),
+    else defer to the target's import."""
+    if not selection.requested(name):
+        return FixOutcome(name, NOT_REQUESTED, f"not in {FIXES_ENV}")
+    target = TARGET_MODULES[name]
+    if target in sys.modules:
+        return _decide(name, selection)
+    try:
+        early = _precheck(name, selection)
+        if early is not None:
+            return early
+        from dsv4ctl.fixes import post_import
+
+        names = _STATE.deferred.get(target, ())
+        _STATE.deferred[target] = names + (name,) if name not in names else names
+        post_import.finder().watch(target, LOGGER_NAME, functools.partial(_land, target))
+    except Exception as exc:  # noqa: BLE001 - a fix must never break a startup
+        return FixOutcome(name, SKIPPED, f"unexpected {type(exc).__name__}: {exc}")
+    return FixOutcome(name, DEFERRED, f"applies when {target} is imported in this process")
+
+
+def _land(target: str, module: object = None) -> None:
+    """The post-import hook's callback: decide the fixes deferred on `target`. Never raises."""
+    try:
+        if _STATE.selection is None:  # pragma: no cover - watches are set by register() only
+            return
+        names = _STATE.deferred.pop(target, ())
+        if not names:
+            return
+        selection = _STATE.selection
+        landed = {name: _decide(name, selection) for name in names}
+        _STATE.outcomes.update(landed)
+        _log_and_report(_vllm_logger(), landed, dict(_STATE.outcomes), selection, EVENT_IMPORT, target)
+    except Exception as exc:  # noqa: BLE001 - the import itself must succeed
+        logging.getLogger(LOGGER_NAME).warning("%s internal error on import of %s: %s: %s",
+                                               LOG_PREFIX, target, type(exc).__name__, exc)

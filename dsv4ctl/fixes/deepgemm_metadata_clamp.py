@@ -20,10 +20,10 @@ import functools
 import inspect
 from typing import Any
 
-from dsv4ctl.fixes import DEEPGEMM_METADATA_CLAMP, FixCheck
+from dsv4ctl.fixes import DEEPGEMM_METADATA_CLAMP, TARGET_MODULES, FixCheck
 
 NAME = DEEPGEMM_METADATA_CLAMP
-INDEXER_MODULE = "vllm.v1.attention.backends.mla.indexer"
+INDEXER_MODULE = TARGET_MODULES[NAME]
 FUNCTION = "get_paged_mqa_logits_metadata"
 MARKER = "__dsv4ctl_fix__"
 EXPECTED_LEADING_PARAMS = ["context_lens", "block_size", "num_sms"]
@@ -54,25 +54,30 @@ def _original(function: Any) -> Any:
     return function
 
 
-def check() -> FixCheck:
+def need_without_target() -> tuple[bool | None, str]:
+    """The need, from DeepGEMM's headers alone (reads files; imports neither vLLM nor DeepGEMM)."""
     from dsv4ctl.probe.headers import find_effective_deepgemm, inspect_include_dir
 
+    location = find_effective_deepgemm()
+    if location is None:
+        return False, "no DeepGEMM is installed (vLLM calls it only on CUDA with DeepGEMM)"
+    verdict = inspect_include_dir(location.include_dir)
+    where = f"{location.source} DeepGEMM at {location.package_dir}"
+    if verdict.guarded is True:
+        return False, f"{where} has the SM90 metadata guard"
+    if verdict.guarded is False:
+        return True, f"{where} lacks the SM90 metadata guard"
+    return None, f"{where}: {verdict.reason}"
+
+
+def check() -> FixCheck:
     target = _target()
     if isinstance(target, str):
         return FixCheck(NAME, False, None, target)
     _, function = target
     installed = getattr(function, MARKER, None) == NAME
-    location = find_effective_deepgemm()
-    if location is None:
-        return FixCheck(NAME, True, False,
-                        "no DeepGEMM is installed (vLLM calls it only on CUDA with DeepGEMM)", installed)
-    verdict = inspect_include_dir(location.include_dir)
-    where = f"{location.source} DeepGEMM at {location.package_dir}"
-    if verdict.guarded is True:
-        return FixCheck(NAME, True, False, f"{where} has the SM90 metadata guard", installed)
-    if verdict.guarded is False:
-        return FixCheck(NAME, True, True, f"{where} lacks the SM90 metadata guard", installed)
-    return FixCheck(NAME, True, None, f"{where}: {verdict.reason}", installed)
+    needed, reason = need_without_target()
+    return FixCheck(NAME, True, needed, reason, installed)
 
 
 def clamp_context_lens(context_lens: Any) -> Any:

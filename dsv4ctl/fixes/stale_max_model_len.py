@@ -19,10 +19,10 @@ import inspect
 from types import SimpleNamespace
 from typing import Any
 
-from dsv4ctl.fixes import STALE_MAX_MODEL_LEN, FixCheck
+from dsv4ctl.fixes import STALE_MAX_MODEL_LEN, TARGET_MODULES, FixCheck
 
 NAME = STALE_MAX_MODEL_LEN
-RUNNER_MODULE = "vllm.v1.worker.gpu.model_runner"
+RUNNER_MODULE = TARGET_MODULES[NAME]
 RUNNER_CLASS = "GPUModelRunner"
 METHOD = "update_max_model_len"
 MODEL_STATE_MODULE = "vllm.v1.worker.gpu.model_states.interface"
