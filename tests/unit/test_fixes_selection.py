@@ -92,6 +92,8 @@ def test_summary_line_starts_with_the_literal_prefix_and_names_every_fix():
     assert line.startswith("dsv4ctl fixes: ")
     assert "stale-max-model-len applied (wrapped X)" in line
     assert "deepgemm-metadata-clamp not needed (guarded)" in line
+    landed = summary_line({STALE_MAX_MODEL_LEN: FixOutcome(STALE_MAX_MODEL_LEN, APPLIED, "wrapped X")}, "vllm.a.b")
+    assert landed == "dsv4ctl fixes: stale-max-model-len applied (wrapped X) on import of vllm.a.b"
 
 
 def _run_register(env: dict[str, str], count: int = 1) -> list[subprocess.Popen]:
@@ -116,7 +118,8 @@ def test_concurrent_processes_append_one_whole_json_line_each(tmp_path):
     assert len(lines) == 8
     assert {line["pid"] for line in lines} == pids
     for line in lines:
-        assert set(line) >= {"pid", "ppid", "process", "argv0", "fixes"}
+        assert set(line) >= {"event", "pid", "ppid", "process", "argv0", "requested", "module", "fixes"}
+        assert line["event"] == "register" and line["module"] is None
         assert line["process"] == "MainProcess" and line["argv0"] == "-c"
         assert set(line["fixes"]) == set(FIX_NAMES)
         assert {v["status"] for v in line["fixes"].values()} == {NOT_REQUESTED}
