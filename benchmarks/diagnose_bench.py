@@ -11,9 +11,11 @@ repeated until it reaches --size. It is written to a temporary file and deleted 
 Each measured command runs in its own process after one untimed warm-up read of the file, so the
 page cache is warm for all of them. Reported per engine: wall seconds, the ratio to grep's wall
 seconds (lower is better; 1.0 = as fast as grep), peak RSS, and the number of lines selected (which
-must equal grep's count: same patterns, same lines). A big file is scanned by several processes
+must equal grep's count: same patterns, same lines). Timed: the command itself (`python -m dsv4ctl
+diagnose LOG --json`, engine auto) and `diagnose()` with each engine. A big file is scanned by several processes
 (`dsv4ctl.logs.parallel`), so RSS is reported two ways: `peak_rss_mib`, the largest single process
-(exact, from getrusage of the diagnosing process and of its children), and `tree_peak_rss_mib`, the
+(exact, from wait4's rusage of the diagnosing process, which covers its waited children), and
+`tree_peak_rss_mib`, the
 sum over the whole process tree sampled every 20 ms with psutil (pages a forked child shares with its
 parent are counted in both). `--sequential-too` also times the one-process scan.
 Run it under `flock /tmp/dsv4ctl-heavy.lock` on a shared machine.
@@ -135,25 +137,45 @@ class TreeRss:
         self.thread.join()
 
 
+def _measure(cmd: list[str], env: dict[str, str]) -> tuple[str, int, float, int, int, int]:
+    """Run `cmd`; returns (stdout, exit code, wall seconds, largest RSS of it and its waited children in
+    bytes (wait4), sampled peak of the process tree's summed RSS, processes in the tree at that peak)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    sampler = TreeRss(proc.pid)
+    out = proc.stdout.read()  # type: ignore[union-attr]
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.stdout.close()  # type: ignore[union-attr]
+    sampler.finish()
+    return out, proc.returncode, wall, usage.ru_maxrss * 1024, sampler.peak, sampler.peak_processes
+
+
 def run_diagnose(path: Path, engine: str, workers: int | None = None) -> dict:
+    """`diagnose()` through the Python API, with a chosen engine (the CLI always takes "auto")."""
     env = dict(os.environ)
     if workers is not None:
         env["DSV4CTL_DIAGNOSE_WORKERS"] = str(workers)
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-c", DIAGNOSE_SNIPPET, str(path), engine], stdout=subprocess.PIPE, text=True, cwd=REPO, env=env
-    )
-    sampler = TreeRss(proc.pid)
-    out, _ = proc.communicate()
-    wall = time.perf_counter() - start
-    sampler.finish()
-    if proc.returncode != 0:
-        raise SystemExit(f"diagnose failed with exit code {proc.returncode}")
+    out, code, wall, maxrss, tree, procs = _measure([sys.executable, "-c", DIAGNOSE_SNIPPET, str(path), engine], env)
+    if code != 0:
+        raise SystemExit(f"diagnose failed with exit code {code}")
     data = json.loads(out.strip().splitlines()[-1])
-    data["seconds"] = wall
-    data["tree_peak_rss_bytes"] = sampler.peak
-    data["tree_peak_processes"] = sampler.peak_processes
+    data.update(seconds=wall, wait4_peak_rss_bytes=maxrss, tree_peak_rss_bytes=tree, tree_peak_processes=procs)
     return data
+
+
+def run_cli(path: Path) -> dict:
+    """The command itself, `python -m dsv4ctl diagnose LOG --json` (Typer, Rich, JSON output included)."""
+    out, code, wall, maxrss, tree, procs = _measure([sys.executable, "-m", "dsv4ctl", "diagnose", str(path), "--json"], dict(os.environ))
+    data = json.loads(out)
+    if code != data["exit_code"]:
+        raise SystemExit(f"dsv4ctl diagnose exited {code}, its JSON says {data['exit_code']}")
+    return {
+        "seconds": wall, "seconds_inside": None, "wait4_peak_rss_bytes": maxrss, "peak_rss_bytes": None,
+        "children_peak_rss_bytes": None, "tree_peak_rss_bytes": tree, "tree_peak_processes": procs,
+        "lines": data["lines_examined"], "verdict": data["verdict"], "findings": [f["id"] for f in data["findings"]],
+    }
 
 
 def run_grep(path: Path, mode: str = "-c") -> tuple[float, int]:
@@ -203,20 +225,22 @@ def main(argv: list[str] | None = None) -> int:
             "patterns": len(prefilter.PATTERNS),
             "engines": {},
         }
-        runs = [(e, None) for e in engines] + ([(e, 1) for e in engines] if args.sequential_too else [])
+        runs: list[tuple[str, int | None]] = [("cli", None)] + [(e, None) for e in engines]
+        runs += [(e, 1) for e in engines] if args.sequential_too else []
+        mib = lambda b: None if b is None else round(b / (1 << 20), 1)  # noqa: E731
         for engine, workers in runs:
-            r = run_diagnose(path, engine, workers)
-            key = engine if workers is None else f"{engine}, 1 process"
+            r = run_cli(path) if engine == "cli" else run_diagnose(path, engine, workers)
+            key = "dsv4ctl diagnose (auto)" if engine == "cli" else engine if workers is None else f"{engine}, 1 process"
             results["engines"][key] = {
                 "seconds": round(r["seconds"], 3),
-                "seconds_inside": round(r["seconds_inside"], 3),
+                "seconds_inside": None if r["seconds_inside"] is None else round(r["seconds_inside"], 3),
                 "ratio_vs_grep": round(r["seconds"] / grep_seconds, 3) if grep_seconds > 0 else None,
                 "ratio_vs_grep_n": round(r["seconds"] / grep_n_seconds, 3) if grep_n_seconds > 0 else None,
-                # Largest single process (the diagnosing one or any of its scanning children), from
-                # getrusage: exact peaks, but not a sum.
-                "peak_rss_mib": round(max(r["peak_rss_bytes"], r["children_peak_rss_bytes"]) / (1 << 20), 1),
-                "parent_peak_rss_mib": round(r["peak_rss_bytes"] / (1 << 20), 1),
-                "children_peak_rss_mib": round(r["children_peak_rss_bytes"] / (1 << 20), 1),
+                # Largest single process (the diagnosing one or any of its scanning children): exact,
+                # from wait4's rusage of the diagnosing process (which includes its waited children), not a sum.
+                "peak_rss_mib": mib(r["wait4_peak_rss_bytes"]),
+                "parent_peak_rss_mib": mib(r["peak_rss_bytes"]),
+                "children_peak_rss_mib": mib(r["children_peak_rss_bytes"]),
                 # Sum over the whole process tree, sampled every 20 ms with psutil (may miss a shorter
                 # peak; counts pages shared between a parent and its forked children twice).
                 "tree_peak_rss_mib": round(r["tree_peak_rss_bytes"] / (1 << 20), 1),
@@ -244,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"({'same as grep' if r['lines_match_grep'] else 'DIFFERENT from grep'}), verdict {r['verdict']}"
             )
     ok = all(r["lines_match_grep"] for r in results["engines"].values())
+    ok = ok and len({(r["verdict"], tuple(r["findings"])) for r in results["engines"].values()}) == 1
     return 0 if ok else 1
 
 
