@@ -134,8 +134,9 @@ def _scan_range_worker(path: str, start: int, end: int | None, engine: str, chun
                     size = 0
         conn.send(("done", batch, count[0]))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it as an InputError
+        text = str(exc) if isinstance(exc, InputError) else f"cannot read {path}: {type(exc).__name__}: {exc}"
         try:
-            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+            conn.send(("error", text))
         except OSError:
             pass
     finally:
@@ -195,10 +196,13 @@ def scan_file_parallel(
                 try:
                     msg = recv.recv()  # type: ignore[attr-defined]
                 except EOFError:
-                    raise InputError(f"cannot read {path}: a scanning process ended unexpectedly (exit code {proc.exitcode})",
-                                     hint=f"retry, or set {WORKERS_ENV}=1 to scan in one process") from None
+                    proc.join(1)
+                    raise InputError(
+                        f"cannot read {path}: a scanning process ended unexpectedly (exit code {proc.exitcode})",
+                        hint=f"retry, or set {WORKERS_ENV}=1 to scan in one process",
+                    ) from None
                 if msg[0] == "error":
-                    raise InputError(f"cannot read {path}: {msg[1]}")
+                    raise InputError(msg[1])
                 for lineno, raw in msg[1]:
                     yield base + lineno, raw
                 if msg[0] == "done":

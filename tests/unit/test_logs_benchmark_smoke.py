@@ -21,9 +21,11 @@ def test_benchmark_script_on_a_small_log(tmp_path):
     assert data["size_bytes"] >= 3 * 2**20
     assert data["grep"]["lines"] > 0
     assert data["engines"], "no engine ran"
+    assert "dsv4ctl diagnose (auto)" in data["engines"]  # the command itself is timed too
     for result in data["engines"].values():
         assert result["lines"] == data["grep"]["lines"]  # same patterns, same lines
         assert result["verdict"] == "healthy"
         assert result["ratio_vs_grep"] > 0 and result["peak_rss_mib"] > 0
+        assert result["tree_peak_processes"] >= 1 and result["tree_peak_rss_mib"] > 0
     assert data["log_deleted"] is True
     assert list(tmp_path.iterdir()) == []

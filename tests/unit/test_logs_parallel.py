@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import multiprocessing
+import os
 from pathlib import Path
 
 import pytest
@@ -220,3 +221,17 @@ def test_a_failing_scanner_is_one_clear_error(tmp_path, monkeypatch):
     monkeypatch.setattr(parallel, "_context", lambda: multiprocessing.get_context("fork"))
     with pytest.raises(InputError, match="cannot read .*No such file"):
         list(parallel.scan_file_parallel(path, workers=2))
+
+
+def test_a_killed_scanner_is_one_clear_error(tmp_path, monkeypatch):
+    path = tmp_path / "k.log"
+    path.write_bytes(NOISE * 200)
+
+    def killed(*_args):
+        os._exit(9)
+
+    monkeypatch.setattr(parallel, "_scan_range_worker", killed)
+    monkeypatch.setattr(parallel, "_context", lambda: multiprocessing.get_context("fork"))
+    with pytest.raises(InputError, match=r"scanning process ended unexpectedly \(exit code 9\)") as info:
+        list(parallel.scan_file_parallel(path, workers=2))
+    assert parallel.WORKERS_ENV in (info.value.hint or "")
