@@ -20,6 +20,7 @@ import gzip
 import io
 import re
 import sys
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator, Union
@@ -228,7 +229,7 @@ class _Reader:
                 size += len(block)
         except EOFError:
             self.done = True  # a truncated .gz: keep what was readable
-        except gzip.BadGzipFile as exc:
+        except (gzip.BadGzipFile, zlib.error) as exc:
             raise InputError(
                 f"cannot read {source_name(self.stream)}: it starts like gzip but is not valid gzip ({exc})",
                 hint="decompress it first, or pass the uncompressed log",

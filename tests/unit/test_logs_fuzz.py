@@ -6,6 +6,7 @@ paths agree, and diagnosing the parsed lines gives the same answer.
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 from pathlib import Path
@@ -71,6 +72,17 @@ def test_random_bytes(data):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(LOGLIKE)
 def test_log_like_garbage(data):
+    check(data)
+
+
+GZIPPED = gzip.compress(b"".join(SAMPLES[:3]))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(min_value=2, max_value=len(GZIPPED) - 1), st.integers(min_value=1, max_value=255), st.booleans())
+def test_corrupt_and_truncated_gzip(position, flip, truncate):
+    # A damaged .gz must end as a clean InputError (or what was readable), never a zlib traceback.
+    data = GZIPPED[:position] if truncate else GZIPPED[:position] + bytes([GZIPPED[position] ^ flip]) + GZIPPED[position + 1 :]
     check(data)
 
 
