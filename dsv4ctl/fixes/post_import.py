@@ -101,6 +101,9 @@ class PostImportFinder:
         finder = self
 
         def exec_module(module: ModuleType) -> None:
+            if getattr(module, "__name__", None) != fullname:  # a loader shared with other modules
+                original(module)
+                return
             try:
                 original(module)  # errors propagate unchanged; no callback then
             finally:

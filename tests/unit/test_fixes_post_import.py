@@ -135,6 +135,41 @@ def test_reentrant_import_of_another_watched_module_and_a_package_submodule(modu
     assert finder not in sys.meta_path
 
 
+class SharedLoader:
+    """One loader instance for several in-memory modules (as a zipimporter is for its archive)."""
+
+    SOURCES = {
+        "dsv4ctl_shared_outer": "import dsv4ctl_shared_inner\nSTEPS = ['outer body', dsv4ctl_shared_inner.NAME]\n",
+        "dsv4ctl_shared_inner": "NAME = 'inner body'\n",
+    }
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in self.SOURCES:
+            return importlib.machinery.ModuleSpec(fullname, self)
+        return None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        exec(self.SOURCES[module.__name__], module.__dict__)
+
+
+def test_a_loader_shared_with_other_modules_fires_only_for_the_target(finder):
+    shared = SharedLoader()
+    sys.meta_path.append(shared)
+    calls = []
+    try:
+        finder.watch("dsv4ctl_shared_outer", "fix", lambda m: calls.append((m.__name__, list(m.STEPS))))
+        importlib.import_module("dsv4ctl_shared_outer")  # its body imports a sibling through the same loader
+        assert calls == [("dsv4ctl_shared_outer", ["outer body", "inner body"])]
+        assert "exec_module" not in vars(shared) and finder not in sys.meta_path
+    finally:
+        sys.meta_path.remove(shared)
+        for name in SharedLoader.SOURCES:
+            sys.modules.pop(name, None)
+
+
 def test_a_failing_callback_does_not_break_the_import(modules, finder):
     name = modules("target")
     ran = []
