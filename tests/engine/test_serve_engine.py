@@ -317,10 +317,13 @@ def test_serve_end_to_end_with_vllm_autofit_kept(tmp_path, models):
     assert f"vLLM auto-fit reduced max_model_len from {original:,} to {fitted:,}" in err
     assert "vLLM shut down cleanly" in err
 
-    # The fixes plugin ran in the API server (this pid), EngineCore and the worker.
+    # The fixes plugin ran in the API server (this pid), EngineCore and the worker: one "register"
+    # record per process; the stale fix lands ("import" record) where the model runner is imported.
     report = server.report()
+    registered = [r for r in report if r["event"] == "register"]
+    assert len({r["pid"] for r in registered}) == len(registered), report
     by_process = {}
-    for record in report:
+    for record in registered:
         by_process.setdefault(record["process"], []).append(record)
     api = [r for r in by_process.get("MainProcess", []) if r["pid"] == server.proc.pid]
     assert api, report
@@ -328,7 +331,11 @@ def test_serve_end_to_end_with_vllm_autofit_kept(tmp_path, models):
     assert engine and engine[0]["ppid"] == server.proc.pid
     workers = [r for name, rs in by_process.items() if name.startswith("VllmWorker") for r in rs]
     assert workers and workers[0]["ppid"] == engine[0]["pid"]
+    assert len({api[0]["pid"], engine[0]["pid"], workers[0]["pid"]}) == 3
     assert all(r["requested"] == "all" for r in report)
+    latest = {r["pid"]: r["fixes"]["stale-max-model-len"]["status"] for r in report}  # last record wins
+    assert latest[api[0]["pid"]] == "deferred"  # the API server never imports the model runner
+    assert latest[workers[0]["pid"]] in ("applied", "not-needed"), report
     assert log.count("dsv4ctl fixes:") >= 2  # each process logs one line; all of them reach the log
 
 
