@@ -154,9 +154,7 @@ def diagnose_command(
         )
     result = diagnose(sources)
     if json_out:
-        payload = result.to_json()
-        payload.pop("schema_version", None)
-        emit_json(payload)
+        emit_json(result.to_json())
     else:
         render_diagnosis(result, out_console())
     raise typer.Exit(int(result.exit_code))

@@ -92,10 +92,6 @@ class Evidence:
     text: str
     process: str | None = None
 
-    @property
-    def lineno(self) -> int:
-        return self.line
-
     def to_json(self) -> dict[str, Any]:
         return {"source": self.source, "line": self.line, "text": self.text, "process": self.process}
 
@@ -183,17 +179,15 @@ class Diagnosis:
         return self.root_cause is not None and self.root_cause.id != "unrecognized_error"
 
     def to_json(self) -> dict[str, Any]:
+        """The `--json` document, less `schema_version` (which `render.emit_json` adds)."""
         af = self.timeline.autofit
         return {
-            "schema_version": 1,
             "verdict": self.verdict,
             "exit_code": int(self.exit_code),
             "summary": self.summary,
             "root_cause": self.root_cause.id if self.root_cause else None,
             "findings": [f.to_json() for f in self.findings],
-            "autofit": {"from": af.from_len, "to": af.to_len, "memory": af.memory_text, "memory_gib": af.memory_gib}
-            if af
-            else None,
+            "autofit": af.to_json() if af else None,
             "timeline": self.timeline.to_json(),
             "checklist": [c.to_json() for c in self.checklist],
             "next_command": self.next_command,
@@ -207,7 +201,6 @@ class Diagnosis:
 
 _FRAME_RE = re.compile(r'^File "([^"]+)", line ([0-9]+), in (\S+)')
 _EXC_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failed))(?::\s?(.*))?$")
-_READY_PHASE = "ready"
 
 
 @dataclass
@@ -237,9 +230,8 @@ class _ExceptionRecord:
 
 
 class _Analyzer:
-    def __init__(self, multi_source: bool = False) -> None:
+    def __init__(self) -> None:
         self.tracker = StartupTracker()
-        self.multi_source = multi_source
         self.seq = 0
         self.hits: list[_Hit] = []
         self.exceptions: list[_ExceptionRecord] = []
@@ -341,7 +333,7 @@ def diagnose(
         parallel_min_bytes = parallel.PARALLEL_MIN_BYTES
     items = _as_list(sources)
     names = [source_name(s) for s in items]
-    analyzer = _Analyzer(multi_source=len(items) > 1)
+    analyzer = _Analyzer()
     n_workers = parallel.default_workers() if workers is None else max(1, workers)
     for source, name in zip(items, names):
         if n_workers > 1 and isinstance(source, (str, Path)) and parallel.parallel_size(source, parallel_min_bytes):
@@ -360,13 +352,12 @@ def diagnose(
 def diagnose_lines(lines: Iterable[LogLine]) -> Diagnosis:
     """Diagnose lines a caller already parsed (e.g. `iter_log_lines`); same result as `diagnose`."""
     sources: list[str] = []
-    analyzer = _Analyzer(multi_source=False)
+    analyzer = _Analyzer()
     for line in lines:
         if line.source not in sources:
             sources.append(line.source)
         if prefilter.line_matches(line.raw):
             analyzer.feed(line)
-    analyzer.multi_source = len(sources) > 1
     return _conclude(analyzer, sources)
 
 
@@ -569,7 +560,7 @@ def _derive(sig_id: str, hits: list[_Hit], a: _Analyzer, tl: StartupTimeline, lo
 
 def _conclude(a: _Analyzer, sources: list[str]) -> Diagnosis:
     tl = a.tracker.timeline
-    if not a.multi_source:
+    if len(sources) <= 1:
         # One source: its own line order is the order; timestamps only matter across files.
         for item in (*a.hits, *a.exceptions):
             item.order = ("", item.seq)
@@ -756,7 +747,7 @@ def _first_unexplained(records: list[_ExceptionRecord]) -> _ExceptionRecord | No
     candidates = [r for r in records if not _SYMPTOM_TEXT.search(r.text) and r.type != "KeyboardInterrupt"]
     if not candidates:
         return None
-    workers = [r for r in candidates if r.line.process and "worker" in r.line.process.lower()]
+    workers = [r for r in candidates if _is_worker(r.line.process)]
     pool = workers or candidates
     return min(pool, key=lambda r: r.order)
 
@@ -842,7 +833,7 @@ def _checklist(a: _Analyzer, tl: StartupTimeline, findings: list[Finding], pre_e
     elif pre_exc:
         first = _first_unexplained(pre_exc) or pre_exc[0]
         where = f"{Path(first.last_frame[0]).name}::{first.last_frame[2]}" if first.last_frame else "no frames"
-        items.append(ChecklistItem(q[3 - 1], "no", _ev(first.line), f"the traceback ends in {where}"))
+        items.append(ChecklistItem(q[2], "no", _ev(first.line), f"the traceback ends in {where}"))
     else:
         items.append(ChecklistItem(q[2], "not in log", None, "no traceback before the startup ended"))
 

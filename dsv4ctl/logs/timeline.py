@@ -64,6 +64,9 @@ class AutoFit:
     memory_gib: float | None
     ref: LineRef | None = None
 
+    def to_json(self) -> dict[str, Any]:
+        return {"from": self.from_len, "to": self.to_len, "memory": self.memory_text, "memory_gib": self.memory_gib}
+
 
 @dataclass
 class CaptureProgress:
@@ -133,13 +136,7 @@ class StartupTimeline:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         if self.autofit is not None:
-            data["autofit"] = {
-                "from": self.autofit.from_len,
-                "to": self.autofit.to_len,
-                "memory": self.autofit.memory_text,
-                "memory_gib": self.autofit.memory_gib,
-                "line": self.autofit.ref.line if self.autofit.ref else None,
-            }
+            data["autofit"] = {**self.autofit.to_json(), "line": self.autofit.ref.line if self.autofit.ref else None}
         data["refs"] = {k: {"source": r.source, "line": r.line} for k, r in self.refs.items()}
         return data
 
