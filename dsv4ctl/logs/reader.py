@@ -64,18 +64,18 @@ _ISO_TS_RE = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:
 # docker compose: "vllm-1  | ", "vllm_1 | "; the service name has no spaces or parentheses.
 _COMPOSE_RE = re.compile(r"^[A-Za-z0-9][\w.-]{0,62}\s*\|\s?")
 # (EngineCore_DP0 pid=1234)  (RayWorkerWrapper pid=1234, ip=10.0.0.2)  (pid=1234)
-_PROC_RE = re.compile(r"^\((?:([A-Za-z_][\w.:-]*)\s+)?pid=(\d+)(?:,\s*ip=[^)\s]*)?\)\s?")
-_RECORD_RE = re.compile(
-    r"^(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+"
+_PROC_TAG = r"\((?:([A-Za-z_][\w.:-]*)\s+)?pid=(\d+)(?:,\s*ip=[^)\s]*)?\)"
+_PROC_RE = re.compile("^" + _PROC_TAG + r"\s?")
+# The same tag at the end of a VLLM_LOGGING_PREFIX that precedes the record.
+_PROC_AT_END_RE = re.compile(_PROC_TAG + "$")
+_RECORD = (
+    r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+"
     r"(?P<ts>\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2})(?:[.,]\d+)?\s+"
     r"\[(?P<fileinfo>[^\]\s]+)\]\s?"
 )
+_RECORD_RE = re.compile("^" + _RECORD)
 # Same record with an arbitrary VLLM_LOGGING_PREFIX (or a foreign wrapper) in front.
-_RECORD_SEARCH_RE = re.compile(
-    r"(?:^|\s|\))(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+"
-    r"(?P<ts>\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2})(?:[.,]\d+)?\s+"
-    r"\[(?P<fileinfo>[^\]\s]+)\]\s?"
-)
+_RECORD_SEARCH_RE = re.compile(r"(?:^|\s|\))" + _RECORD)
 _RAY_REPEAT_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 # uvicorn's default format: "INFO:     Application startup complete."
 _UVICORN_RE = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+")
@@ -117,10 +117,7 @@ def parse_line(raw: str, source: str = "-", lineno: int = 0) -> LogLine:
             break
         if process is None or m.group(1):
             process = m.group(1) or process
-            try:
-                pid = int(m.group(2))
-            except ValueError:  # pragma: no cover - regex guarantees digits
-                pid = None
+            pid = int(m.group(2))
         text = text[m.end():]
     m = _RECORD_RE.match(text)
     if m is None and ("[" in text) and any(lv in text for lv in ("INFO", "WARN", "ERROR", "DEBUG", "CRITICAL")):
@@ -130,7 +127,7 @@ def parse_line(raw: str, source: str = "-", lineno: int = 0) -> LogLine:
         if m is not None:
             # A VLLM_LOGGING_PREFIX may itself precede the process tag.
             head = text[: m.start()].rstrip()
-            pm = re.search(r"\((?:([A-Za-z_][\w.:-]*)\s+)?pid=(\d+)(?:,\s*ip=[^)\s]*)?\)$", head)
+            pm = _PROC_AT_END_RE.search(head)
             if pm and process is None:
                 process = pm.group(1)
                 pid = int(pm.group(2))
