@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dsv4ctl import __version__
-from dsv4ctl.doctor.redact import EnvVar, relevant_environment
+from dsv4ctl.doctor.redact import EnvVar, redact, relevant_environment
 from dsv4ctl.doctor.target import MARKER
 from dsv4ctl.errors import Dsv4ctlError
+from dsv4ctl.fixes import FIXES_ENV, REPORT_ENV
 
 TARGET_TIMEOUT_S = 300
 
@@ -101,7 +102,7 @@ def run_target(python: str, timeout: int = TARGET_TIMEOUT_S) -> tuple[dict[str, 
     package_root = str(Path(__file__).resolve().parent.parent.parent)
     env = dict(os.environ)
     env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.pop("DSV4CTL_FIXES_REPORT", None)  # the child applies nothing, but never let it write reports
+    env.pop(REPORT_ENV, None)  # the child applies nothing, but never let it write reports
     try:
         proc = subprocess.run([python, "-m", "dsv4ctl.doctor.target"], capture_output=True, text=True,
                               timeout=timeout, env=env)
@@ -169,7 +170,7 @@ def build_report(python: str | None = None, environ: Mapping[str, str] | None = 
     python = python or sys.executable
     target, target_error = run_target(python)
     gpus, gpu_error, driver, cuda_driver = _gpus()
-    fixes_env = environ.get("DSV4CTL_FIXES")
+    fixes_env = environ.get(FIXES_ENV)
     notes = []
     vllm = target.get("vllm") if isinstance(target.get("vllm"), dict) else {}
     if vllm.get("installed") and vllm.get("importable") is False:
@@ -188,7 +189,7 @@ def build_report(python: str | None = None, environ: Mapping[str, str] | None = 
         cuda_driver_version=cuda_driver,
         nvcc=_nvcc(),
         fixes=fix_lines(target, fixes_env),
-        fixes_env=fixes_env,
+        fixes_env=None if fixes_env is None else redact(FIXES_ENV, fixes_env).value,  # shown like the environment
         environment=relevant_environment(environ),
         notes=tuple(notes),
     )

@@ -9,11 +9,13 @@ from dataclasses import dataclass
 REDACTED = "***redacted***"
 RELEVANT_PREFIXES = ("VLLM_", "CUDA_", "NCCL_", "TORCH_", "DG_", "HF_", "DSV4CTL_", "PYTORCH_", "TRITON_", "OMP_")
 RELEVANT_NAMES = ("CUDA_VISIBLE_DEVICES",)
-SECRET_NAME_PARTS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
+SECRET_NAME_PARTS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "SIGNATURE")
 # Hugging Face access tokens: `hf_` followed by a long alphanumeric run.
 _HF_TOKEN = re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{16,}")
-# user:password@ inside a URL.
-_URL_CREDENTIALS = re.compile(r"://[^/\s:@]+:[^/\s@]+@")
+# Any user information inside a URL: `user:password@`, `:password@` or a bare `token@`.
+_URL_CREDENTIALS = re.compile(r"://[^/\s@]+@")
+# A query parameter (`?name=value`, `&name=value`); its name is judged like a variable's name.
+_QUERY_PARAM = re.compile(r"[?&;]([^=&;#\s]+)=[^&;#\s]")
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,11 @@ def is_secret_name(name: str) -> bool:
 
 
 def looks_secret(value: str) -> bool:
-    return bool(_HF_TOKEN.search(value) or _URL_CREDENTIALS.search(value))
+    """A Hugging Face token, user information in a URL, or a URL query parameter with a secret name
+    (`?token=`, `&api_key=`, `X-Amz-Signature=`...)."""
+    if _HF_TOKEN.search(value) or _URL_CREDENTIALS.search(value):
+        return True
+    return any(is_secret_name(match.group(1)) for match in _QUERY_PARAM.finditer(value))
 
 
 def redact(name: str, value: str) -> EnvVar:

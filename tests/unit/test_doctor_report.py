@@ -34,6 +34,29 @@ def test_ordinary_values_stay(value):
     assert redact("VLLM_SOME_SETTING", value).value == value
 
 
+@pytest.mark.parametrize("value", ["https://:hunter2@mirror.example/simple", "redis://:hunter2@cache:6379/0",
+                                   "https://hunter2@mirror.example/simple",
+                                   "https://mirror.example/simple?token=hunter2",
+                                   "https://mirror.example/simple?page=1&api_key=hunter2",
+                                   "https://bucket.example/m?X-Amz-Signature=hunter2"])
+def test_url_credentials_without_a_user_or_in_the_query_are_redacted(value):
+    assert redact("HF_ENDPOINT", value).value == REDACTED
+
+
+def test_url_with_an_ordinary_query_stays():
+    assert redact("HF_ENDPOINT", "https://mirror.example/simple?page=2").value == "https://mirror.example/simple?page=2"
+
+
+def test_fixes_env_is_redacted_like_the_environment(cli, tmp_path):
+    """DSV4CTL_FIXES is also shown on its own line and in `fixes_env`: redacted there too."""
+    result = cli("doctor", "--json", "--python", str(tmp_path / "missing-python"), env={"DSV4CTL_FIXES": HF_TOKEN})
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["fixes_env"] == REDACTED and HF_TOKEN not in result.stdout
+    text = cli("doctor", "--python", str(tmp_path / "missing-python"), env={"DSV4CTL_FIXES": HF_TOKEN}).stdout
+    assert f"DSV4CTL_FIXES={REDACTED!r}" in text and HF_TOKEN not in text
+
+
 def test_only_relevant_prefixes_are_shown_sorted():
     env = {"PATH": "/bin", "HOME": "/root", "CUDA_VISIBLE_DEVICES": "0", "VLLM_USE_V2_MODEL_RUNNER": "1",
            "OMP_NUM_THREADS": "4", "AWS_SECRET_ACCESS_KEY": "x", "NCCL_DEBUG": "INFO", "HF_TOKEN": HF_TOKEN}
