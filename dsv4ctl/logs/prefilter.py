@@ -164,9 +164,7 @@ def count_newlines(data: bytes, start: int, end: int) -> int:
     Line numbers need every newline counted, and `bytes.count` of one byte is a scalar loop: on a big log it
     was about 40 % of the scan. numpy is optional (installed with the `fast` extra).
     """
-    if end - start < _NUMPY_MIN_BYTES or _np is False:
-        return data.count(b"\n", start, end)
-    np = _np if _np is not None else _import_numpy()
+    np = _import_numpy() if end - start >= _NUMPY_MIN_BYTES else False
     if np is False:
         return data.count(b"\n", start, end)
     total = 0

@@ -458,8 +458,7 @@ class StartupTracker:
         key = (desc, n, total)
         if tl.capture is not None and total == 0 and tl.capture.desc == desc:
             return None
-        tl.capture = CaptureProgress(desc=desc, mode=mode, n=n, total=total, ref=LineRef.of(line))
-        self.timeline.refs["capture"] = LineRef.of(line)
+        tl.capture = CaptureProgress(desc=desc, mode=mode, n=n, total=total, ref=self._ref("capture", line))
         if mode and (not tl.capture_modes or tl.capture_modes[-1] != mode) and len(tl.capture_modes) < 16:
             tl.capture_modes.append(mode)
         if key == self._last_capture_key:
