@@ -2,7 +2,7 @@
 """Benchmark `dsv4ctl diagnose` on a big generated log against `LC_ALL=C grep -c -E` with the same patterns.
 
     python benchmarks/diagnose_bench.py                    # 1 GiB, hyperscan and pure-re paths
-    python benchmarks/diagnose_bench.py --size 8MiB --json # a quick run (the test suite's smoke test)
+    python benchmarks/diagnose_bench.py --size 3MiB --json # a quick run (the test suite's smoke test)
 
 The log is a real startup (the `healthy` example: auto-fit, capture, ready) followed by serving noise
 (uvicorn access lines, engine metrics, request logs, a few warnings and one error after startup),
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
                 "children_peak_rss_mib": mib(r["children_peak_rss_bytes"]),
                 # Sum over the whole process tree, sampled every 20 ms with psutil (may miss a shorter
                 # peak; counts pages shared between a parent and its forked children twice).
-                "tree_peak_rss_mib": round(r["tree_peak_rss_bytes"] / (1 << 20), 1),
+                "tree_peak_rss_mib": mib(r["tree_peak_rss_bytes"]),
                 "tree_peak_processes": r["tree_peak_processes"],
                 "lines": r["lines"],
                 "lines_match_grep": r["lines"] == grep_count,
