@@ -52,7 +52,6 @@ def example_path(name: str) -> Path:
     """The file of example `name` (raises UsageError for an unknown name)."""
     for ex in EXAMPLES:
         if ex.name == name:
-            path = Path(str(resources.files("dsv4ctl").joinpath("examples", ex.filename)))
-            return path
+            return Path(str(resources.files("dsv4ctl").joinpath("examples", ex.filename)))
     names = ", ".join(e.name for e in EXAMPLES)
     raise UsageError(f"unknown example {name!r}", hint=f"available: {names} (dsv4ctl diagnose --list-examples)")
