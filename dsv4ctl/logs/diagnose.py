@@ -22,7 +22,7 @@ from typing import Any, Iterable
 
 from dsv4ctl.errors import ExitCode
 from dsv4ctl.logs import parallel, prefilter
-from dsv4ctl.logs.reader import LogLine, Source, _as_list, _close, open_source, parse_line, source_name
+from dsv4ctl.logs.reader import LogLine, Source, close_source, open_source, parse_line, source_list, source_name
 from dsv4ctl.logs.signatures import AFFECTED_STALE, BY_ID, CATALOGUE, FIXED_STALE, Signature
 from dsv4ctl.logs.timeline import LineRef, StartupTimeline, StartupTracker
 from dsv4ctl.units import cdiv, format_tokens, round_up
@@ -331,7 +331,7 @@ def diagnose(
     """
     if parallel_min_bytes is None:
         parallel_min_bytes = parallel.PARALLEL_MIN_BYTES
-    items = _as_list(sources)
+    items = source_list(sources)
     names = [source_name(s) for s in items]
     analyzer = _Analyzer()
     n_workers = parallel.default_workers() if workers is None else max(1, workers)
@@ -345,7 +345,7 @@ def diagnose(
             for lineno, raw in prefilter.scan_source(stream, engine=engine):
                 analyzer.feed(parse_line(raw, name, lineno))
         finally:
-            _close(source, stream)
+            close_source(source, stream)
     return _conclude(analyzer, names)
 
 

@@ -294,7 +294,7 @@ def decode(raw: bytes) -> str:
 
 def iter_log_lines(sources: Iterable[Source] | Source, chunk_bytes: int = CHUNK_BYTES) -> Iterator[LogLine]:
     """Every line of every source, parsed, in order. Bounded memory; never raises on content."""
-    for source in _as_list(sources):
+    for source in source_list(sources):
         name = source_name(source)
         stream = open_source(source)
         try:
@@ -307,17 +307,18 @@ def iter_log_lines(sources: Iterable[Source] | Source, chunk_bytes: int = CHUNK_
                     lineno += 1
                     yield parse_line(decode(raw[:MAX_LINE_BYTES]), name, lineno)
         finally:
-            _close(source, stream)
+            close_source(source, stream)
 
 
-def _as_list(sources: Iterable[Source] | Source) -> list[Source]:
+def source_list(sources: Iterable[Source] | Source) -> list[Source]:
+    """One source or several, as a list."""
     if isinstance(sources, (str, Path)) or hasattr(sources, "read"):
         return [sources]  # type: ignore[list-item]
     return list(sources)  # type: ignore[arg-type]
 
 
-def _close(source: Source, stream: BinaryIO) -> None:
-    # Close what we opened; leave stdin and caller-owned streams open.
+def close_source(source: Source, stream: BinaryIO) -> None:
+    """Close a stream `open_source` opened for a path; leave stdin and caller-owned streams open."""
     if isinstance(source, (str, Path)) and str(source) != "-":
         try:
             stream.close()
