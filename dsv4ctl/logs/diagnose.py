@@ -166,7 +166,11 @@ class Diagnosis:
     next_command: str | None
     sources: list[str]
     lines_examined: int = 0
-    summary: str = ""
+
+    @property
+    def summary(self) -> str:
+        """One line: the verdict, and the root cause with its line when the startup failed."""
+        return _summary(self)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -723,7 +727,7 @@ def _conclude(a: _Analyzer, sources: list[str]) -> Diagnosis:
         next_command = f"dsv4ctl fit-length --from-log {log}"
 
     checklist = _checklist(a, tl, findings, pre_exc)
-    diagnosis = Diagnosis(
+    return Diagnosis(
         verdict=verdict,
         findings=findings,
         root_cause=root,
@@ -733,8 +737,6 @@ def _conclude(a: _Analyzer, sources: list[str]) -> Diagnosis:
         sources=sources,
         lines_examined=a.seq,
     )
-    diagnosis.summary = _summary(diagnosis)
-    return diagnosis
 
 
 _SYMPTOM_TEXT = re.compile(
