@@ -217,7 +217,6 @@ class _Hit:
     after_ready: bool
     after_shutdown: bool
     capture_mode: str | None
-    pattern: str
 
 
 @dataclass
@@ -298,12 +297,10 @@ class _Analyzer:
             )
             self.in_tb[key] = False
         for sig in CATALOGUE:
-            mm = sig.match(msg)
-            if mm and self._count_hit(sig.id, after_ready, after_shutdown):
+            if sig.match(msg) and self._count_hit(sig.id, after_ready, after_shutdown):
                 self.hits.append(
-                    _Hit(sig, line, self.seq, order, phase_before, after_ready, after_shutdown, capture_mode, mm.re.pattern)
+                    _Hit(sig, line, self.seq, order, phase_before, after_ready, after_shutdown, capture_mode)
                 )
-
 
     def _count_hit(self, sig_id: str, after_ready: bool, after_shutdown: bool) -> bool:
         key = (sig_id, after_ready, after_shutdown)
