@@ -337,14 +337,11 @@ def probe_deepgemm_command(
     """
     from pathlib import Path
 
-    from dsv4ctl.errors import UsageError
-    from dsv4ctl.probe.deepgemm import MODES, run_probe
-    from dsv4ctl.render import emit_json, error_line, out_console
+    from dsv4ctl.probe.deepgemm import run_probe
+    from dsv4ctl.probe.text import check_arguments, exit_code
+    from dsv4ctl.render import emit_json, out_console
 
-    if mode is not None and mode not in MODES:
-        raise UsageError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
-    if include is not None and not Path(include).expanduser().is_dir():
-        raise UsageError(f"--include {include}: not a directory")
+    check_arguments(mode, include)
     result = run_probe(mode, include, [Path(p).expanduser() for p in cutlass_include])
     if json_output:
         emit_json(result.to_json())
@@ -352,12 +349,11 @@ def probe_deepgemm_command(
         from dsv4ctl.render.probe import render_probe
 
         render_probe(result, out_console())
-    if result.affected is True:
-        raise typer.Exit(int(ExitCode.AFFECTED))
-    if result.affected is None:
-        if not json_output:
-            error_line(f"cannot tell whether DeepGEMM is affected: {result.reason}")
-        raise typer.Exit(int(ExitCode.ERROR))
+    code = exit_code(result)
+    if code == ExitCode.ERROR and not json_output:
+        error_line(f"cannot tell whether DeepGEMM is affected: {result.reason}")
+    if code != ExitCode.OK:
+        raise typer.Exit(int(code))
 
 
 # =============================================================================================

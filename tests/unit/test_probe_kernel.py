@@ -105,3 +105,28 @@ def test_clean_run_is_not_affected_and_odd_failures_cannot_tell():
     assert _verdict_from_cases(_cases({(256, 8192)}))[0] is None
     errored = _cases(set())[:-1] + (ProbeCase(256, 8192, ERROR, "exit 4: setup"),)
     assert _verdict_from_cases(errored)[0] is None
+
+
+def test_plain_and_rich_case_tables_have_the_same_rows():
+    """`python -m dsv4ctl.probe` and `dsv4ctl probe` lay out one table: same columns, same cells."""
+    import io
+
+    from rich.console import Console
+
+    from dsv4ctl.probe.deepgemm import ProbeResult
+    from dsv4ctl.probe.text import plain_lines
+    from dsv4ctl.render.probe import cases_table
+
+    cases = tuple(ProbeCase(b, f, FAULT if (b, f) in {(256, 0), (64, 0), (32, 0)} else OK,
+                            "an illegal memory access was encountered" if (b, f) in {(256, 0), (64, 0), (32, 0)} else "")
+                  for b, f in UPSTREAM_CASES)
+    result = ProbeResult("kernel", True, "all-zero context lengths fault at B = 256, 64, 32", cases)
+    buffer = io.StringIO()
+    Console(file=buffer, width=200, no_color=True).print(cases_table(result))
+    rich_rows = [line.split() for line in buffer.getvalue().splitlines() if line.strip() and "─" not in line]
+    plain = plain_lines(result)
+    table = plain[plain.index("") + 1:plain.index("", plain.index("") + 1)]
+    plain_rows = [line.split() for line in table if not set(line) <= {"-", " "}]
+    assert plain_rows == rich_rows
+    assert plain_rows[0] == ["B", "fill", "result", "unguarded", "kernel", "detail"]
+    assert plain_rows[1][:4] == ["256", "0", "fault", "fault"] and len(plain_rows) == 1 + len(UPSTREAM_CASES)

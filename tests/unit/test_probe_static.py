@@ -104,4 +104,21 @@ def test_module_entry_runs_with_the_standard_library_only(tmp_path):
     assert doc["schema_version"] == 1 and doc["affected"] is True and doc["mode"] == "static"
     fixed = subprocess.run([*cmd, str(GUARDED)], capture_output=True, text=True, cwd=tmp_path,
                            env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"}, timeout=60)
-    assert fixed.returncode == 0 and "verdict (static): not affected" in fixed.stdout
+    assert fixed.returncode == 0 and "Verdict (static): not affected" in fixed.stdout
+
+
+def test_plain_entry_prints_the_same_report_as_the_cli(cli, capsys):
+    from dsv4ctl.probe.__main__ import main
+
+    rich = cli("probe", "deepgemm", "--mode", "static", "--include", UNGUARDED)
+    assert main(["deepgemm", "--mode", "static", "--include", str(UNGUARDED)]) == rich.exit_code == 7
+    plain = capsys.readouterr().out
+    assert [line.rstrip() for line in plain.splitlines()] == [line.rstrip() for line in rich.stdout.splitlines()]
+
+
+def test_plain_entry_rejects_a_missing_include_like_the_cli(cli, tmp_path, capsys):
+    from dsv4ctl.probe.__main__ import main
+
+    assert main(["deepgemm", "--include", str(tmp_path / "nope")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    assert cli("probe", "deepgemm", "--include", tmp_path / "nope").exit_code == 2
