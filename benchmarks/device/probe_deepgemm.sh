@@ -29,17 +29,13 @@ for version in 0.27.1 0.33.0; do
   rc=$?
   "$PY" - "$OUT_DIR/probe-${version}.json" "$rc" <<'PYEOF'
 import json, sys
+from dsv4ctl.probe.deepgemm import ProbeCase, ProbeResult
+from dsv4ctl.probe.text import plain_lines  # the same lines and table as `dsv4ctl probe deepgemm`
 doc = json.load(open(sys.argv[1]))
 print(f"mode={doc['mode']} affected={doc['affected']} exit={sys.argv[2]}")
-dev = doc.get("details", {}).get("device") or {}
-if dev:
-    print(f"device: {dev.get('name')} SM {dev.get('cc_major')}.{dev.get('cc_minor')} {dev.get('num_sms')} SMs; "
-          f"{doc['details'].get('nvcc_version')}; launch form {doc['details'].get('launch_form')}")
-print(f"{'B':>5} {'fill':>6}  {'result':<7} {'unguarded kernel':<16} detail")
-for c in doc["cases"]:
-    print(f"{c['batch_size']:>5} {c['fill']:>6}  {c['outcome']:<7} {c['expected_if_affected']:<16} {c['detail']}")
-for m in doc.get("unavailable_modes", []):
-    print(f"unavailable: {m['mode']}: {m['reason']}")
-print("verdict:", doc["reason"])
+cases = tuple(ProbeCase(c["batch_size"], c["fill"], c["outcome"], c["detail"]) for c in doc["cases"])
+tried = tuple((m["mode"], m["reason"]) for m in doc["unavailable_modes"])
+print("\n".join(plain_lines(ProbeResult(doc["mode"], doc["affected"], doc["reason"], cases, tried=tried,
+                                         details=doc["details"]))))
 PYEOF
 done
