@@ -420,9 +420,10 @@ def serve_command(
         from dsv4ctl.errors import UsageError
         from dsv4ctl.fixes import FIX_NAMES, parse_selection
 
-        if parse_selection(fixes).unknown:
+        unknown = parse_selection(fixes).unknown
+        if unknown:
             raise UsageError(
-                f"--fixes: unknown fix name(s) {', '.join(parse_selection(fixes).unknown)}",
+                f"--fixes: unknown fix name(s) {', '.join(unknown)}",
                 hint="use all, none, or a comma list of: " + ", ".join(FIX_NAMES),
             )
     if json_output and not dry_run:

@@ -19,6 +19,8 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from dsv4ctl.serve.capture import write_all
+
 PHASE_LABELS = {
     "starting": "starting",
     "loading_weights": "loading weights",
@@ -83,7 +85,7 @@ class ServeConsole:
     def echo(self, fd: int, chunk: bytes) -> None:
         """vLLM's bytes for the terminal (called by the capture's reader threads, serialised)."""
         if not self.live:
-            _write_all(self._tee.terminal_fd(fd) if self._tee else fd, chunk)
+            write_all(self._tee.terminal_fd(fd) if self._tee else fd, chunk)
             return
         with self._lock:
             data = self._pending.get(fd, b"") + chunk
@@ -168,20 +170,6 @@ def _phase_style(phase: str) -> str:
 
 def render_diagnosis(diagnosis: Any) -> None:
     """The diagnosis on stderr (the report of `serve` is talk; stdout stays vLLM's)."""
-    from dsv4ctl.render import diagnose as render_diagnose
+    from dsv4ctl.render.diagnose import render_diagnosis as render_diagnose
 
-    console = Console(file=sys.stderr, highlight=False, soft_wrap=True)
-    renderer = getattr(render_diagnose, "render_diagnosis", None) or getattr(render_diagnose, "render_text", None)
-    if renderer is None:
-        console.print(Text(f"{PREFIX} diagnosis: {getattr(diagnosis, 'verdict', diagnosis)}"))
-        return
-    try:
-        renderer(diagnosis, console=console)
-    except TypeError:
-        renderer(diagnosis)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+    render_diagnose(diagnosis, Console(file=sys.stderr, highlight=False, soft_wrap=True))

@@ -63,20 +63,27 @@ class FdTee:
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def start(self) -> FdTee:
+        """Open the log and redirect the fds. On failure everything done so far is undone (fds given
+        back, pipes and log closed) before the error propagates."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab" if self._append else "wb", buffering=0)  # noqa: SIM115
-        _flush_python_streams()
-        for fd in self._fds:
-            self._saved[fd] = os.dup(fd)  # non-inheritable: children never see the real terminal
-            read_end, write_end = os.pipe()
-            os.dup2(write_end, fd)  # inheritable copy at fd 1 / 2
-            os.close(write_end)
-            self._readers[fd] = read_end
-        for fd in self._fds:
-            thread = threading.Thread(target=self._pump, args=(fd,), name=f"dsv4ctl-tee-{fd}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
         self._started = True
+        try:
+            flush_python_streams()
+            for fd in self._fds:
+                self._saved[fd] = os.dup(fd)  # non-inheritable: children never see the real terminal
+                read_end, write_end = os.pipe()
+                self._readers[fd] = read_end
+                os.dup2(write_end, fd)  # inheritable copy at fd 1 / 2
+                os.close(write_end)
+            for fd in self._fds:
+                thread = threading.Thread(target=self._pump, args=(fd,), name=f"dsv4ctl-tee-{fd}", daemon=True)
+                thread.start()
+                self._threads.append(thread)
+        except BaseException:
+            self.stop()
+            self.close_terminal()
+            raise
         return self
 
     def stop(self, drain_timeout_s: float = 5.0) -> None:
@@ -89,25 +96,27 @@ class FdTee:
         if not self._started or self._stopped:
             return
         self._stopped = True
-        _flush_python_streams()
-        for fd, saved in self._saved.items():
-            os.dup2(saved, fd)  # our write ends at fd 1 / 2 close here
-        deadline_each = max(drain_timeout_s, 0.0) / max(len(self._threads), 1)
-        for thread in self._threads:
-            thread.join(deadline_each)
-        if any(t.is_alive() for t in self._threads):
-            self._abandon.set()
+        try:
+            flush_python_streams()
+            for fd, saved in self._saved.items():
+                os.dup2(saved, fd)  # our write ends at fd 1 / 2 close here
+            deadline_each = max(drain_timeout_s, 0.0) / max(len(self._threads), 1)
             for thread in self._threads:
-                thread.join(2 * _POLL_S + 1.0)
-        for read_end in self._readers.values():
-            _close_quietly(read_end)
-        if self._log is not None:
-            with self._log_lock:
-                try:
-                    os.fsync(self._log.fileno())
-                except OSError:
-                    pass
-                self._log.close()
+                thread.join(deadline_each)
+            if any(t.is_alive() for t in self._threads):
+                self._abandon.set()
+                for thread in self._threads:
+                    thread.join(2 * _POLL_S + 1.0)
+        finally:
+            for read_end in self._readers.values():
+                _close_quietly(read_end)
+            if self._log is not None:
+                with self._log_lock:
+                    try:
+                        os.fsync(self._log.fileno())
+                    except OSError:
+                        pass
+                    self._log.close()
 
     def close_terminal(self) -> None:
         """Close the saved copies of the original fds (after whoever draws on them is done)."""
@@ -131,7 +140,7 @@ class FdTee:
     def write_terminal(self, fd: int, data: bytes) -> None:
         """Write to the original terminal without entering the log, serialised with the echo."""
         with self._term_lock:
-            _write_all(self.terminal_fd(fd), data)
+            write_all(self.terminal_fd(fd), data)
 
     @property
     def terminal_lock(self) -> threading.Lock:
@@ -187,7 +196,7 @@ class FdTee:
                 if self._echo is not None:
                     self._echo(fd, chunk)
                 else:
-                    _write_all(self._saved[fd], chunk)
+                    write_all(self._saved[fd], chunk)
         except Exception as exc:  # noqa: BLE001 - a broken terminal must not stop the log
             self.callback_error = exc
             self._echo = _discard
@@ -215,7 +224,7 @@ def _discard(fd: int, data: bytes) -> None:
     return None
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         try:
@@ -228,7 +237,7 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _flush_python_streams() -> None:
+def flush_python_streams() -> None:
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
             if stream is not None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dsv4ctl.errors import Dsv4ctlError, InputError
-from dsv4ctl.serve.capture import FdTee
+from dsv4ctl.serve.capture import FdTee, flush_python_streams
 from dsv4ctl.serve.children import ChildTracker, ReapReport
 
 # Outcome statuses
@@ -138,9 +138,14 @@ class ServeSession:
                 f"cannot write the log file {self.log_file}: {exc.strerror or exc}",
                 hint="choose a writable path with --log-file (or set DSV4CTL_LOG_DIR)",
             ) from None
-        self.view.attach(self._tee)
-        self._children = ChildTracker().start()
-        self._install_handlers(self._interrupt)
+        try:
+            self.view.attach(self._tee)
+            self._children = ChildTracker().start()
+            self._install_handlers(self._interrupt)
+        except BaseException:
+            # `with` does not call __exit__ when __enter__ fails: give the terminal back and close the log here.
+            self.__exit__(None, None, None)
+            raise
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
@@ -155,23 +160,29 @@ class ServeSession:
         return False
 
     def shutdown(self) -> ReapReport:
+        """Reap vLLM's processes, then (whatever the reaping did) drain and close the log, detach the
+        view and give the terminal back."""
         reap = ReapReport()
-        if self._children is not None:
-            # vLLM's processes first; then this process's multiprocessing resource tracker, which
-            # exits on its own once told (it cleans up what they left), and anything still there.
-            tracker_pid = _resource_tracker_pid()
-            reap = self._children.reap(grace_s=self._grace_s, exclude={tracker_pid} if tracker_pid else set())
-            _stop_resource_tracker()
-            rest = self._children.reap(grace_s=2.0)
-            reap.exited += [p for p in rest.exited if p not in reap.exited]
-            reap.terminated += rest.terminated
-            reap.killed += rest.killed
-            reap.survivors = rest.survivors
-        if self._tee is not None:
-            self._tee.stop()
-        self.view.detach()
-        if self._tee is not None:
-            self._tee.close_terminal()
+        try:
+            if self._children is not None:
+                # vLLM's processes first; then this process's multiprocessing resource tracker, which
+                # exits on its own once told (it cleans up what they left), and anything still there.
+                tracker_pid = _resource_tracker_pid()
+                reap = self._children.reap(grace_s=self._grace_s, exclude={tracker_pid} if tracker_pid else set())
+                _stop_resource_tracker()
+                rest = self._children.reap(grace_s=2.0)
+                reap.exited += [p for p in rest.exited if p not in reap.exited]
+                reap.terminated += rest.terminated
+                reap.killed += rest.killed
+                reap.survivors = rest.survivors
+        finally:
+            try:
+                if self._tee is not None:
+                    self._tee.stop()  # flushes, fsyncs and closes the log
+                self.view.detach()
+            finally:
+                if self._tee is not None:
+                    self._tee.close_terminal()
         if self.outcome is not None:
             self.outcome.reap = reap
             self._complete_outcome()  # every line has been parsed now
@@ -210,7 +221,7 @@ class ServeSession:
             traceback.print_exc(file=sys.stderr)  # through fd 2: into the log, where diagnose reads it
             error = f"{type(exc).__name__}: {exc}"
         finally:
-            _flush_std()
+            flush_python_streams()
         self.outcome = ServeOutcome(
             status=status,
             vllm_exit_status=exit_status,
@@ -266,14 +277,6 @@ def _stop_resource_tracker() -> None:
         try:
             stop()
         except Exception:  # noqa: BLE001 - the reaper below handles a tracker that will not stop
-            pass
-
-
-def _flush_std() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
             pass
 
 

@@ -223,3 +223,19 @@ def test_live_status_line_on_a_terminal(tmp_path):
     assert "\x1b[2K" in text  # the status line redraws in place
     assert "dsv4ctl serve: vLLM shut down cleanly" in text
     assert "Application startup complete." in log.read_text()
+
+
+def test_tee_that_fails_to_start_gives_the_fds_back_and_closes_the_log(tmp_path):
+    from dsv4ctl.serve.capture import FdTee
+
+    import resource
+
+    unused = resource.getrlimit(resource.RLIMIT_NOFILE)[0] + 10  # never open: dup() of it fails
+    before = os.fstat(1)
+    tee = FdTee(tmp_path / "out.log", fds=(1, unused))
+    with pytest.raises(OSError):
+        tee.start()
+    after = os.fstat(1)
+    assert (after.st_dev, after.st_ino) == (before.st_dev, before.st_ino)  # fd 1 is not left on a pipe
+    assert tee._log is not None and tee._log.closed
+    tee.stop()  # a second stop is a no-op
