@@ -215,6 +215,8 @@ def _tail(text: str, limit: int = 300) -> str:
 
 
 def _classify_case(b: int, fill: int, proc: subprocess.CompletedProcess[str]) -> ProbeCase:
+    """One case's process (the launcher or the python repro; both print one JSON line and exit 3 on
+    a CUDA error) -> its outcome."""
     line = _last_json_line(proc.stdout) or {}
     if proc.returncode == 0 and line.get("status") == "ok":
         detail = "" if line.get("sentinel_ok") in (True, None) else "schedule sentinel not written"
@@ -223,7 +225,23 @@ def _classify_case(b: int, fill: int, proc: subprocess.CompletedProcess[str]) ->
         return ProbeCase(b, fill, FAULT, str(line.get("error") or _tail(proc.stderr)))
     if proc.returncode < 0:
         return ProbeCase(b, fill, FAULT, f"killed by signal {-proc.returncode}")
-    return ProbeCase(b, fill, ERROR, f"exit {proc.returncode}: {_tail(proc.stderr or proc.stdout)}")
+    return ProbeCase(b, fill, ERROR, f"exit {proc.returncode}: {line.get('error') or _tail(proc.stderr or proc.stdout)}")
+
+
+def _run_cases(command: list[str], cases: tuple[tuple[int, int], ...], timeout: int,
+               env: dict[str, str] | None = None) -> tuple[ProbeCase, ...]:
+    """Run `command <batch_size> <fill>` once per case, each in its own process (an illegal memory
+    access poisons the CUDA context for the rest of a process)."""
+    results = []
+    for b, fill in cases:
+        try:
+            proc = subprocess.run([*command, str(b), str(fill)], capture_output=True, text=True, timeout=timeout,
+                                  env=env)
+        except subprocess.TimeoutExpired:
+            results.append(ProbeCase(b, fill, ERROR, f"timed out after {timeout} s"))
+            continue
+        results.append(_classify_case(b, fill, proc))
+    return tuple(results)
 
 
 def probe_kernel(location: DeepGemmLocation | None, extra_includes: list[Path] | None = None,
@@ -269,25 +287,18 @@ def probe_kernel(location: DeepGemmLocation | None, extra_includes: list[Path] |
         num_sms = int(device["num_sms"])
         launcher = tmpdir / "launcher"
         details["compile_command"] = " ".join(build_launcher(nvcc, includes, num_sms, form, launcher))
-        results = []
-        for b, fill in cases:
-            try:
-                proc = _run([str(launcher), str(b), str(fill)], CASE_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                results.append(ProbeCase(b, fill, ERROR, f"timed out after {CASE_TIMEOUT_S} s"))
-                continue
-            results.append(_classify_case(b, fill, proc))
-    found = tuple(results)
+        found = _run_cases([str(launcher)], cases, CASE_TIMEOUT_S)
     affected, reason = _verdict_from_cases(found)
     return ProbeResult("kernel", affected, reason, found, location, verdict, details=details)
 
 
 # --------------------------------------------------------------------------------------------- python
 
-# The upstream report's repro, one case per process. Exit 3 = CUDA error in the call, 4 = setup.
+# The upstream report's repro, one case per process (`python -c ... <batch_size> <fill>`).
+# Exit 3 = CUDA error in the call, 4 = setup.
 _PYTHON_CASE = r"""
-import json, os, sys
-b, fill = map(int, os.environ["DSV4CTL_PROBE_CASE"].split(","))
+import json, sys
+b, fill = int(sys.argv[1]), int(sys.argv[2])
 try:
     import torch
     from vllm.utils.deep_gemm import get_paged_mqa_logits_metadata
@@ -342,22 +353,7 @@ def probe_python(python: str | None = None, cases: tuple[tuple[int, int], ...] =
         raise ProbeUnavailable(f"vLLM {info.get('vllm')} finds no DeepGEMM ({info.get('error', 'has_deep_gemm() is False')})")
     if info.get("cc") != [9, 0]:
         raise ProbeUnavailable(f"GPU 0 is SM {info.get('cc')}; the SM90 metadata kernel only runs on SM 9.0")
-    results = []
-    for b, fill in cases:
-        try:
-            proc = subprocess.run([python, "-c", _PYTHON_CASE], capture_output=True, text=True,
-                                  timeout=CASE_TIMEOUT_S * 5, env={**env, "DSV4CTL_PROBE_CASE": f"{b},{fill}"})
-        except subprocess.TimeoutExpired:
-            results.append(ProbeCase(b, fill, ERROR, "timed out"))
-            continue
-        line = _last_json_line(proc.stdout) or {}
-        if proc.returncode == 0 and line.get("status") == "ok":
-            results.append(ProbeCase(b, fill, OK))
-        elif proc.returncode == 3 or proc.returncode < 0:
-            results.append(ProbeCase(b, fill, FAULT, str(line.get("error") or f"exit {proc.returncode}")))
-        else:
-            results.append(ProbeCase(b, fill, ERROR, str(line.get("error") or _tail(proc.stderr))))
-    found = tuple(results)
+    found = _run_cases([python, "-c", _PYTHON_CASE], cases, CASE_TIMEOUT_S * 5, env)
     affected, reason = _verdict_from_cases(found)
     location = find_effective_deepgemm()
     verdict = inspect_include_dir(location.include_dir) if location else None

@@ -130,3 +130,23 @@ def test_plain_and_rich_case_tables_have_the_same_rows():
     assert plain_rows == rich_rows
     assert plain_rows[0] == ["B", "fill", "result", "unguarded", "kernel", "detail"]
     assert plain_rows[1][:4] == ["256", "0", "fault", "fault"] and len(plain_rows) == 1 + len(UPSTREAM_CASES)
+
+
+def test_each_case_runs_in_its_own_process_with_b_and_fill_as_arguments():
+    """Both the kernel launcher and the python repro are run as `<command> <B> <fill>`."""
+    import sys
+
+    from dsv4ctl.probe.deepgemm import _run_cases
+
+    fake = ("import json, sys\nb, fill = int(sys.argv[1]), int(sys.argv[2])\n"
+            "if fill == 0 and b % 32 == 0:\n"
+            "    print(json.dumps({'status': 'cuda-error', 'error': 'an illegal memory access was encountered'}))\n"
+            "    sys.exit(3)\n"
+            "print(json.dumps({'status': 'ok'}))\n")
+    cases = _run_cases([sys.executable, "-c", fake], UPSTREAM_CASES, 60)
+    assert [(c.batch_size, c.fill, c.outcome) for c in cases] == [
+        (b, f, FAULT if f == 0 and b % 32 == 0 else OK) for b, f in UPSTREAM_CASES]
+    assert _verdict_from_cases(cases)[0] is True
+    setup = _run_cases([sys.executable, "-c", "import json; print(json.dumps({'error': 'no GPU'})); exit(4)"],
+                       ((8, 0),), 60)
+    assert setup[0].outcome == ERROR and setup[0].detail == "exit 4: no GPU"
