@@ -198,11 +198,11 @@ def fit_length_command(
         FitRequest,
         parse_margin,
         parse_max_model_len,
-        parse_memory_size,
         parse_speculative_config,
         plan_fit,
     )
     from dsv4ctl.render import emit_json, out_console, warning_line
+    from dsv4ctl.units import parse_size
 
     request = FitRequest(
         model=model,
@@ -219,10 +219,10 @@ def fit_length_command(
         async_scheduling=async_scheduling,
         num_speculative_tokens=parse_speculative_config(speculative_config) if speculative_config else 0,
         attention_backend=attention_backend,
-        kv_cache_memory_bytes=parse_memory_size(kv_cache_memory, what="--kv-cache-memory") if kv_cache_memory else None,
+        kv_cache_memory_bytes=parse_size(kv_cache_memory, what="--kv-cache-memory") if kv_cache_memory else None,
         margin=parse_margin(margin),
-        weights_bytes_per_rank=parse_memory_size(weights_memory, what="--weights-memory") if weights_memory else None,
-        non_kv_overhead_bytes=parse_memory_size(overhead, what="--overhead") if overhead else None,
+        weights_bytes_per_rank=parse_size(weights_memory, what="--weights-memory") if weights_memory else None,
+        non_kv_overhead_bytes=parse_size(overhead, what="--overhead") if overhead else None,
         gpus=gpus,
         from_log=from_log,
     )

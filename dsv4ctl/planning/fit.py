@@ -1,6 +1,6 @@
 """`fit-length`: predict vLLM's KV auto-fit for DeepSeek-V4 and recommend a safe explicit --max-model-len.
 
-`plan_fit(request, snapshot=None, timeline=None) -> FitResult` never prints and never exits. When vLLM
+`plan_fit(request, snapshot=None, timeline=None, geometry=None) -> FitResult` never prints and never exits. When vLLM
 would refuse the settings it *returns* a result whose `fits` is False and whose `refusal` holds vLLM's
 own error text (the CLI maps it to exit code 6); it raises `Dsv4ctlError` only for bad inputs.
 """
@@ -24,11 +24,9 @@ from dsv4ctl.planning.kv_planner import (
 )
 from dsv4ctl.planning.kv_specs import DSV4_BLOCK_SIZE, KvLayoutChoice, LayerKvSpec, build_layer_specs, resolve_kv_layout
 from dsv4ctl.planning.memory import (
-    CUDA_CONTEXT_BYTES,
     DEFAULT_NON_KV_OVERHEAD_BYTES,
     GpuMemoryPrediction,
-    free_memory_refusal,
-    requested_memory,
+    check_startup_memory,
     weights_per_rank,
 )
 from dsv4ctl.units import GiB, MiB, format_gib, format_tokens, parse_size, parse_vllm_int
@@ -45,6 +43,8 @@ THINK_MAX_CONTEXT = 393_216
 DEFAULT_MARGIN_FRACTION = 0.05
 MIN_MARGIN_BYTES = 512 * MiB
 WHAT_IF_BATCHED_TOKENS = (2048, 4096, 8192, 16384)
+# Per-GPU sizes above this are typing mistakes (a whole node's figure, or bits for bytes).
+MAX_PER_GPU_BYTES = 64 << 40
 
 
 @dataclass(frozen=True)
@@ -276,12 +276,6 @@ def parse_max_model_len(text: str) -> int:
     return parse_vllm_int(text, what="length", allow_auto=True)
 
 
-def parse_memory_size(text: str, *, what: str) -> int:
-    """A per-GPU size, read as vLLM reads `--kv-cache-memory-bytes` (`10G` = 10 GiB, `10g` = 10**9),
-    or with a spelled-out unit (`9.81GiB`, `512MiB`, `64GB`)."""
-    return parse_size(text, what=what)
-
-
 def parse_margin(text: str) -> Margin:
     """`10%` (share of KV memory, floor 512 MiB) or a size such as `1GiB`."""
     value = str(text).strip()
@@ -293,7 +287,7 @@ def parse_margin(text: str) -> Margin:
         if not (0 <= pct < 100) or not math.isfinite(pct):
             raise UsageError(f"invalid margin {text!r}: the percentage must be in [0, 100)")
         return Margin(fraction=pct / 100.0)
-    return Margin(fraction=None, bytes=parse_memory_size(value, what="margin"))
+    return Margin(fraction=None, bytes=parse_size(value, what="margin"))
 
 
 def parse_speculative_config(text: str) -> int:
@@ -302,6 +296,11 @@ def parse_speculative_config(text: str) -> int:
         data = json.loads(text)
     except json.JSONDecodeError:
         raise UsageError("--speculative-config must be JSON", hint='e.g. \'{"method": "mtp", "num_speculative_tokens": 1}\'') from None
+    return speculative_tokens(data)
+
+
+def speculative_tokens(data: Any) -> int:
+    """The MTP draft length of a parsed `--speculative-config` (the dict vLLM's parser makes of it)."""
     if not isinstance(data, dict):
         raise UsageError("--speculative-config must be a JSON object")
     method = data.get("method", "mtp")
@@ -340,17 +339,17 @@ def _validate(request: FitRequest) -> None:
     if request.kv_cache_memory_bytes is not None:
         if request.kv_cache_memory_bytes <= 0:
             raise UsageError("--kv-cache-memory must be positive", hint="e.g. --kv-cache-memory 9.81GiB")
-        if request.kv_cache_memory_bytes > 64 * (1 << 40):
+        if request.kv_cache_memory_bytes > MAX_PER_GPU_BYTES:
             raise UsageError(
                 f"--kv-cache-memory {format_gib(request.kv_cache_memory_bytes)} is not a per-GPU figure",
                 hint="give the KV memory of one GPU, as vLLM's --kv-cache-memory-bytes takes it",
             )
     for name in ("weights_bytes_per_rank", "non_kv_overhead_bytes"):
         value = getattr(request, name)
-        if value is not None and (value < 0 or value > 64 * (1 << 40)):
+        if value is not None and (value < 0 or value > MAX_PER_GPU_BYTES):
             raise UsageError(f"{name.replace('_', ' ')} {value} is out of range")
     margin = _as_margin(request.margin)
-    if margin.bytes is not None and margin.bytes > 64 * (1 << 40):
+    if margin.bytes is not None and margin.bytes > MAX_PER_GPU_BYTES:
         raise UsageError("--margin is larger than any GPU")
 
 
@@ -442,27 +441,21 @@ def _predict_memory(
                 pp_rank=pp_rank,
                 load_mtp=request.num_speculative_tokens > 0,
             )
-        cuda_total = dev.cuda_total_bytes
-        requested = requested_memory(cuda_total, request.gpu_memory_utilization)
-        cuda_free = max(0, dev.free_bytes - CUDA_CONTEXT_BYTES)
-        refusal = None
-        if cuda_free < requested:
-            refusal = free_memory_refusal(dev.cuda_index, cuda_free, cuda_total, request.gpu_memory_utilization, requested)
-        available = requested - weights - overhead
+        start = check_startup_memory(dev, request.gpu_memory_utilization)
         predictions.append(
             GpuMemoryPrediction(
                 cuda_index=dev.cuda_index,
                 name=dev.name,
                 pp_rank=pp_rank,
                 total_bytes=dev.total_bytes,
-                cuda_total_bytes=cuda_total,
+                cuda_total_bytes=dev.cuda_total_bytes,
                 free_bytes=dev.free_bytes,
-                cuda_free_at_start=cuda_free,
-                requested_bytes=requested,
+                cuda_free_at_start=start.cuda_free_at_start,
+                requested_bytes=start.requested_bytes,
                 weights_bytes=weights,
                 overhead_bytes=overhead,
-                available_kv_bytes=available,
-                refusal=refusal,
+                available_kv_bytes=start.requested_bytes - weights - overhead,
+                refusal=start.refusal,
             )
         )
     if any(d.is_unified_memory for d in devices):
@@ -493,10 +486,25 @@ def _round_block_friendly(length: int) -> int:
     return length // step * step
 
 
-def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None) -> FitResult:
-    """Mirror vLLM's startup decisions for `request` and recommend an explicit --max-model-len."""
+def _autofit_len(plan: KvPlan) -> int:
+    """The length an auto-fit plan ends with; 0 when not even one token fits."""
+    return 0 if plan.error else plan.max_model_len
+
+
+def _full_context_bytes(plan: KvPlan, length: int) -> int:
+    """`--kv-cache-memory-bytes` that holds one request of `length` tokens on every worker (plus the null block)."""
+    return max(
+        w.bytes_per_block * (blocks_per_request(w.groups, length, plan.max_in_flight_tokens) + 1) for w in plan.workers
+    )
+
+
+def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None, geometry: Dsv4Geometry | None = None) -> FitResult:
+    """Mirror vLLM's startup decisions for `request` and recommend an explicit --max-model-len.
+
+    `geometry`: `load_geometry(request.model)` when the caller has read it already."""
     _validate(request)
-    geometry = load_geometry(request.model)
+    if geometry is None:
+        geometry = load_geometry(request.model)
     warnings: list[str] = []
     notes: list[str] = []
 
@@ -585,19 +593,14 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None) ->
                 f"({format_gib(worst.weights_bytes)}) and overhead ({format_gib(worst.overhead_bytes)}) exceed "
                 f"{request.gpu_memory_utilization} of {format_gib(worst.cuda_total_bytes)}"
             )
-    if devices is not None and source != "predicted":
-        # vLLM checks free memory against the utilization budget at worker start even when
-        # --kv-cache-memory-bytes fixes the KV size.
-        for dev in devices:
-            requested = requested_memory(dev.cuda_total_bytes, request.gpu_memory_utilization)
-            cuda_free = max(0, dev.free_bytes - CUDA_CONTEXT_BYTES)
-            if cuda_free < requested and refusal is None:
-                refusal = free_memory_refusal(dev.cuda_index, cuda_free, dev.cuda_total_bytes, request.gpu_memory_utilization, requested)
+    if devices is not None:
+        starts = [check_startup_memory(dev, request.gpu_memory_utilization) for dev in devices]
+        if refusal is None:
+            # vLLM checks free memory against the utilization budget at worker start even when
+            # --kv-cache-memory-bytes fixes the KV size (a prediction has checked it already).
+            refusal = next((s.refusal for s in starts if s.refusal), None)
     if devices is not None and refusal is None:
-        slack = min(
-            max(0, dev.free_bytes - CUDA_CONTEXT_BYTES) - requested_memory(dev.cuda_total_bytes, request.gpu_memory_utilization)
-            for dev in devices
-        )
+        slack = min(s.slack_bytes for s in starts)
         if slack < GiB:
             warnings.append(
                 f"free memory is only {format_gib(slack)} above the --gpu-memory-utilization budget on the tightest GPU: "
@@ -614,7 +617,7 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None) ->
 
     positive_memory = [max(m, 0) for m in worker_memory]
     auto_plan = plan(positive_memory, length=model_max, auto=True, tokens_in_flight=in_flight)
-    autofit = 0 if auto_plan.error else auto_plan.max_model_len
+    autofit = _autofit_len(auto_plan)
     limiting = auto_plan.workers[auto_plan.limiting_pp_rank]
     kv_memory = worker_memory[auto_plan.limiting_pp_rank]
 
@@ -634,7 +637,7 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None) ->
     margin = _as_margin(request.margin).resolve(kv_memory)
     margin_memory = [max(m - margin, 0) for m in positive_memory]
     margin_plan = plan(margin_memory, length=model_max, auto=True, tokens_in_flight=in_flight)
-    safe = 0 if margin_plan.error else margin_plan.max_model_len
+    safe = _autofit_len(margin_plan)
     if safe >= model_max and autofit >= model_max:
         recommended = model_max
     else:
@@ -646,9 +649,7 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None) ->
             f"no length survives a margin of {format_gib(margin)}: the KV memory is too tight to recommend an explicit length"
         )
 
-    full_needed = max(
-        w.bytes_per_block * blocks_per_request(w.groups, model_max, in_flight) + w.bytes_per_block for w in auto_plan.workers
-    )
+    full_needed = _full_context_bytes(auto_plan, model_max)
     what_if = []
     for row_mnbt in sorted(set(WHAT_IF_BATCHED_TOKENS) | {mnbt}):
         row_in_flight = max_concurrent_batches(async_on, pp) * row_mnbt
@@ -657,11 +658,8 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None) ->
             WhatIfRow(
                 max_num_batched_tokens=row_mnbt,
                 max_in_flight_tokens=row_in_flight,
-                autofit_max_model_len=0 if row_plan.error else row_plan.max_model_len,
-                full_context_kv_memory_bytes=max(
-                    w.bytes_per_block * blocks_per_request(w.groups, model_max, row_in_flight) + w.bytes_per_block
-                    for w in row_plan.workers
-                ),
+                autofit_max_model_len=_autofit_len(row_plan),
+                full_context_kv_memory_bytes=_full_context_bytes(row_plan, model_max),
                 current=row_mnbt == mnbt,
             )
         )
@@ -671,8 +669,7 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None) ->
         half = GiB // 200
         lo_plan = plan([max(m - half, 0) for m in positive_memory], length=model_max, auto=True, tokens_in_flight=in_flight)
         hi_plan = plan([m + half - 1 for m in positive_memory], length=model_max, auto=True, tokens_in_flight=in_flight)
-        low = 0 if lo_plan.error else lo_plan.max_model_len
-        high = 0 if hi_plan.error else hi_plan.max_model_len
+        low, high = _autofit_len(lo_plan), _autofit_len(hi_plan)
         log_cal = replace(log_cal, predicted_from_log=autofit, predicted_range=(low, high))
         if log_cal.autofit_to is not None and not (low <= log_cal.autofit_to <= high):
             warnings.append(
@@ -812,6 +809,7 @@ __all__ = [
     "parse_max_model_len",
     "parse_margin",
     "parse_speculative_config",
+    "speculative_tokens",
     "default_batch_limits",
     "DEFAULT_GPU_MEMORY_UTILIZATION",
     "THINK_MAX_CONTEXT",

@@ -167,10 +167,6 @@ def blocks_per_request(groups: list[KvGroup], max_model_len: int, max_in_flight_
     return sum(g.max_pages(max_model_len, max_in_flight_tokens) for g in groups)
 
 
-def max_memory_usage_bytes(groups: list[KvGroup], max_model_len: int, max_in_flight_tokens: int) -> int:
-    return bytes_per_block(groups) * blocks_per_request(groups, max_model_len, max_in_flight_tokens)
-
-
 def estimate_max_model_len(groups: list[KvGroup], available_memory: int, original_max: int, max_in_flight_tokens: int) -> int:
     """Binary search for the longest context that fits; 0 if even one token does not."""
     bpb = bytes_per_block(groups)
@@ -231,14 +227,6 @@ class KvPlan:
     max_in_flight_tokens: int
     limiting_pp_rank: int
     error: str | None  # vLLM's ValueError text when it would refuse, else None
-
-    @property
-    def bytes_per_block(self) -> int:
-        return self.workers[self.limiting_pp_rank].bytes_per_block
-
-    @property
-    def blocks_per_request(self) -> int:
-        return blocks_per_request(self.workers[self.limiting_pp_rank].groups, self.max_model_len, self.max_in_flight_tokens)
 
 
 def pp_layer_ranges(num_hidden_layers: int, pp_size: int, partition: list[int] | None = None) -> list[tuple[int, int]]:

@@ -78,6 +78,29 @@ def free_memory_refusal(cuda_index: int, free: int, total: int, util: float, req
     )
 
 
+@dataclass(frozen=True)
+class StartupMemoryCheck:
+    """vLLM's `request_memory` on one GPU at worker start: what it asks for and whether it gets it."""
+
+    cuda_free_at_start: int  # NVML free minus the worker's CUDA context
+    requested_bytes: int
+    refusal: str | None  # vLLM's error text when the free memory is below the request
+
+    @property
+    def slack_bytes(self) -> int:
+        return self.cuda_free_at_start - self.requested_bytes
+
+
+def check_startup_memory(device: Any, gpu_memory_utilization: float) -> StartupMemoryCheck:
+    """The free-memory check vLLM's worker makes on `device` (a `dsv4ctl.gpu.GpuDevice`) at start."""
+    requested = requested_memory(device.cuda_total_bytes, gpu_memory_utilization)
+    cuda_free = max(0, device.free_bytes - CUDA_CONTEXT_BYTES)
+    refusal = None
+    if cuda_free < requested:
+        refusal = free_memory_refusal(device.cuda_index, cuda_free, device.cuda_total_bytes, gpu_memory_utilization, requested)
+    return StartupMemoryCheck(cuda_free, requested, refusal)
+
+
 def weights_per_rank(
     weights: CheckpointWeights,
     *,

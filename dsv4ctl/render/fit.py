@@ -7,7 +7,8 @@ from rich.console import Console
 from rich.table import Table
 
 from dsv4ctl.planning.fit import THINK_MAX_CONTEXT, FitResult
-from dsv4ctl.units import format_gib, format_tokens
+from dsv4ctl.planning.kv_specs import DSV4_BLOCK_SIZE
+from dsv4ctl.units import format_gib, format_tokens, gib
 
 
 def _tokens(n: int) -> str:
@@ -21,7 +22,7 @@ def render_fit(result: FitResult, console: Console) -> None:
         f"{g.num_swa_only_layers}×sliding only), mirror of vLLM {result.mirrored_vllm_version}'s planner"
     )
     console.print(
-        f"KV cache: {result.layout.kv_cache_dtype} ({result.layout.attention_class}), block 256, "
+        f"KV cache: {result.layout.kv_cache_dtype} ({result.layout.attention_class}), block {DSV4_BLOCK_SIZE}, "
         f"{result.num_kv_layers} cache layers in {result.num_kv_cache_groups} groups, "
         f"{format_tokens(result.bytes_per_block)} bytes per block",
         markup=False,
@@ -92,12 +93,12 @@ def _gpu_table(result: FitResult) -> Table:
             str(gpu.cuda_index),
             gpu.name,
             str(gpu.pp_rank),
-            f"{gpu.cuda_total_bytes / 2**30:.2f}",
-            f"{gpu.free_bytes / 2**30:.2f}",
-            f"{gpu.requested_bytes / 2**30:.2f}",
-            f"{gpu.weights_bytes / 2**30:.2f}",
-            f"{gpu.overhead_bytes / 2**30:.2f}",
-            f"{gpu.available_kv_bytes / 2**30:.2f}",
+            f"{gib(gpu.cuda_total_bytes):.2f}",
+            f"{gib(gpu.free_bytes):.2f}",
+            f"{gib(gpu.requested_bytes):.2f}",
+            f"{gib(gpu.weights_bytes):.2f}",
+            f"{gib(gpu.overhead_bytes):.2f}",
+            f"{gib(gpu.available_kv_bytes):.2f}",
         )
     return table
 
