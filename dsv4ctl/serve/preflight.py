@@ -98,7 +98,7 @@ def decide(
     try:
         from dsv4ctl.planning.geometry import load_geometry
 
-        load_geometry(model)
+        geometry = load_geometry(model)
     except InputError as exc:
         return passthrough(f"no DeepSeek-V4 plan ({exc.message}): --max-model-len passes through unchanged")
 
@@ -125,11 +125,8 @@ def decide(
         from dsv4ctl.planning.fit import plan_fit
 
         request = fit_request_from(namespace, model, kv_cache_memory_bytes=kv_bytes)
-        result = plan_fit(request, snapshot=snapshot)
-    except GpuUnavailableError as exc:
-        notes.append(f"no NVIDIA GPU readable here ({exc.message}): GPU-memory checks skipped")
-        return passthrough("cannot plan without GPU memory figures: --max-model-len passes through unchanged", notes)
-    except Dsv4ctlError as exc:
+        result = plan_fit(request, snapshot=snapshot, geometry=geometry)
+    except Dsv4ctlError as exc:  # e.g. TP×PP×DP needs more GPUs than this node has
         if exc.exit_code == ExitCode.DOES_NOT_FIT:
             return _refuse(model, requested, flags, notes, None, exc)
         return passthrough(f"could not plan ({exc.message}): --max-model-len passes through unchanged", notes)
@@ -186,7 +183,7 @@ def fit_request_from(namespace: argparse.Namespace, model: str, kv_cache_memory_
     replicas, so that is the data-parallel size planned against this node's GPUs."""
     import dataclasses
 
-    from dsv4ctl.planning.fit import FitRequest
+    from dsv4ctl.planning.fit import FitRequest, speculative_tokens
 
     values: dict[str, Any] = {"model": model}
     for f in dataclasses.fields(FitRequest):
@@ -201,6 +198,6 @@ def fit_request_from(namespace: argparse.Namespace, model: str, kv_cache_memory_
     if kv_cache_memory_bytes is not None:
         values["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
     spec = getattr(namespace, "speculative_config", None)
-    if isinstance(spec, dict) and spec.get("num_speculative_tokens"):
-        values["num_speculative_tokens"] = int(spec["num_speculative_tokens"])
+    if spec is not None:
+        values["num_speculative_tokens"] = speculative_tokens(spec)  # only MTP is planned; others raise
     return FitRequest(**values)

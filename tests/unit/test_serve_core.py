@@ -285,3 +285,11 @@ def test_gpu_node_with_free_memory_below_the_utilization_is_refused(flash_checkp
         [str(flash_checkpoint)], snapshot_reader=lambda: snap,
     )
     assert lower.action == preflight.SET_LENGTH
+
+
+def test_speculative_config_other_than_mtp_is_not_planned_as_mtp(dsv4):
+    flags = [str(dsv4), "--max-model-len", "auto"]
+    ns = _ns(dsv4, max_model_len=-1, kv_cache_memory_bytes=64 * MiB, speculative_config={"method": "eagle3", "num_speculative_tokens": 2})
+    decision = preflight.decide(ns, flags, snapshot_reader=_no_gpu)
+    assert decision.action == preflight.PASS_THROUGH and decision.flags == flags
+    assert "eagle3" in decision.reason
