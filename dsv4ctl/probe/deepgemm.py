@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dsv4ctl.probe.headers import (
@@ -120,9 +120,7 @@ def probe_static(location: DeepGemmLocation | None) -> ProbeResult:
         return ProbeResult("static", None, "no DeepGEMM found: neither an external `deep_gemm` package nor "
                            "vLLM's vendored copy (vllm/third_party/deep_gemm) is installed")
     verdict = inspect_include_dir(location.include_dir)
-    if verdict.guarded is None:
-        return ProbeResult("static", None, verdict.reason, deepgemm=location, header=verdict)
-    affected = not verdict.guarded
+    affected = None if verdict.guarded is None else not verdict.guarded
     return ProbeResult("static", affected, verdict.reason, deepgemm=location, header=verdict)
 
 
@@ -386,9 +384,7 @@ def run_probe(mode: str | None = None, include: str | Path | None = None,
         except ProbeUnavailable as exc:
             tried.append((candidate, str(exc)))
             continue
-        return ProbeResult(result.mode, result.affected, result.reason, result.cases, result.deepgemm,
-                           result.header, tuple(tried), result.details)
-    mode_name = mode
+        return replace(result, tried=tuple(tried))
     reason = "; ".join(f"{m}: {r}" for m, r in tried)
     verdict = inspect_include_dir(location.include_dir) if location else None
-    return ProbeResult(mode_name, None, reason, (), location, verdict, tuple(tried))
+    return ProbeResult(mode, None, reason, (), location, verdict, tuple(tried))
