@@ -142,10 +142,6 @@ class FdTee:
         with self._term_lock:
             write_all(self.terminal_fd(fd), data)
 
-    @property
-    def terminal_lock(self) -> threading.Lock:
-        return self._term_lock
-
     # -- reader threads --------------------------------------------------------------------------------
 
     def _pump(self, fd: int) -> None:

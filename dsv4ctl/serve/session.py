@@ -234,10 +234,6 @@ class ServeSession:
         self._complete_outcome()
         return self.outcome
 
-    @property
-    def timeline(self) -> Any:
-        return self._feed.timeline if self._feed else None
-
     # -- signals ---------------------------------------------------------------------------------------
 
     def _interrupt(self, signum: int, frame: Any) -> None:
