@@ -293,3 +293,16 @@ def test_speculative_config_other_than_mtp_is_not_planned_as_mtp(dsv4):
     decision = preflight.decide(ns, flags, snapshot_reader=_no_gpu)
     assert decision.action == preflight.PASS_THROUGH and decision.flags == flags
     assert "eagle3" in decision.reason
+
+
+def test_more_gpus_than_this_node_has_passes_through_saying_why(flash_checkpoint):
+    from fitkit import h200, snapshot
+
+    snap = snapshot(*(h200(i) for i in range(8)))
+    flags = [str(flash_checkpoint), "-tp", "8", "-pp", "2"]
+    decision = preflight.decide(
+        _ns(flash_checkpoint, tensor_parallel_size=8, pipeline_parallel_size=2), flags, snapshot_reader=lambda: snap
+    )
+    assert decision.action == preflight.PASS_THROUGH and decision.flags == flags
+    assert "16 GPUs needed, 8 visible" in decision.reason
+    assert not any("no NVIDIA GPU" in n for n in decision.notes)  # the GPUs were read; the plan needs more
