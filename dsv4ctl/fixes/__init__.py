@@ -45,6 +45,9 @@ TARGET_MODULES: dict[str, str] = {
     DEEPGEMM_METADATA_CLAMP: "vllm.v1.attention.backends.mla.indexer",
 }
 
+# Marks our wrappers (value: the fix's name), so that a wrapper is never wrapped again.
+MARKER = "__dsv4ctl_fix__"
+
 # Statuses a fix can end in, in one process.
 APPLIED = "applied"
 NOT_NEEDED = "not-needed"
@@ -124,13 +127,29 @@ class FixOutcome:
 @dataclass
 class _ProcessState:
     outcomes: dict[str, FixOutcome] = field(default_factory=dict)
-    calls: int = 0
     pid: int = 0  # register() in a forked child starts over (it inherited its parent's state)
     selection: FixSelection | None = None
     deferred: dict[str, tuple[str, ...]] = field(default_factory=dict)  # target module -> fix names
 
 
 _STATE = _ProcessState()
+
+
+def is_wrapper(function: object, name: str) -> bool:
+    """Is `function` the wrapper that fix `name` installed?"""
+    return getattr(function, MARKER, None) == name
+
+
+def unwrap(function: object, name: str) -> object:
+    """The function under fix `name`'s wrapper(s); `function` itself when it is not wrapped."""
+    while is_wrapper(function, name):
+        function = function.__wrapped__  # type: ignore[attr-defined]
+    return function
+
+
+def mark_wrapper(wrapper: object, name: str) -> object:
+    setattr(wrapper, MARKER, name)
+    return wrapper
 
 
 def _fix_module(name: str):
@@ -282,17 +301,14 @@ def register() -> None:
 def _register() -> None:
     selection = parse_selection(os.environ.get(FIXES_ENV))
     if _STATE.pid != os.getpid():  # first call here, or a forked child holding its parent's state
-        _STATE.pid, _STATE.outcomes, _STATE.deferred, _STATE.calls = os.getpid(), {}, {}, 0
-    _STATE.calls += 1
+        _STATE.pid, _STATE.outcomes, _STATE.deferred = os.getpid(), {}, {}
     _STATE.selection = selection
     if selection.mode == "none":
         results = {name: FixOutcome(name, NOT_REQUESTED, f"{FIXES_ENV} is unset or none") for name in FIX_NAMES}
         first = not _STATE.outcomes
         _STATE.outcomes = results
         logger = logging.getLogger(LOGGER_NAME)  # no vLLM import when nothing is requested
-        if selection.unknown:
-            logger.warning("%s unknown fix name(s) in %s: %s (known: %s)", LOG_PREFIX, FIXES_ENV,
-                           ", ".join(selection.unknown), ", ".join(FIX_NAMES))
+        _warn_unknown(logger, selection)
         if first:
             logger.debug("%s none requested (%s unset or none)", LOG_PREFIX, FIXES_ENV)
             report = os.environ.get(REPORT_ENV)
@@ -306,10 +322,14 @@ def _register() -> None:
         return  # loaded again in the same process: nothing changed, nothing new to say
     _STATE.outcomes = results
     logger = _vllm_logger()
+    _warn_unknown(logger, selection)
+    _log_and_report(logger, results, results, selection, EVENT_REGISTER, None)
+
+
+def _warn_unknown(logger: logging.Logger, selection: FixSelection) -> None:
     if selection.unknown:
         logger.warning("%s unknown fix name(s) in %s: %s (known: %s)", LOG_PREFIX, FIXES_ENV,
                        ", ".join(selection.unknown), ", ".join(FIX_NAMES))
-    _log_and_report(logger, results, results, selection, EVENT_REGISTER, None)
 
 
 def _log_and_report(logger: logging.Logger, landed: dict[str, FixOutcome], snapshot: dict[str, FixOutcome],

@@ -20,12 +20,11 @@ import functools
 import inspect
 from typing import Any
 
-from dsv4ctl.fixes import DEEPGEMM_METADATA_CLAMP, TARGET_MODULES, FixCheck
+from dsv4ctl.fixes import DEEPGEMM_METADATA_CLAMP, TARGET_MODULES, FixCheck, is_wrapper, mark_wrapper, unwrap
 
 NAME = DEEPGEMM_METADATA_CLAMP
 INDEXER_MODULE = TARGET_MODULES[NAME]
 FUNCTION = "get_paged_mqa_logits_metadata"
-MARKER = "__dsv4ctl_fix__"
 EXPECTED_LEADING_PARAMS = ["context_lens", "block_size", "num_sms"]
 
 
@@ -40,18 +39,12 @@ def _target() -> tuple[Any, Any] | str:
     if not callable(function):
         return f"{INDEXER_MODULE}.{FUNCTION} not found"
     try:
-        params = list(inspect.signature(_original(function)).parameters)
+        params = list(inspect.signature(unwrap(function, NAME)).parameters)
     except (TypeError, ValueError):
         return f"{INDEXER_MODULE}.{FUNCTION} has no inspectable signature"
     if params[:3] != EXPECTED_LEADING_PARAMS or any(p not in ("indices",) for p in params[3:]):
         return f"{FUNCTION} has an unexpected signature ({', '.join(params)})"
     return module, function
-
-
-def _original(function: Any) -> Any:
-    while getattr(function, MARKER, None) == NAME:
-        function = function.__wrapped__
-    return function
 
 
 def need_without_target() -> tuple[bool | None, str]:
@@ -75,7 +68,7 @@ def check() -> FixCheck:
     if isinstance(target, str):
         return FixCheck(NAME, False, None, target)
     _, function = target
-    installed = getattr(function, MARKER, None) == NAME
+    installed = is_wrapper(function, NAME)
     needed, reason = need_without_target()
     return FixCheck(NAME, True, needed, reason, installed)
 
@@ -95,8 +88,7 @@ def _make_wrapper(original: Any) -> Any:
     def get_paged_mqa_logits_metadata(context_lens, block_size, num_sms, *args, **kwargs):
         return original(clamp_context_lens(context_lens), block_size, num_sms, *args, **kwargs)
 
-    setattr(get_paged_mqa_logits_metadata, MARKER, NAME)
-    return get_paged_mqa_logits_metadata
+    return mark_wrapper(get_paged_mqa_logits_metadata, NAME)
 
 
 def install() -> str:
@@ -104,7 +96,7 @@ def install() -> str:
     if isinstance(target, str):
         raise RuntimeError(target)
     module, function = target
-    if getattr(function, MARKER, None) == NAME:
+    if is_wrapper(function, NAME):
         return f"{FUNCTION} in {INDEXER_MODULE} already wrapped"
     import torch  # noqa: F401 - fail here, at install time, rather than in the first call
 

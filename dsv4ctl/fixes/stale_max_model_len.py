@@ -19,7 +19,17 @@ import inspect
 from types import SimpleNamespace
 from typing import Any
 
-from dsv4ctl.fixes import STALE_MAX_MODEL_LEN, TARGET_MODULES, FixCheck
+from dsv4ctl.fixes import (
+    LOG_PREFIX,
+    LOGGER_NAME,
+    MARKER,  # noqa: F401 - the wrapper's mark, for callers inspecting it
+    STALE_MAX_MODEL_LEN,
+    TARGET_MODULES,
+    FixCheck,
+    is_wrapper,
+    mark_wrapper,
+    unwrap,
+)
 
 NAME = STALE_MAX_MODEL_LEN
 RUNNER_MODULE = TARGET_MODULES[NAME]
@@ -27,7 +37,6 @@ RUNNER_CLASS = "GPUModelRunner"
 METHOD = "update_max_model_len"
 MODEL_STATE_MODULE = "vllm.v1.worker.gpu.model_states.interface"
 MODEL_STATE_CLASS = "ModelState"
-MARKER = "__dsv4ctl_fix__"
 
 
 def _targets() -> tuple[type, Any, type] | str:
@@ -57,12 +66,6 @@ def _targets() -> tuple[type, Any, type] | str:
     return runner_cls, method, state_cls
 
 
-def _original(method: Any) -> Any:
-    while getattr(method, MARKER, None) == NAME:
-        method = method.__wrapped__
-    return method
-
-
 def _propagates(original: Any) -> bool | None:
     """Does the unwrapped update_max_model_len already update model_state? Dry-run it on a stand-in
     object; fall back to reading its source. None when neither works."""
@@ -88,7 +91,7 @@ def check() -> FixCheck:
     if isinstance(targets, str):
         return FixCheck(NAME, False, None, targets)
     runner_cls, method, state_cls = targets
-    installed = getattr(method, MARKER, None) == NAME
+    installed = is_wrapper(method, NAME)
     descriptor = inspect.getattr_static(state_cls, "max_model_len", None)
     if isinstance(descriptor, property):
         return FixCheck(NAME, True, False,
@@ -97,7 +100,7 @@ def check() -> FixCheck:
         return FixCheck(NAME, False, None,
                         f"ModelState.max_model_len is an unexpected descriptor ({type(descriptor).__name__})",
                         installed)
-    propagates = _propagates(_original(method))
+    propagates = _propagates(unwrap(method, NAME))
     if propagates is True:
         return FixCheck(NAME, True, False,
                         f"{RUNNER_CLASS}.{METHOD} already updates model_state.max_model_len", installed)
@@ -146,13 +149,12 @@ def _make_wrapper(original: Any) -> Any:
         except Exception as exc:  # noqa: BLE001 - never break the worker
             import logging
 
-            logging.getLogger("vllm.plugins.dsv4ctl").warning(
-                "dsv4ctl fixes: %s could not propagate max_model_len=%s: %s: %s",
-                NAME, max_model_len, type(exc).__name__, exc)
+            logging.getLogger(LOGGER_NAME).warning(
+                "%s %s could not propagate max_model_len=%s: %s: %s",
+                LOG_PREFIX, NAME, max_model_len, type(exc).__name__, exc)
         return result
 
-    setattr(update_max_model_len, MARKER, NAME)
-    return update_max_model_len
+    return mark_wrapper(update_max_model_len, NAME)
 
 
 def install() -> str:
@@ -161,7 +163,7 @@ def install() -> str:
     if isinstance(targets, str):
         raise RuntimeError(targets)
     runner_cls, method, _ = targets
-    if getattr(method, MARKER, None) == NAME:
+    if is_wrapper(method, NAME):
         return f"{RUNNER_CLASS}.{METHOD} already wrapped"
     setattr(runner_cls, METHOD, _make_wrapper(method))
     return f"wrapped {RUNNER_CLASS}.{METHOD}"
