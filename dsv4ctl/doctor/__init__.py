@@ -18,6 +18,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dsv4ctl import __version__
 from dsv4ctl.doctor.redact import EnvVar, redact, relevant_environment
@@ -25,22 +26,10 @@ from dsv4ctl.doctor.target import MARKER
 from dsv4ctl.errors import Dsv4ctlError
 from dsv4ctl.fixes import FIXES_ENV, REPORT_ENV
 
+if TYPE_CHECKING:
+    from dsv4ctl.gpu import GpuSnapshot
+
 TARGET_TIMEOUT_S = 300
-
-
-@dataclass(frozen=True)
-class GpuLine:
-    index: int
-    cuda_index: int
-    name: str
-    compute_capability: str  # "9.0"
-    sm: str  # "SM90"
-    free_bytes: int
-    total_bytes: int
-    is_mig: bool
-
-    def to_json(self) -> dict[str, object]:
-        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)
@@ -65,10 +54,8 @@ class DoctorReport:
     target_python: str
     target: dict[str, object]  # what the child process found (see dsv4ctl.doctor.target)
     target_error: str | None
-    gpus: tuple[GpuLine, ...]
+    gpus: GpuSnapshot | None  # None when NVML could not be read (gpu_error says why)
     gpu_error: str | None
-    driver_version: str | None
-    cuda_driver_version: str | None
     nvcc: str | None
     fixes: tuple[FixLine, ...]
     fixes_env: str | None
@@ -85,10 +72,10 @@ class DoctorReport:
             "vllm": self.target.get("vllm"),
             "torch": self.target.get("torch"),
             "deepgemm": self.target.get("deepgemm"),
-            "driver_version": self.driver_version,
-            "cuda_driver_version": self.cuda_driver_version,
+            "driver_version": self.gpus.driver_version if self.gpus else None,
+            "cuda_driver_version": self.gpus.cuda_driver_version if self.gpus else None,
             "nvcc": self.nvcc,
-            "gpus": [g.to_json() for g in self.gpus],
+            "gpus": self.gpus.to_json()["devices"] if self.gpus else [],
             "gpu_error": self.gpu_error,
             "fixes_env": self.fixes_env,
             "fixes": [f.to_json() for f in self.fixes],
@@ -123,21 +110,15 @@ def run_target(python: str, timeout: int = TARGET_TIMEOUT_S) -> tuple[dict[str, 
     return {}, f"{python} -m dsv4ctl.doctor.target failed ({how}): {tail}"
 
 
-def _gpus() -> tuple[tuple[GpuLine, ...], str | None, str | None, str | None]:
+def _gpus() -> tuple[GpuSnapshot | None, str | None]:
     try:
         from dsv4ctl.gpu import read_snapshot
 
-        snapshot = read_snapshot()
+        return read_snapshot(), None
     except Dsv4ctlError as exc:
-        return (), exc.message, None, None
+        return None, exc.message
     except Exception as exc:  # noqa: BLE001 - doctor reports, never fails
-        return (), f"{type(exc).__name__}: {exc}", None, None
-    lines = []
-    for dev in snapshot.devices:
-        major, minor = dev.compute_capability
-        lines.append(GpuLine(dev.index, dev.cuda_index, dev.name, f"{major}.{minor}", f"SM{major}{minor}",
-                             dev.free_bytes, dev.total_bytes, dev.is_mig))
-    return tuple(lines), None, snapshot.driver_version, snapshot.cuda_driver_version
+        return None, f"{type(exc).__name__}: {exc}"
 
 
 def _nvcc() -> str | None:
@@ -169,7 +150,7 @@ def build_report(python: str | None = None, environ: Mapping[str, str] | None = 
     environ = os.environ if environ is None else environ
     python = python or sys.executable
     target, target_error = run_target(python)
-    gpus, gpu_error, driver, cuda_driver = _gpus()
+    gpus, gpu_error = _gpus()
     fixes_env = environ.get(FIXES_ENV)
     notes = []
     vllm = target.get("vllm") if isinstance(target.get("vllm"), dict) else {}
@@ -185,8 +166,6 @@ def build_report(python: str | None = None, environ: Mapping[str, str] | None = 
         target_error=target_error,
         gpus=gpus,
         gpu_error=gpu_error,
-        driver_version=driver,
-        cuda_driver_version=cuda_driver,
         nvcc=_nvcc(),
         fixes=fix_lines(target, fixes_env),
         fixes_env=None if fixes_env is None else redact(FIXES_ENV, fixes_env).value,  # shown like the environment

@@ -7,7 +7,6 @@ from __future__ import annotations
 from rich.console import Console
 
 from dsv4ctl.doctor import DoctorReport
-from dsv4ctl.units import format_gib
 
 
 def _pkg_line(info: object, name: str) -> str:
@@ -63,18 +62,16 @@ def doctor_lines(report: DoctorReport) -> list[str]:
         lines.append(f"platform   {t.get('platform')}")
         lines.append(f"vLLM       {_pkg_line(t.get('vllm'), 'vllm')}")
         lines.append(f"torch      {_pkg_line(t.get('torch'), 'torch')}")
-    driver = report.driver_version or "unknown"
-    cuda = f", supports CUDA {report.cuda_driver_version}" if report.cuda_driver_version else ""
+    snapshot = report.gpus
+    driver = (snapshot and snapshot.driver_version) or "unknown"
+    cuda = f", supports CUDA {snapshot.cuda_driver_version}" if snapshot and snapshot.cuda_driver_version else ""
     lines.append(f"driver     {driver}{cuda}")
     lines.append(f"nvcc       {report.nvcc or 'not found'}")
     if report.gpu_error:
         lines.append(f"GPUs       none readable: {report.gpu_error}")
     else:
-        lines.append(f"GPUs       {len(report.gpus)}")
-        for g in report.gpus:
-            mig = " [MIG]" if g.is_mig else ""
-            lines.append(f"  cuda:{g.cuda_index} (nvml {g.index}) {g.name}{mig}  {g.sm} (cc {g.compute_capability})  "
-                         f"free {format_gib(g.free_bytes)} of {format_gib(g.total_bytes)}")
+        lines.append(f"GPUs       {len(snapshot.devices)}")
+        lines.extend(f"  {line}" for line in snapshot.summary_lines())
     if not report.target_error:
         lines.extend(_deepgemm_lines(t.get("deepgemm")))
     env_value = "unset" if report.fixes_env is None else repr(report.fixes_env)

@@ -123,3 +123,21 @@ def test_commands_do_not_import_vllm_torch_or_pynvml(args):
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert "HEAVY=[]" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_doctor_shows_gpus_from_the_gpu_reader(cli, bare_python, monkeypatch):
+    # A real H200 snapshot (`dsv4ctl gpus --json` on the device): doctor shows the same devices and
+    # figures as `dsv4ctl gpus`, CUDA total (NVML total - reserved) included.
+    import dsv4ctl.gpu as gpu
+
+    snapshot = gpu.load_snapshot(REPO / "tests" / "fixtures" / "gpus" / "h200-snapshot.json")
+    monkeypatch.setattr(gpu, "read_snapshot", lambda *a, **k: snapshot)
+    doc = json.loads(cli("doctor", "--json", "--python", bare_python).stdout)
+    assert doc["gpu_error"] is None
+    assert doc["driver_version"] == "580.159.04" and doc["cuda_driver_version"] == "13.0"
+    (device,) = doc["gpus"]
+    assert device["name"] == "NVIDIA H200" and device["sm"] == "sm_90"
+    assert device["cuda_total_bytes"] == 150_109_880_320
+    text = cli("doctor", "--python", bare_python).stdout
+    assert "driver     580.159.04, supports CUDA 13.0" in text
+    assert "  cuda:0 NVIDIA H200 sm_90, 139.80 GiB free of 139.80 GiB" in text
