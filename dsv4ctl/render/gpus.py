@@ -88,7 +88,7 @@ def render_gpus(snapshot: GpuSnapshot, console: Console) -> None:
         console.print(line, markup=False)
     console.print()
     for line in LEGEND:
-        console.print(line, markup=False)
+        console.print(line, markup=False, soft_wrap=True)  # never re-wrapped at a pipe's 80 columns
 
 
 LEGEND = (
