@@ -509,11 +509,12 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None, ge
     notes: list[str] = []
 
     # GPUs: needed to predict memory, or to pick vLLM's default max_num_batched_tokens.
-    log_cal: LogCalibration | None = None
-    if timeline is None and request.from_log:
-        timeline = read_log_calibration(request.from_log)
     if timeline is not None:
-        log_cal = _as_log_calibration(timeline, request.from_log)
+        log_cal: LogCalibration | None = _as_log_calibration(timeline, request.from_log)
+    elif request.from_log:
+        log_cal = read_log_calibration(request.from_log)
+    else:
+        log_cal = None
     if log_cal is not None and request.kv_cache_memory_bytes is None and log_cal.available_kv_bytes is None:
         raise InputError(
             f"{log_cal.path}: no \"Available KV cache memory\" line",
