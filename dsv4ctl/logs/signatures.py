@@ -9,7 +9,14 @@ role:
 - "cause": can be the root cause of a failed startup;
 - "symptom": a consequence that points elsewhere (EngineCore failed to start, a worker died, an NCCL
   error after a CUDA fault); it is the root cause only when nothing else explains the failure;
-- "note": worth knowing, never a failure by itself (auto-fit reduced the context).
+- "note": worth knowing, never a failure by itself (auto-fit reduced the context);
+- "request": a request-level error that leaves a running server up (a prompt longer than max_model_len,
+  a missing chat template): a warning, never a failure;
+- "noise": printed while vLLM stops (after SIGTERM), harmless.
+fatal: seen after the server was ready, this error means the server or its engine is down (the engine
+is dead, a collective timed out, the port could not be bound): the start is `failed` in phase `serving`.
+Named groups in a pattern (`(?P<tp>[0-9]+)`) become the finding's `details` (from the first matching
+line) and can be used as `{tp}` in the meaning and actions.
 tier: among causes, tier 0 (specific) beats tier 1 (generic classes such as "an NCCL error");
 within a tier the earliest evidence wins.
 """
@@ -30,7 +37,8 @@ class Signature:
     actions: tuple[str, ...]
     role: str = "cause"
     tier: int = 0
-    source: str = ""  # where the message text comes from
+    source: str = ""  # where the message text comes from: "pkg==version path/file.py:LINE; ..."
+    fatal: bool = False
     next_command: str | None = None  # a template like `actions`
     compiled: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
 
