@@ -33,28 +33,49 @@ class _ErrorFunnel(TyperGroup):
     """Turns every exception escaping a command into one line, a hint and an exit code."""
 
     def invoke(self, ctx: Any) -> Any:
+        from dsv4ctl.render import reset_stdout
+
+        reset_stdout()
+        args = [*getattr(ctx, "_protected_args", []), *ctx.args]
+        json_mode = "--json" in (args[: args.index("--")] if "--" in args else args)
         try:
             return super().invoke(ctx)
         except Dsv4ctlError as exc:
             if _debug():
                 traceback.print_exc()
-            error_line(exc.message, exc.hint)
-            raise typer.Exit(int(exc.exit_code)) from None
+            return self._fail(json_mode, exc.message, exc.hint, exc.exit_code)
         except KeyboardInterrupt:
-            error_line("interrupted")
-            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+            return self._fail(json_mode, "interrupted", None, ExitCode.INTERRUPTED)
         except (typer.Exit, typer.Abort):
             raise
+        except BrokenPipeError:  # stdout's reader went away outside a render: end quietly
+            from dsv4ctl.render import stdout_reader_gone
+
+            stdout_reader_gone()
+            raise typer.Exit(int(ExitCode.OK)) from None
         except Exception as exc:  # noqa: BLE001 - the funnel's whole point
             if _exc_is_click(exc):
+                if json_mode:
+                    from dsv4ctl.render import emit_json_error
+
+                    emit_json_error(exc.format_message(), None, getattr(exc, "exit_code", ExitCode.USAGE))
                 raise
             if _debug():
                 traceback.print_exc()
                 hint = None
             else:
                 hint = f"this is a bug in dsv4ctl; rerun with {DEBUG_ENV}=1 for the traceback and report it"
-            error_line(f"internal error: {type(exc).__name__}: {exc}", hint)
-            raise typer.Exit(int(ExitCode.ERROR)) from None
+            return self._fail(json_mode, f"internal error: {type(exc).__name__}: {exc}", hint, ExitCode.ERROR)
+
+    @staticmethod
+    def _fail(json_mode: bool, message: str, hint: str | None, code: int) -> Any:
+        """One line plus a hint on stderr; with --json also the error document on stdout."""
+        error_line(message, hint)
+        if json_mode:
+            from dsv4ctl.render import emit_json_error
+
+            emit_json_error(message, hint, int(code))
+        raise typer.Exit(int(code))
 
 
 def _exc_is_click(exc: BaseException) -> bool:
@@ -202,7 +223,7 @@ def fit_length_command(
         plan_fit,
     )
     from dsv4ctl.render import emit_json, out_console, warning_line
-    from dsv4ctl.units import parse_size
+    from dsv4ctl.units import describe_bytes, parse_memory_flag
 
     request = FitRequest(
         model=model,
@@ -219,10 +240,10 @@ def fit_length_command(
         async_scheduling=async_scheduling,
         num_speculative_tokens=parse_speculative_config(speculative_config) if speculative_config else 0,
         attention_backend=attention_backend,
-        kv_cache_memory_bytes=parse_size(kv_cache_memory, what="--kv-cache-memory") if kv_cache_memory else None,
+        kv_cache_memory_bytes=parse_memory_flag(kv_cache_memory, what="--kv-cache-memory") if kv_cache_memory else None,
         margin=parse_margin(margin),
-        weights_bytes_per_rank=parse_size(weights_memory, what="--weights-memory") if weights_memory else None,
-        non_kv_overhead_bytes=parse_size(overhead, what="--overhead") if overhead else None,
+        weights_bytes_per_rank=parse_memory_flag(weights_memory, what="--weights-memory") if weights_memory else None,
+        non_kv_overhead_bytes=parse_memory_flag(overhead, what="--overhead") if overhead else None,
         gpus=gpus,
         from_log=from_log,
     )
@@ -233,6 +254,11 @@ def fit_length_command(
         from dsv4ctl.render import err_console
         from dsv4ctl.render.fit import render_fit
 
+        for flag, raw, size in (("--kv-cache-memory", kv_cache_memory, request.kv_cache_memory_bytes),
+                                ("--weights-memory", weights_memory, request.weights_bytes_per_rank),
+                                ("--overhead", overhead, request.non_kv_overhead_bytes)):
+            if raw is not None and size is not None:
+                err_console().print(f"Note: {flag} {raw} read as {describe_bytes(size)}", markup=False)
         for line in result.notes:
             err_console().print(f"Note: {line}", markup=False)
         for line in result.warnings:
@@ -410,6 +436,9 @@ def serve_command(
     from dsv4ctl.serve.preflight import REFUSE
 
     flags = [str(a) for a in ctx.args]
+    from dsv4ctl.units import check_vllm_memory_flags
+
+    check_vllm_memory_flags(flags)  # `--kv-cache-memory-bytes 9` (unit forgotten) is refused, exit 2
     if vllm_help is not None or "-h" in flags:
         from dsv4ctl.serve.vllm_entry import parse_serve_flags
 

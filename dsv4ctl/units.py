@@ -75,6 +75,65 @@ def parse_size(text: str, *, what: str = "size") -> int:
     return math.ceil(size)
 
 
+# A memory flag given as a bare number is bytes (as vLLM's --kv-cache-memory-bytes reads it); below
+# this it is a forgotten unit (`--kv-cache-memory 9.81` meant 9.81 GiB, not 10 bytes).
+MIN_BARE_MEMORY_BYTES = MiB
+
+
+def parse_memory_flag(text: str, *, what: str) -> int:
+    """`parse_size` for a memory flag: a bare number (no unit) below 1 MiB is refused, not read as bytes.
+
+    `0` stays 0 (the caller says whether zero is allowed). The hint spells the likely meaning:
+    `9.81` -> `did you mean 9.81GiB?`, `4096` -> `did you mean 4096MiB?`.
+    """
+    value = str(text).strip()
+    size = parse_size(value, what=what)
+    if 0 < size < MIN_BARE_MEMORY_BYTES and _SIZE_RE.fullmatch(value) and not _SIZE_RE.fullmatch(value).group(2):
+        unit = "GiB" if float(value) < 1024 else "MiB"
+        raise UsageError(
+            f"{what} {value} has no unit: as bytes that is {size:,} bytes, less than 1 MiB",
+            hint=f"did you mean {value}{unit}? (sizes: 9.81GiB, 512MiB, 64GB = 10^9 bytes, 10G = 10 GiB as vLLM reads it)",
+        )
+    return size
+
+
+def describe_bytes(n_bytes: int) -> str:
+    """`10,533,407,294 bytes (9.81 GiB, 10.53 GB)`: how a size flag was understood (GB and GiB differ by 7 %)."""
+    return f"{n_bytes:,} bytes ({n_bytes / GiB:.2f} GiB, {n_bytes / 1000**3:.2f} GB)"
+
+
+VLLM_BYTE_FLAGS = ("--kv-cache-memory-bytes",)
+
+
+def check_vllm_memory_flags(argv: list[str]) -> list[tuple[str, int]]:
+    """Check vLLM's byte-valued flags in a `vllm serve` argv the way `parse_memory_flag` does.
+
+    Returns [(flag, bytes)] for the flags found (vLLM's own reading, `human_readable_int`); raises
+    UsageError for a bare number below 1 MiB. Values vLLM itself rejects are left to vLLM's parser.
+    """
+    found: list[tuple[str, int]] = []
+    for i, arg in enumerate(argv):
+        for flag in VLLM_BYTE_FLAGS:
+            if arg == flag and i + 1 < len(argv):
+                raw = argv[i + 1]
+            elif arg.startswith(flag + "="):
+                raw = arg[len(flag) + 1:]
+            else:
+                continue
+            try:
+                size = parse_vllm_int(raw, what=flag)
+            except UsageError:
+                continue  # vLLM's parser words its own refusal
+            if 0 < size < MIN_BARE_MEMORY_BYTES and re.fullmatch(r"\d+", raw.strip()):
+                suffix = "G" if size < 1024 else "M"
+                raise UsageError(
+                    f"{flag} {raw.strip()} is {size:,} bytes, less than 1 MiB: a unit is missing",
+                    hint=f"did you mean {flag} {raw.strip()}{suffix}? (vLLM reads 10G as 10 GiB, 10g as 10^9 bytes)",
+                )
+            found.append((flag, size))
+    return found
+
+
 def gib(n_bytes: float) -> float:
     return n_bytes / GiB
 

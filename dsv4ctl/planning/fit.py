@@ -29,7 +29,7 @@ from dsv4ctl.planning.memory import (
     check_startup_memory,
     weights_per_rank,
 )
-from dsv4ctl.units import GiB, MiB, format_gib, format_tokens, parse_size, parse_vllm_int
+from dsv4ctl.units import GiB, MiB, format_gib, format_tokens, parse_memory_flag, parse_vllm_int
 
 # vLLM 0.32 defaults (config/cache.py, config/scheduler.py, engine/arg_utils.py:get_batch_defaults).
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
@@ -287,7 +287,7 @@ def parse_margin(text: str) -> Margin:
         if not (0 <= pct < 100) or not math.isfinite(pct):
             raise UsageError(f"invalid margin {text!r}: the percentage must be in [0, 100)")
         return Margin(fraction=pct / 100.0)
-    return Margin(fraction=None, bytes=parse_size(value, what="margin"))
+    return Margin(fraction=None, bytes=parse_memory_flag(value, what="--margin"))
 
 
 def parse_speculative_config(text: str) -> int:
