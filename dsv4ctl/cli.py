@@ -320,15 +320,23 @@ def doctor_command(
     child process of --python, never imported here.
     """
     from dsv4ctl.doctor import build_report
-    from dsv4ctl.render import emit_json, out_console
+    from dsv4ctl.errors import InputError
+    from dsv4ctl.render import emit_json, err_console, out_console
 
-    report = build_report(python=python)
+    # Importing vLLM in the child can take many seconds: show a spinner on stderr (a terminal only).
+    with err_console().status(f"inspecting vLLM and torch with {python or sys.executable} …", spinner="dots"):
+        report = build_report(python=python)
     if json_output:
         emit_json(report.to_json())
-        return
-    from dsv4ctl.render.doctor import render_doctor
+    else:
+        from dsv4ctl.render.doctor import render_doctor
 
-    render_doctor(report, out_console())
+        render_doctor(report, out_console())
+    if report.target_error:  # the rest of the report is still shown, but the Python asked about cannot run it
+        raise InputError(
+            f"--python {report.target_python}: {report.target_error}",
+            hint="give the Python that runs vLLM, e.g. --python /opt/vllm/bin/python (its `python -c 'import vllm'` must work)",
+        )
 
 
 probe_app = typer.Typer(

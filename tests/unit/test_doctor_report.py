@@ -50,7 +50,7 @@ def test_url_with_an_ordinary_query_stays():
 def test_fixes_env_is_redacted_like_the_environment(cli, tmp_path):
     """DSV4CTL_FIXES is also shown on its own line and in `fixes_env`: redacted there too."""
     result = cli("doctor", "--json", "--python", str(tmp_path / "missing-python"), env={"DSV4CTL_FIXES": HF_TOKEN})
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # the report is still printed
     doc = json.loads(result.stdout)
     assert doc["fixes_env"] == REDACTED and HF_TOKEN not in result.stdout
     text = cli("doctor", "--python", str(tmp_path / "missing-python"), env={"DSV4CTL_FIXES": HF_TOKEN}).stdout
@@ -107,9 +107,10 @@ def test_doctor_text_says_what_is_missing(cli, bare_python):
 
 def test_doctor_reports_a_python_that_does_not_run(cli, tmp_path):
     result = cli("doctor", "--json", "--python", str(tmp_path / "missing-python"))
-    assert result.exit_code == 0
+    assert result.exit_code == 1  # a Python that cannot run fails the command, after the report
     doc = json.loads(result.stdout)
     assert "not found" in doc["target_error"]
+    assert "Error: --python" in result.stderr
     assert [f["checked"] for f in doc["fixes"]] == [False, False]
 
 
