@@ -10,10 +10,11 @@ a machine without vLLM, torch or a GPU. Import heavy modules inside the command 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import traceback
-from typing import Any
+from typing import Any, Iterator
 
 import typer
 from typer.core import TyperGroup
@@ -133,6 +134,45 @@ def main(argv: list[str] | None = None) -> int:
 # =============================================================================================
 
 
+class _Stopped(BaseException):
+    """SIGTERM or SIGHUP arrived (raised by the handler `_stop_on_signals` installs)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP stop a long diagnose like Ctrl-C does: its scanning processes end, then
+    dsv4ctl exits 128 + the signal's number (143, 129) with one error line (a JSON document with --json)."""
+    import signal
+    import threading
+
+    names = [n for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n)]
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: Any) -> None:
+        for n in names:  # a second signal must not cut the clean-up short
+            signal.signal(getattr(signal, n), signal.SIG_IGN)
+        raise _Stopped(signum)
+
+    previous = {n: signal.signal(getattr(signal, n), stop) for n in names}
+    try:
+        yield
+    except _Stopped as exc:
+        from dsv4ctl.logs import parallel
+
+        parallel.end_scanners()
+        name = signal.Signals(exc.signum).name
+        raise Dsv4ctlError(f"stopped by {name}", exit_code=128 + exc.signum) from None  # type: ignore[arg-type]
+    finally:
+        for n, handler in previous.items():
+            signal.signal(getattr(signal, n), handler)
+
+
 @app.command("diagnose")
 def diagnose_command(
     paths: list[str] | None = typer.Argument(
@@ -147,7 +187,8 @@ def diagnose_command(
     """Diagnose a vLLM startup log: verdict, root cause with evidence, timeline and the next command.
 
     Exit status: 0 no failure, 3 failed with a known cause, 4 failed with an unknown cause,
-    5 inconclusive (the log ends before ready), 1 the log could not be read.
+    5 inconclusive (the log ends before ready), 1 the log could not be read, 143/129 stopped by
+    SIGTERM/SIGHUP.
     """
     from dsv4ctl.errors import UsageError
     from dsv4ctl.logs.diagnose import diagnose
@@ -173,7 +214,8 @@ def diagnose_command(
             "no log given",
             hint="dsv4ctl diagnose vllm.log (or - for stdin); try: dsv4ctl diagnose --example stale-max-model-len",
         )
-    result = diagnose(sources)
+    with _stop_on_signals():
+        result = diagnose(sources)
     if json_out:
         emit_json(result.to_json())
     else:

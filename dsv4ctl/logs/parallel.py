@@ -16,6 +16,11 @@ Children are forked when that is safe (Linux, and only this one thread running: 
 with other threads can copy a held lock), which costs milliseconds and reuses the compiled hyperscan
 database and the imported numpy (the newline counter); otherwise they are spawned. stdin, `.gz` and files below `PARALLEL_MIN_BYTES` are scanned
 sequentially: starting processes would cost more than it saves.
+
+No scanning process outlives the scan: the parent ends its children when the scan stops for any reason
+(`end_scanners` does it at once, for a caller that stops on a signal), a child has the default SIGTERM and
+SIGHUP handlers, holds neither the parent's end of any pipe nor its stdin/stdout, and on Linux asks the
+kernel to kill it when its parent dies (SIGKILL of the parent included).
 """
 
 from __future__ import annotations
@@ -116,9 +121,66 @@ class _RangeReader:
         return data
 
 
-def _scan_range_worker(path: str, start: int, end: int | None, engine: str, chunk_bytes: int, conn) -> None:
-    """Child process: scan one range, send ("lines", [(lineno, raw)...]) batches, then ("done", [...], lines)."""
+# The parent's ends of the pipes of the children started so far: a forked child inherits them and closes
+# them at once, so a child blocked on a full pipe gets EPIPE instead of waiting forever once its reader is
+# gone (a spawned child re-imports this module and finds the list empty).
+_PARENT_ENDS: list = []
+# Children of scans in progress in this process (see `end_scanners`).
+_RUNNING: list = []
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """In a child: signals as by default, nothing of the parent's held open, killed when the parent dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and ends its children
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked child inherits the CLI's handlers
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    for conn in _PARENT_ENDS:
+        conn.close()
+    _PARENT_ENDS.clear()
+    try:  # a child never reads stdin nor writes stdout; holding them would keep the caller's pipe open
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    except OSError:
+        pass
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # the parent died before the request above took effect
+        os._exit(1)
+
+
+def end_scanners() -> None:
+    """End every scanning child of this process now (a caller stopping on a signal; idempotent)."""
+    while _RUNNING:
+        proc, recv = _RUNNING.pop()
+        _end(proc, recv)
+
+
+def _end(proc, recv) -> None:
+    recv.close()
+    if recv in _PARENT_ENDS:
+        _PARENT_ENDS.remove(recv)
+    if proc.is_alive():
+        proc.terminate()
+    proc.join(5)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+
+
+def _scan_range_worker(
+    path: str, start: int, end: int | None, engine: str, chunk_bytes: int, conn, parent_pid: int | None = None
+) -> None:
+    """Child process: scan one range, send ("lines", [(lineno, raw)...]) batches, then ("done", [...], lines)."""
+    _die_with_parent(os.getppid() if parent_pid is None else parent_pid)
     try:
         count: list[int] = []
         batch: list[tuple[int, str]] = []
@@ -179,12 +241,14 @@ def scan_file_parallel(
             recv, send = ctx.Pipe(duplex=False)
             proc = ctx.Process(
                 target=_scan_range_worker,
-                args=(str(path), start, None if last else end, engine, chunk_bytes, send),
+                args=(str(path), start, None if last else end, engine, chunk_bytes, send, os.getpid()),
                 daemon=True,
             )
+            _PARENT_ENDS.append(recv)
             proc.start()
             send.close()
             procs.append((proc, recv))
+            _RUNNING.append((proc, recv))
         count: list[int] = []
         # The first range here, while the children scan theirs. A log that grows while it is read
         # is read to its end, as the sequential scan does, by the process with the last range.
@@ -211,8 +275,7 @@ def scan_file_parallel(
             proc.join()
     finally:
         f.close()
-        for proc, recv in procs:
-            recv.close()  # type: ignore[attr-defined]
-            if proc.is_alive():
-                proc.terminate()
-            proc.join()
+        for item in procs:
+            if item in _RUNNING:
+                _RUNNING.remove(item)
+            _end(*item)

@@ -1,0 +1,114 @@
+"""Stopping a big `dsv4ctl diagnose`: SIGTERM and SIGHUP end its scanning processes too.
+
+A real command in a subprocess scans a generated 64 MiB log with two processes (the size at which the
+parallel scan starts). The log is made of request-time error tracebacks, so every line is selected: the
+scanning child fills its pipe and waits on it while diagnose analyses its own half, which is the state in
+which a stopped diagnose used to leave the child behind (re-parented, blocked on the pipe forever, holding
+the caller's stdout open).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from dsv4ctl.logs import parallel
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="signals and fork: Linux")
+
+REPO = Path(__file__).resolve().parents[2]
+TRACEBACK = (
+    "(APIServer pid=7701) ERROR 10-21 11:00:{s:02d} [serving_chat.py:281] Error in preprocessing prompt inputs\n"
+    "(APIServer pid=7701) ERROR 10-21 11:00:{s:02d} [serving_chat.py:281] Traceback (most recent call last):\n"
+    '(APIServer pid=7701) ERROR 10-21 11:00:{s:02d} [serving_chat.py:281]   File "/usr/local/lib/python3.12/'
+    'dist-packages/vllm/entrypoints/openai/serving_chat.py", line 265, in create_chat_completion\n'
+    "(APIServer pid=7701) ERROR 10-21 11:00:{s:02d} [serving_chat.py:281] ValueError: prompt too long\n"
+)
+
+
+@pytest.fixture(scope="module")
+def big_log(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("signals") / "errors.log"
+    block = "".join(TRACEBACK.format(s=s) for s in range(60)).encode() * 40  # ~1 MiB
+    with open(path, "wb") as f:
+        while f.tell() < parallel.PARALLEL_MIN_BYTES + len(block):
+            f.write(block)
+    return path
+
+
+def _start(log: Path) -> tuple[subprocess.Popen, list[psutil.Process]]:
+    """`python -m dsv4ctl diagnose LOG --json` with two scanning processes, once its child is scanning."""
+    env = {**os.environ, parallel.WORKERS_ENV: "2"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dsv4ctl", "diagnose", str(log), "--json"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    me = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 60
+    children: list[psutil.Process] = []
+    while time.monotonic() < deadline and proc.poll() is None:
+        children = me.children(recursive=True)
+        if children:
+            break
+        time.sleep(0.01)
+    assert children, "diagnose never started a scanning process"
+    time.sleep(0.5)  # the child fills its pipe and blocks on it
+    assert proc.poll() is None, "diagnose ended before it could be signalled; the test log is too small"
+    return proc, children
+
+
+def _gone(p: psutil.Process) -> bool:
+    try:
+        return p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _wait_gone(procs: list[psutil.Process], timeout: float = 10.0) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = [p for p in procs if not _gone(p)]
+        if not left:
+            return []
+        time.sleep(0.05)
+    return [p for p in procs if not _gone(p)]
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_signal_ends_diagnose_and_its_scanners(big_log, sig, code):
+    proc, children = _start(big_log)
+    try:
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=30)  # EOF on stdout: nothing holds it open any more
+        assert proc.returncode == code, err.decode(errors="replace")
+        assert _wait_gone(children) == []
+        assert b"stopped by " + signal.Signals(sig).name.encode() in err
+        assert b'"exit_code": ' + str(code).encode() in out  # --json: the error is a JSON document too
+    finally:
+        for p in [psutil.Process(proc.pid)] if proc.poll() is None else []:
+            p.kill()
+        for p in children:
+            if not _gone(p):
+                p.kill()
+
+
+def test_scanners_die_with_a_killed_diagnose(big_log):
+    # SIGKILL cannot be handled: the kernel ends the children when their parent dies (Linux).
+    proc, children = _start(big_log)
+    try:
+        proc.kill()
+        proc.wait(timeout=30)
+        assert _wait_gone(children) == []
+    finally:
+        for p in children:
+            if not _gone(p):
+                p.kill()
+        proc.stdout.close()
+        proc.stderr.close()
