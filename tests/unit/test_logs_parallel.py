@@ -235,3 +235,46 @@ def test_a_killed_scanner_is_one_clear_error(tmp_path, monkeypatch):
     with pytest.raises(InputError, match=r"scanning process ended unexpectedly \(exit code 9\)") as info:
         list(parallel.scan_file_parallel(path, workers=2))
     assert parallel.WORKERS_ENV in (info.value.hint or "")
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_without_hyperscan_and_numpy_the_command_gives_the_same_json(cli, tmp_path, monkeypatch, workers):
+    # Platforms without their wheels (the default install has them on Linux x86_64/aarch64 only):
+    # Python's `re` and bytes.count, in one process and in two.
+    import sys
+
+    path = tmp_path / "stale.log"
+    path.write_bytes(_padded((EXAMPLES / "stale-max-model-len.log").read_bytes(), 6000))  # spans over 1 MiB
+    monkeypatch.setenv(parallel.WORKERS_ENV, workers)
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1)
+    fast = cli("diagnose", str(path), "--json")
+    monkeypatch.setitem(sys.modules, "hyperscan", None)  # `import hyperscan` raises ImportError
+    monkeypatch.setitem(sys.modules, "numpy", None)
+    monkeypatch.setattr(prefilter, "_HS_DB", None)
+    monkeypatch.setattr(prefilter, "_np", None)
+    assert not prefilter.hyperscan_available()
+    slow = cli("diagnose", str(path), "--json")
+    assert prefilter._np is False
+    assert slow.exit_code == fast.exit_code == 3
+    assert json.loads(slow.stdout) == json.loads(fast.stdout)
+
+
+def test_the_default_install_is_the_fast_one_where_wheels_exist():
+    import tomllib
+
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+
+    root = Path(__file__).resolve().parents[2]
+    deps = [Requirement(r) for r in tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]]
+    by_name = {r.name: r for r in deps}
+
+    def installed(name: str, platform: str, machine: str, python: str = "3.12") -> bool:
+        env = {**default_environment(), "sys_platform": platform, "platform_machine": machine, "python_version": python}
+        return by_name[name].marker is None or by_name[name].marker.evaluate(env)
+
+    for name in ("hyperscan", "numpy"):
+        for python in ("3.11", "3.12", "3.13", "3.14"):
+            assert installed(name, "linux", "x86_64", python) and installed(name, "linux", "aarch64", python)
+        assert not installed(name, "darwin", "arm64") and not installed(name, "win32", "AMD64")
+        assert not installed(name, "linux", "ppc64le")
