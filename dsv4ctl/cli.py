@@ -214,8 +214,11 @@ def diagnose_command(
             "no log given",
             hint="dsv4ctl diagnose vllm.log (or - for stdin); try: dsv4ctl diagnose --example stale-max-model-len",
         )
-    with _stop_on_signals():
-        result = diagnose(sources)
+    from dsv4ctl.render.progress import input_bytes, read_progress
+
+    # A bar of bytes read on stderr for inputs over 50 MB, on a terminal only.
+    with _stop_on_signals(), read_progress(input_bytes(sources), "reading the log") as progress:
+        result = diagnose(sources, progress=progress)
     if json_out:
         emit_json(result.to_json())
     else:
@@ -289,7 +292,7 @@ def fit_length_command(
         gpus=gpus,
         from_log=from_log,
     )
-    result = plan_fit(request)
+    result = _plan_fit_or_say_what_replaces_the_gpus(plan_fit, request)
     if json_output:
         emit_json(result.to_json())
     else:
@@ -310,13 +313,31 @@ def fit_length_command(
         raise typer.Exit(int(ExitCode.DOES_NOT_FIT))
 
 
+def _plan_fit_or_say_what_replaces_the_gpus(plan_fit: Any, request: Any) -> Any:
+    """No readable GPU: name the flags that let fit-length answer without one."""
+    from dsv4ctl.errors import GpuUnavailableError
+
+    try:
+        return plan_fit(request)
+    except GpuUnavailableError as exc:
+        if request.gpus:
+            raise
+        raise GpuUnavailableError(
+            exc.message,
+            hint="without a GPU here, give the KV memory per GPU: --kv-cache-memory 9.81GiB (vLLM's \"Available KV "
+            "cache memory\" line), or --from-log startup.log, or a snapshot of the GPU box: --gpus snapshot.json "
+            "(`dsv4ctl gpus --save snapshot.json` there)",
+            exit_code=exc.exit_code,
+        ) from None
+
+
 @app.command("gpus")
 def gpus_command(
     json_output: bool = typer.Option(
         False, "--json", help="Print the snapshot as JSON: the file format that `fit-length --gpus` reads."
     ),
     save: str | None = typer.Option(
-        None, "--save", metavar="PATH", help="Also write the snapshot JSON to PATH (for `--gpus PATH` on another box)."
+        None, "--save", metavar="PATH", help="Also write the snapshot JSON to PATH (for `dsv4ctl fit-length MODEL --gpus PATH` on another box)."
     ),
     snapshot_path: str | None = typer.Option(
         None, "--snapshot", metavar="PATH", help="Show a saved snapshot instead of asking NVML."

@@ -32,9 +32,10 @@ SNAPSHOT_KIND = "dsv4ctl.gpus"
 SNAPSHOT_SCHEMA_VERSION = 1
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 
+# Raised from `gpus`, `fit-length` and `doctor`: name each command, since their flags differ.
 SNAPSHOT_HINT = (
-    "take a snapshot on the GPU box with `dsv4ctl gpus --save snapshot.json` "
-    "(or `dsv4ctl gpus --json > snapshot.json`) and use --gpus snapshot.json here"
+    "take a snapshot on the GPU box with `dsv4ctl gpus --save snapshot.json`, then read it here with "
+    "`dsv4ctl gpus --snapshot snapshot.json` or `dsv4ctl fit-length MODEL --gpus snapshot.json`"
 )
 
 MEMORY_STRUCTS = ("v2", "v1", "unified")

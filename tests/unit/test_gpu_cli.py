@@ -77,10 +77,13 @@ def test_no_driver_is_one_line_and_a_hint(cli, fake_nvml):
     for args in (("gpus",), ("gpus", "--json")):
         result = cli(*args)
         assert result.exit_code == ExitCode.ERROR
-        assert result.stdout == ""
+        if "--json" in args:  # the error as a document on stdout too
+            assert json.loads(result.stdout)["error"]["exit_code"] == ExitCode.ERROR
+        else:
+            assert result.stdout == ""
         lines = result.stderr.strip().splitlines()
         assert lines[0].startswith("Error: no NVIDIA driver here")
-        assert lines[1].startswith("Hint:") and "--gpus snapshot.json" in lines[1]
+        assert lines[1].startswith("Hint:") and "dsv4ctl gpus --snapshot snapshot.json" in lines[1]
         assert len(lines) == 2
         assert "Traceback" not in result.output
 
