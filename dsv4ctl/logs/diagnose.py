@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from dsv4ctl.errors import ExitCode
 from dsv4ctl.logs import parallel, prefilter
@@ -323,8 +323,12 @@ def diagnose(
     engine: str = "auto",
     workers: int | None = None,
     parallel_min_bytes: int | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> Diagnosis:
     """Diagnose one or more logs (paths, "-" for stdin, .gz, binary streams), reading each once.
+
+    `progress`, when given, is called with the bytes of all the sources read so far (a .gz: compressed
+    bytes), at most every few MiB.
 
     A regular, uncompressed file of at least `parallel_min_bytes` is scanned by `workers` processes
     (default: the usable CPUs, at most 4; `dsv4ctl.logs.parallel`); the result is the same.
@@ -336,14 +340,16 @@ def diagnose(
     names = [source_name(s) for s in items]
     analyzer = _Analyzer()
     n_workers = parallel.default_workers() if workers is None else max(1, workers)
+    bytes_read = prefilter.SourceOffsets(progress)
     for source, name in zip(items, names):
+        report = bytes_read.next_source()
         if n_workers > 1 and isinstance(source, (str, Path)) and parallel.parallel_size(source, parallel_min_bytes):
-            for lineno, raw in parallel.scan_file_parallel(source, engine=engine, workers=n_workers):
+            for lineno, raw in parallel.scan_file_parallel(source, engine=engine, workers=n_workers, progress=report):
                 analyzer.feed(parse_line(raw, name, lineno))
             continue
         stream = open_source(source)
         try:
-            for lineno, raw in prefilter.scan_source(stream, engine=engine):
+            for lineno, raw in prefilter.scan_source(stream, engine=engine, progress=report):
                 analyzer.feed(parse_line(raw, name, lineno))
         finally:
             close_source(source, stream)

@@ -31,7 +31,7 @@ import stat
 import sys
 import threading
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 from dsv4ctl.errors import InputError
 from dsv4ctl.logs import prefilter
@@ -179,22 +179,27 @@ def _end(proc, recv) -> None:
 def _scan_range_worker(
     path: str, start: int, end: int | None, engine: str, chunk_bytes: int, conn, parent_pid: int | None = None
 ) -> None:
-    """Child process: scan one range, send ("lines", [(lineno, raw)...]) batches, then ("done", [...], lines)."""
+    """Child process: scan one range, send ("lines", [(lineno, raw)...], bytes read) batches, then
+    ("done", [...], lines, bytes read); bytes read: of the range, so far."""
     _die_with_parent(os.getppid() if parent_pid is None else parent_pid)
     try:
         count: list[int] = []
         batch: list[tuple[int, str]] = []
         size = 0
+        read = [0]
         with open(path, "rb") as f:
             stream = _RangeReader(f, start, end)
-            for lineno, raw in prefilter.scan_source(stream, engine=engine, chunk_bytes=chunk_bytes, line_count=count):
+            lines = prefilter.scan_source(
+                stream, engine=engine, chunk_bytes=chunk_bytes, line_count=count, progress=lambda n: read.__setitem__(0, n)
+            )
+            for lineno, raw in lines:
                 batch.append((lineno, raw))
                 size += len(raw) + 64
                 if size >= BATCH_BYTES:
-                    conn.send(("lines", batch))
+                    conn.send(("lines", batch, read[0]))
                     batch = []
                     size = 0
-        conn.send(("done", batch, count[0]))
+        conn.send(("done", batch, count[0], read[0]))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it as an InputError
         text = str(exc) if isinstance(exc, InputError) else f"cannot read {path}: {type(exc).__name__}: {exc}"
         try:
@@ -220,9 +225,16 @@ def scan_file_parallel(
     engine: str = "auto",
     workers: int | None = None,
     chunk_bytes: int = CHUNK_BYTES,
+    line_count: list[int] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[int, str]]:
     """Yield `(lineno, raw_line)` for every interesting line of a regular file, in order, scanning
-    its parts in `workers` processes (this one included). Same output as `prefilter.scan_source`."""
+    its parts in `workers` processes (this one included). Same output as `prefilter.scan_source`.
+
+    line_count: when given, the number of lines in the file is appended to it at the end (as by `scan_source`).
+
+    progress: when given, called with the bytes of the file whose lines were yielded so far (at most every
+    `prefilter.PROGRESS_BYTES` in the first range, after each batch of a child's range, once at the end)."""
     engine = "hyperscan" if prefilter.use_hyperscan(engine) else "re"
     n = default_workers() if workers is None else max(1, workers)
     try:
@@ -253,9 +265,11 @@ def scan_file_parallel(
         # The first range here, while the children scan theirs. A log that grows while it is read
         # is read to its end, as the sequential scan does, by the process with the last range.
         first_end = ranges[0][1] if len(ranges) > 1 else None
-        yield from prefilter.scan_source(_RangeReader(f, 0, first_end), engine=engine, chunk_bytes=chunk_bytes, line_count=count)
+        yield from prefilter.scan_source(
+            _RangeReader(f, 0, first_end), engine=engine, chunk_bytes=chunk_bytes, line_count=count, progress=progress
+        )
         base = count[0]
-        for proc, recv in procs:
+        for (proc, recv), (start, _end_of_range) in zip(procs, ranges[1:]):
             while True:
                 try:
                     msg = recv.recv()  # type: ignore[attr-defined]
@@ -269,10 +283,14 @@ def scan_file_parallel(
                     raise InputError(msg[1])
                 for lineno, raw in msg[1]:
                     yield base + lineno, raw
+                if progress is not None:
+                    progress(start + msg[-1])
                 if msg[0] == "done":
                     base += msg[2]
                     break
             proc.join()
+        if line_count is not None:
+            line_count.append(base)
     finally:
         f.close()
         for item in procs:

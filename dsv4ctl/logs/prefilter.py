@@ -23,8 +23,9 @@ the same way, so the benchmark can hand the very same list to `grep -c -E`.
 
 from __future__ import annotations
 
+import gzip
 import re
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 from dsv4ctl.logs.reader import CHUNK_BYTES, MAX_LINE_BYTES, decode, iter_spans
 
@@ -207,20 +208,83 @@ def _candidates_hyperscan(data: bytes, start: int, end: int) -> list[int]:
     return ends
 
 
+PROGRESS_BYTES = 4 << 20  # a progress callback hears of every read once this much more was read
+
+
+class _CountingReader:
+    """A binary stream that counts the bytes read through it."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream = stream
+        self.name = getattr(stream, "name", None)
+        self.bytes_read = 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.stream.read(n)
+        self.bytes_read += len(data)
+        return data
+
+
+def _with_position(stream: BinaryIO) -> tuple[BinaryIO, Callable[[], int]]:
+    """The stream to read and a function giving the bytes of the source read so far (for a .gz: of the
+    compressed file, the unit of its size on disk)."""
+    if isinstance(stream, gzip.GzipFile):
+        raw = stream.fileobj
+
+        def compressed() -> int:
+            try:
+                return raw.tell()  # type: ignore[union-attr]
+            except (OSError, ValueError, AttributeError):  # a pipe: unknown
+                return 0
+
+        return stream, compressed
+    counting = _CountingReader(stream)
+    return counting, lambda: counting.bytes_read  # type: ignore[return-value]
+
+
+class SourceOffsets:
+    """One progress callback over several sources read one after another: each source's reports (bytes
+    of that source read so far) become bytes of all the sources read so far."""
+
+    def __init__(self, progress: Callable[[int], None] | None) -> None:
+        self.progress = progress
+        self.done = 0
+        self.last = 0
+
+    def next_source(self) -> Callable[[int], None] | None:
+        """The callback for the next source (None when nobody listens)."""
+        if self.progress is None:
+            return None
+        self.done += self.last
+        self.last = 0
+        return self._report
+
+    def _report(self, n: int) -> None:
+        self.last = n
+        self.progress(self.done + n)  # type: ignore[misc]
+
+
 def scan_source(
     stream: BinaryIO,
     *,
     engine: str = "auto",
     chunk_bytes: int = CHUNK_BYTES,
     line_count: list[int] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[int, str]]:
     """Yield `(lineno, raw_line)` for every interesting line of one binary stream, in order.
 
     engine: "hyperscan", "re", or "auto" (hyperscan when installed).
     line_count: when given, the number of lines in the stream is appended to it once the stream is
     exhausted (a last line without a newline counts).
+    progress: when given, called with the bytes of the stream read so far (a .gz: compressed bytes) once
+    the lines of those bytes were yielded, at most every `PROGRESS_BYTES`, and once at the end.
     """
     use_hs = use_hyperscan(engine)
+    position = None
+    if progress is not None:
+        stream, position = _with_position(stream)
+        reported = 0
     lineno_base = 0  # lines before the current span
     for data, s0, e0 in iter_spans(stream, chunk_bytes):
         counted_to = s0
@@ -260,5 +324,10 @@ def scan_source(
         lineno_base += counted
         if data[e0 - 1:e0] != b"\n":
             lineno_base += 1
+        if position is not None and position() - reported >= PROGRESS_BYTES:
+            reported = position()
+            progress(reported)  # type: ignore[misc]
     if line_count is not None:
         line_count.append(lineno_base)
+    if position is not None:
+        progress(position())  # type: ignore[misc]

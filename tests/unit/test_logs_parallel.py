@@ -278,3 +278,141 @@ def test_the_default_install_is_the_fast_one_where_wheels_exist():
             assert installed(name, "linux", "x86_64", python) and installed(name, "linux", "aarch64", python)
         assert not installed(name, "darwin", "arm64") and not installed(name, "win32", "AMD64")
         assert not installed(name, "linux", "ppc64le")
+
+
+def _reports(path: Path, **kw) -> list[int]:
+    seen: list[int] = []
+    list(parallel.scan_file_parallel(path, progress=seen.append, **kw))
+    return seen
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_progress_counts_up_to_the_file_size(tmp_path, workers):
+    path = tmp_path / "p.log"
+    path.write_bytes(NOISE * 60_000)  # ~11 MB: several reports per range
+    size = path.stat().st_size
+    seen = _reports(path, workers=workers, chunk_bytes=1 << 20)
+    assert seen == sorted(seen) and seen[-1] == size
+    assert len(seen) >= 3
+    if workers == 1:  # a report at least every PROGRESS_BYTES plus one read (a child reports per batch)
+        assert all(b - a <= prefilter.PROGRESS_BYTES + (1 << 20) for a, b in zip([0] + seen, seen))
+    with open(path, "rb") as f:  # the sequential scan reports the same way
+        one: list[int] = []
+        assert list(prefilter.scan_source(f, progress=one.append, chunk_bytes=1 << 20)) == list(
+            parallel.scan_file_parallel(path, workers=workers, chunk_bytes=1 << 20)
+        )
+    assert one[-1] == size and len(one) >= size // (prefilter.PROGRESS_BYTES + (1 << 20))
+
+
+def test_progress_of_several_sources_adds_up_and_a_gz_counts_its_compressed_bytes(tmp_path):
+    plain = tmp_path / "a.log"
+    plain.write_bytes(_padded((EXAMPLES / "healthy.log").read_bytes(), 20_000))
+    gz = tmp_path / "b.log.gz"
+    gz.write_bytes(gzip.compress((EXAMPLES / "stale-max-model-len.log").read_bytes() + NOISE * 20_000))
+    seen: list[int] = []
+    with_progress = diagnose([plain, gz], workers=2, parallel_min_bytes=1, progress=seen.append)
+    assert seen == sorted(seen)
+    assert seen[-1] == plain.stat().st_size + gz.stat().st_size
+    assert plain.stat().st_size in seen  # the first file's end, then the second's bytes on top
+    without = diagnose([plain, gz], workers=2, parallel_min_bytes=1)
+    assert json.dumps(with_progress.to_json(), sort_keys=True) == json.dumps(without.to_json(), sort_keys=True)
+
+
+def test_progress_bar_only_for_big_inputs_on_a_terminal_not_to_a_pipe(tmp_path, monkeypatch):
+    from dsv4ctl.render import progress as bar
+
+    monkeypatch.delenv("TERM", raising=False)
+    big = bar.SHOW_ABOVE_BYTES + 1
+    master, tty = os.openpty()
+    r, w = os.pipe()
+    try:
+        with open(tty, "w", closefd=False) as term, open(w, "w", closefd=False) as pipe, open(
+            tmp_path / "out.txt", "w"
+        ) as file:
+            assert bar.show_progress(big, stdout=term, stderr=term)
+            assert bar.show_progress(big, stdout=file, stderr=term)  # > report.txt: the terminal still sees it
+            assert not bar.show_progress(bar.SHOW_ABOVE_BYTES, stdout=term, stderr=term)
+            assert not bar.show_progress(None, stdout=term, stderr=term)
+            assert not bar.show_progress(big, stdout=pipe, stderr=term)  # | jq, | less
+            assert not bar.show_progress(big, stdout=term, stderr=pipe)
+            assert not bar.show_progress(big, stdout=term, stderr=file)
+            monkeypatch.setenv("TERM", "dumb")
+            assert not bar.show_progress(big, stdout=term, stderr=term)
+    finally:
+        for fd in (master, tty, r, w):
+            os.close(fd)
+    log = tmp_path / "x.log"
+    log.write_bytes(b"abc\n")
+    assert bar.input_bytes([str(log), str(log)]) == 8
+    assert bar.input_bytes([str(log), str(tmp_path / "missing")]) is None
+    assert bar.input_bytes([str(tmp_path)]) is None
+
+
+def test_a_diagnose_on_a_terminal_shows_the_bar_on_stderr_and_the_same_report(tmp_path):
+    # A real terminal (a pty) on stderr, stdout to a file: the bar is drawn and erased, the report unchanged.
+    import subprocess
+    import sys
+
+    from dsv4ctl.render import progress as bar
+
+    path = tmp_path / "big.log"
+    with open(path, "wb") as f:
+        f.write((EXAMPLES / "healthy.log").read_bytes())
+        block = NOISE * 5000
+        while f.tell() <= bar.SHOW_ABOVE_BYTES:
+            f.write(block)
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "TERM": "xterm", "COLUMNS": "100", parallel.WORKERS_ENV: "2"}
+
+    def run(stdout_name: str, stderr_tty: bool) -> tuple[int, bytes]:
+        master, tty = os.openpty()
+        with open(tmp_path / stdout_name, "wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "dsv4ctl", "diagnose", str(path)], cwd=root, env=env, stdout=out,
+                stderr=tty if stderr_tty else subprocess.DEVNULL,
+            )
+        os.close(tty)
+        got = b""
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the terminal's last writer is gone
+                break
+            if not data:
+                break
+            got += data
+        os.close(master)
+        return proc.wait(timeout=120), got
+
+    code, drawn = run("with-bar.txt", True)
+    assert code == 0
+    assert b"reading the log" in drawn and b"MB" in drawn
+    code2, _ = run("without-bar.txt", False)
+    assert code2 == 0
+    assert (tmp_path / "with-bar.txt").read_bytes() == (tmp_path / "without-bar.txt").read_bytes()
+
+
+def test_the_bar_starts_no_thread_so_the_scan_still_forks(monkeypatch):
+    import threading
+
+    from dsv4ctl.render import progress as bar
+
+    monkeypatch.setattr(bar, "show_progress", lambda total: True)
+    with bar.read_progress(100_000_000, "reading the log") as update:
+        assert update is not None
+        update(50_000_000)
+        assert threading.active_count() == 1
+        assert parallel._context().get_start_method() == "fork"
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_the_parallel_scan_counts_the_lines_as_the_sequential_one(tmp_path, workers):
+    path = tmp_path / "c.log"
+    for data in (NOISE * 1000, NOISE * 1000 + b"last line without newline", b"", b"\n\n\n"):
+        path.write_bytes(data)
+        count: list[int] = []
+        list(parallel.scan_file_parallel(path, workers=workers, line_count=count))
+        with open(path, "rb") as f:
+            expected: list[int] = []
+            list(prefilter.scan_source(f, line_count=expected))
+        assert count == expected
