@@ -29,7 +29,8 @@ from dsv4ctl.planning.memory import (
     check_startup_memory,
     weights_per_rank,
 )
-from dsv4ctl.units import GiB, MiB, format_gib, format_tokens, parse_memory_flag, parse_vllm_int
+from dsv4ctl.planning.safe_length import MARGIN_FRACTION, MIN_MARGIN_BYTES, SafeLength, safe_length
+from dsv4ctl.units import GiB, format_gib, format_tokens, parse_memory_flag, parse_vllm_int
 
 # vLLM 0.32 defaults (config/cache.py, config/scheduler.py, engine/arg_utils.py:get_batch_defaults).
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
@@ -39,9 +40,8 @@ BATCHED_DP_DEFAULT_MAX_NUM_BATCHED_TOKENS = 256
 ASSUMED_DEVICE_TOTAL_BYTES = 80 * GiB
 # DeepSeek-V4 "Think Max" reasoning mode wants at least this much context.
 THINK_MAX_CONTEXT = 393_216
-# Recommendation margin: a share of the KV memory, but at least a floor (see docs/fit-length.md).
-DEFAULT_MARGIN_FRACTION = 0.05
-MIN_MARGIN_BYTES = 512 * MiB
+# Recommendation margin: a share of the KV memory, but at least a floor (the one rule: planning/safe_length.py).
+DEFAULT_MARGIN_FRACTION = MARGIN_FRACTION
 WHAT_IF_BATCHED_TOKENS = (2048, 4096, 8192, 16384)
 # Per-GPU sizes above this are typing mistakes (a whole node's figure, or bits for bytes).
 MAX_PER_GPU_BYTES = 64 << 40
@@ -179,6 +179,7 @@ class FitResult:
     notes: tuple[str, ...]
     vllm_flags: tuple[str, ...]
     mirrored_vllm_version: str = MIRRORED_VLLM_VERSION
+    safe_length: SafeLength | None = None  # the recommendation explained (dsv4ctl.planning.safe_length)
 
     @property
     def fits(self) -> bool:
@@ -236,6 +237,7 @@ class FitResult:
             "vllm_flags": list(self.vllm_flags),
             "vllm_command": self.vllm_command(),
             "mirrored_vllm_version": self.mirrored_vllm_version,
+            "safe_length": self.safe_length.to_json() if self.safe_length else None,
             "geometry": self.geometry.to_json(),
         }
 
@@ -478,14 +480,6 @@ def _as_margin(value: Any) -> Margin:
     raise UsageError(f"invalid margin {value!r}", hint="write it like 10% or 1GiB")
 
 
-def _round_block_friendly(length: int) -> int:
-    """Round down to whole blocks: 1,024 tokens (4 blocks) above 8k, else 256 (one block)."""
-    step = 4 * DSV4_BLOCK_SIZE if length >= 8192 else DSV4_BLOCK_SIZE
-    if length < step:
-        return length
-    return length // step * step
-
-
 def _autofit_len(plan: KvPlan) -> int:
     """The length an auto-fit plan ends with; 0 when not even one token fits."""
     return 0 if plan.error else plan.max_model_len
@@ -634,17 +628,13 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None, ge
     elif auto_plan.error:
         refusal = refusal or auto_plan.error
 
-    # Recommendation: auto-fit again with the margin taken off every worker, strictly below the ceiling.
-    margin = _as_margin(request.margin).resolve(kv_memory)
-    margin_memory = [max(m - margin, 0) for m in positive_memory]
-    margin_plan = plan(margin_memory, length=model_max, auto=True, tokens_in_flight=in_flight)
-    safe = _autofit_len(margin_plan)
-    if safe >= model_max and autofit >= model_max:
-        recommended = model_max
-    else:
-        recommended = _round_block_friendly(safe)
-        if autofit and recommended >= autofit:
-            recommended = _round_block_friendly(autofit - 1)
+    # Recommendation: the one safe-length rule (auto-fit again with the margin off every worker).
+    safe = safe_length(
+        lambda cut, tokens: _autofit_len(plan([max(m - cut, 0) for m in positive_memory], length=model_max, auto=True, tokens_in_flight=tokens)),
+        kv_memory_bytes=kv_memory, model_max=model_max, max_num_batched_tokens=mnbt, async_scheduling=async_on,
+        pipeline_parallel_size=pp, margin=_as_margin(request.margin),
+    )
+    margin, recommended = safe.margin_bytes, safe.length
     if recommended <= 0 and autofit > 0:
         warnings.append(
             f"no length survives a margin of {format_gib(margin)}: the KV memory is too tight to recommend an explicit length"
@@ -730,6 +720,7 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None, ge
         warnings=tuple(warnings),
         notes=tuple(notes),
         vllm_flags=tuple(flags),
+        safe_length=safe,
     )
 
 

@@ -74,6 +74,8 @@ def render_fit(result: FitResult, console: Console) -> None:
     )
     answer.add_row("KV memory for the full context", format_gib(result.full_context_kv_memory_bytes))
     console.print(answer)
+    for line in result.safe_length.lines() if result.safe_length else ():  # the one safe-length rule, explained
+        console.print(line, markup=False, highlight=False)
 
     if result.refusal:
         console.print(f"[bold red]vLLM would refuse:[/] {result.refusal}", highlight=False)

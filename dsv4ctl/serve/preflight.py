@@ -149,7 +149,8 @@ def decide(
             shrink = f"; vLLM will shrink it to {autofit:,} after building its state" if result.will_shrink else ""
             reason = f"--keep-auto: vLLM auto-fits the length itself (planned ceiling {autofit:,}{shrink})"
             return PreflightDecision(model, requested, KEEP_AUTO, None, reason, list(flags), notes, plan)
-        chosen, why = recommended, f"the plan's safe length below the auto-fit ceiling {autofit:,}"
+        chosen, why = recommended, result.safe_length.line() if result.safe_length else f"the plan's safe length below the auto-fit ceiling {autofit:,}"
+        notes.extend([result.safe_length.cliff_line()] if result.safe_length and result.safe_length.cliff else [])
         if chosen <= 0:
             chosen, why = autofit, "the auto-fit ceiling itself (no length survives the planning margin)"
         reason = (
