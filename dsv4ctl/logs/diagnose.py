@@ -4,13 +4,23 @@
 `diagnose_lines(lines)` does the same for callers that already hold `LogLine`s. Both return a
 `Diagnosis` dataclass; `Diagnosis.to_json()` is the `--json` contract (docs/diagnose.md).
 
+The steps, one module each: `reader` (lines) -> `prefilter` (the few lines that matter) -> `starts`
+(which launch of vLLM a line belongs to) -> per start, `records` (tracebacks assembled, errors that
+are not Python's) and catalogue hits (`signatures`) -> the conclusion here (verdict, phase, root cause,
+findings) -> renderers. The verdict, root cause, numbers and timeline are those of the last start;
+`Diagnosis.starts` lists every start with its own verdict.
+
 How the root cause is chosen (not the last line):
-- a finding is evidence from a catalogue signature (`dsv4ctl.logs.signatures`);
-- only findings before the startup completed and before shutdown began can fail the startup;
-  later ones become `error_after_startup` (warning) or `shutdown_noise` (info);
-- symptoms (EngineCore failed to start, a worker died, NCCL errors after a CUDA fault) are never
-  the root cause while a cause exists; among causes, specific signatures beat generic classes,
-  then the earliest evidence wins (with several files, ordered by the log timestamps).
+- a finding is evidence from a catalogue signature, or the originating error of a failure no
+  signature explains (`unrecognized_error`, quoting that line);
+- a start fails in phase `startup` when an error ends it before it was ready; in phase `serving`
+  when, after it was ready, an error that takes the server down follows (a fatal signature, the
+  engine dead, a worker killed, a CUDA fault). Errors after shutdown began are `shutdown_noise`;
+  request-level errors after ready leave it healthy, as warnings;
+- symptoms and wrappers (EngineCore failed to start, `Worker failed with error '…'`, RPC time-outs,
+  EngineDeadError, a worker died, NCCL errors after a CUDA fault) are never the root cause while a
+  cause exists; specific signatures beat generic classes and unrecognised errors, then the earliest
+  evidence wins (a worker's own error first; with several files, ordered by the log timestamps).
 """
 
 from __future__ import annotations
@@ -23,6 +33,8 @@ from typing import Any, Callable, Iterable
 from dsv4ctl.errors import ExitCode
 from dsv4ctl.logs import parallel, prefilter
 from dsv4ctl.logs.reader import LogLine, Source, close_source, open_source, parse_line, source_list, source_name
+from dsv4ctl.logs.records import EXC_RE, FRAME_RE, ErrorAssembler, ErrorRecord, generic_error, kernel_of
+from dsv4ctl.logs.starts import StartSplitter
 from dsv4ctl.logs.signatures import AFFECTED_STALE, BY_ID, CATALOGUE, FIXED_STALE, Signature
 from dsv4ctl.logs.timeline import LineRef, StartupTimeline, StartupTracker
 from dsv4ctl.units import cdiv, format_tokens, round_up
@@ -44,7 +56,7 @@ MAX_EVIDENCE = 6
 # Memory stays bounded on logs full of errors: per signature (and per before/after ready/shutdown) only
 # the first HIT_CAP matches are kept, the rest are counted; likewise for exception lines.
 HIT_CAP = 2 * MAX_EVIDENCE
-EXCEPTION_CAP = 256
+RECORD_CAP = 256
 
 
 def safe_max_model_len(fits: int) -> int:
@@ -155,8 +167,33 @@ class ChecklistItem:
 
 
 @dataclass
+class StartSummary:
+    """One start (launch of vLLM) in the input: where it is and how it ended."""
+
+    index: int
+    first: Evidence | None
+    last: Evidence | None
+    verdict: str
+    phase: str | None
+    root_cause: str | None
+    vllm_version: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "first_line": self.first.to_json() if self.first else None,
+            "last_line": self.last.to_json() if self.last else None,
+            "verdict": self.verdict,
+            "phase": self.phase,
+            "root_cause": self.root_cause,
+            "vllm_version": self.vllm_version,
+        }
+
+
+@dataclass
 class Diagnosis:
-    """What a startup log says: verdict ("failed" | "healthy" | "inconclusive"), root cause, findings."""
+    """What a log says about its last start: verdict ("failed" | "healthy" | "inconclusive"), the phase
+    it failed in ("startup" | "serving"), root cause, findings; `starts` lists every start."""
 
     verdict: str
     findings: list[Finding]
@@ -166,6 +203,9 @@ class Diagnosis:
     next_command: str | None
     sources: list[str]
     lines_examined: int = 0
+    phase: str | None = None
+    starts: list[StartSummary] = field(default_factory=list)
+    lines_read: int = 0
 
     @property
     def summary(self) -> str:
@@ -187,6 +227,7 @@ class Diagnosis:
         af = self.timeline.autofit
         return {
             "verdict": self.verdict,
+            "phase": self.phase,
             "exit_code": int(self.exit_code),
             "summary": self.summary,
             "root_cause": self.root_cause.id if self.root_cause else None,
@@ -197,14 +238,13 @@ class Diagnosis:
             "next_command": self.next_command,
             "sources": self.sources,
             "lines_examined": self.lines_examined,
+            "lines_read": self.lines_read,
+            "starts": [st.to_json() for st in self.starts],
         }
 
 
 # ---------------------------------------------------------------------------------------------
-# The single pass
-
-_FRAME_RE = re.compile(r'^File "([^"]+)", line ([0-9]+), in (\S+)')
-_EXC_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failed))(?::\s?(.*))?$")
+# The single pass: lines -> starts -> per start, signature hits and error records
 
 
 @dataclass
@@ -214,107 +254,167 @@ class _Hit:
     seq: int
     order: tuple
     phase: str | None
-    after_ready: bool
-    after_shutdown: bool
     capture_mode: str | None
+    groups: dict[str, str]
+    after_ready: bool = False
+    after_shutdown: bool = False
 
 
-@dataclass
-class _ExceptionRecord:
-    line: LogLine
-    seq: int
-    order: tuple
-    type: str
-    text: str
-    last_frame: tuple[str, int, str, LogLine] | None
-    after_ready: bool
-    after_shutdown: bool
-    in_traceback: bool
+# Lines that look like vLLM's or Python's own output (a log record, a process tag, a traceback):
+# a text without any of them is not a vLLM log.
+_PY_LINE_RE = re.compile(r"^(?:Traceback \(most recent call last\)|File \"[^\"]+\", line [0-9]+)")
+_ERROR_LEVELS = (None, "ERROR", "CRITICAL")
+# The stale-max_model_len fix as dsv4ctl's plugin reports it in every process (dsv4ctl/fixes summary_line).
+_STALE_FIX_RE = re.compile(r"dsv4ctl fixes:.*\bstale-max-model-len applied")
 
 
 class _Analyzer:
-    def __init__(self) -> None:
+    """Everything one start of vLLM showed: the timeline, signature hits and error records."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
         self.tracker = StartupTracker()
-        self.seq = 0
+        self.assembler = ErrorAssembler()
         self.hits: list[_Hit] = []
-        self.exceptions: list[_ExceptionRecord] = []
-        self.frames: dict[tuple[str, str | None], list[tuple[str, int, str, LogLine]]] = {}
-        self.in_tb: dict[tuple[str, str | None], bool] = {}
+        self.records: list[ErrorRecord] = []
         self.ready_seq: int | None = None
         self.shutdown_seq: int | None = None
         self.last_ts: dict[str, str] = {}
-        self.traced_deepgemm: list[LogLine] = []
+        self.traced_deepgemm: list[tuple[int, LogLine]] = []
         self.progress_phase: str | None = None  # the last startup phase, ignoring failed/shutdown
         self.hit_counts: dict[tuple[str, bool, bool], int] = {}
-        self.exception_counts: dict[bool, int] = {}
+        self.record_count = 0
+        self.first: LogLine | None = None
+        self.last: LogLine | None = None
+        self.log_lines = 0
+        self.stale_fix_active = False
+        self._unsettled: dict[tuple[str, str | None], list[ErrorRecord]] = {}
 
-    def feed(self, line: LogLine) -> None:
-        self.seq += 1
+    @property
+    def settled(self) -> bool:
+        """The start reached an end: ready, failing or shutting down."""
+        tl = self.tracker.timeline
+        return tl.ready or tl.last_phase in ("failed", "shutdown") or any(not r.survived for r in self.records)
+
+    def feed(self, line: LogLine, seq: int) -> None:
         msg = line.message
+        if self.first is None:
+            self.first = line
+        self.last = line
+        if line.level is not None or line.process is not None or _PY_LINE_RE.match(msg):
+            self.log_lines += 1
         if line.timestamp:
             self.last_ts[line.source] = line.timestamp
-        order = (self.last_ts.get(line.source, ""), self.seq)
+        order = (self.last_ts.get(line.source, ""), seq)
         phase_before = self.progress_phase
         capture = self.tracker.timeline.capture
         capture_mode = capture.mode if capture is not None else None
-        events = self.tracker.feed(line)
-        for ev in events:
+        for ev in self.tracker.feed(line):
             if ev.phase not in ("failed", "shutdown"):
                 self.progress_phase = ev.phase
+                # The process went on starting up: what it printed before was not fatal.
+                for rec in self._unsettled.pop((line.source, line.process), ()):
+                    rec.survived = True
             if ev.phase == "ready" and self.ready_seq is None:
-                self.ready_seq = self.seq
+                self.ready_seq = seq
             if ev.phase == "shutdown" and self.shutdown_seq is None:
-                self.shutdown_seq = self.seq
-        after_ready = self.ready_seq is not None and self.seq > self.ready_seq
-        after_shutdown = self.shutdown_seq is not None and self.seq >= self.shutdown_seq
-        key = (line.source, line.process)
-        if msg.startswith("Traceback"):
-            self.in_tb[key] = True
-            self.frames[key] = []
-        elif msg.startswith("File ") and (m := _FRAME_RE.match(msg)):
-            stack = self.frames.setdefault(key, [])
-            stack.append((m.group(1), int(m.group(2)), m.group(3), line))
-            if len(stack) > 64:
-                del stack[:-64]
-        if "get_paged_mqa_logits_metadata" in msg or "IndexerMetadataBuilder" in msg:
-            if not after_ready and len(self.traced_deepgemm) < MAX_EVIDENCE:
-                self.traced_deepgemm.append(line)
-        m = _EXC_RE.match(msg)
-        if m and line.level in (None, "ERROR", "CRITICAL") and self._count_exception(after_ready):
-            stack = self.frames.get(key) or []
-            self.exceptions.append(
-                _ExceptionRecord(
-                    line=line,
-                    seq=self.seq,
-                    order=order,
-                    type=m.group(1),
-                    text=msg,
-                    last_frame=stack[-1] if stack else None,
-                    after_ready=after_ready,
-                    after_shutdown=after_shutdown,
-                    in_traceback=self.in_tb.get(key, False),
-                )
-            )
-            self.in_tb[key] = False
+                self.shutdown_seq = seq
+        if "paged_mqa_logits_metadata" in msg or "IndexerMetadataBuilder" in msg:
+            if len(self.traced_deepgemm) < 2 * MAX_EVIDENCE:
+                self.traced_deepgemm.append((seq, line))
+        if "dsv4ctl fixes:" in msg and _STALE_FIX_RE.search(msg):
+            self.stale_fix_active = True
+        for rec in self.assembler.feed(line, seq, order):
+            self._add_record(rec)
+        if line.level in _ERROR_LEVELS and not EXC_RE.match(msg) and not FRAME_RE.match(msg):
+            rec = generic_error(line)
+            if rec is not None:
+                rec.seq, rec.order = seq, order
+                self._add_record(rec)
+        if (kernel := kernel_of(msg)) is not None:
+            dumps = [r for r in self.records if r.kind == "coredump" and "kernel" not in r.details]
+            if dumps:
+                dumps[-1].details["kernel"] = kernel
+                dumps[-1].details["kernel_line"] = line
         for sig in CATALOGUE:
-            if sig.match(msg) and self._count_hit(sig.id, after_ready, after_shutdown):
-                self.hits.append(
-                    _Hit(sig, line, self.seq, order, phase_before, after_ready, after_shutdown, capture_mode)
-                )
+            m = sig.match(msg)
+            if m and self._count_hit(sig.id, seq):
+                groups = {k: v for k, v in m.groupdict().items() if v is not None}
+                self.hits.append(_Hit(sig, line, seq, order, phase_before, capture_mode, groups))
 
-    def _count_hit(self, sig_id: str, after_ready: bool, after_shutdown: bool) -> bool:
-        key = (sig_id, after_ready, after_shutdown)
+    def _add_record(self, rec: ErrorRecord) -> None:
+        if rec.line.level not in _ERROR_LEVELS:
+            return  # a traceback logged at INFO/WARNING level: vLLM handled it
+        self.record_count += 1
+        if self.record_count > RECORD_CAP:
+            return
+        self.records.append(rec)
+        self._unsettled.setdefault((rec.line.source, rec.line.process), []).append(rec)
+
+    def finish(self) -> None:
+        for rec in self.assembler.close():
+            self._add_record(rec)
+        for h in self.hits:
+            h.after_ready = self.after_ready(h.seq)
+            h.after_shutdown = self.after_shutdown(h.seq)
+
+    def after_ready(self, seq: int) -> bool:
+        return self.ready_seq is not None and seq > self.ready_seq
+
+    def after_shutdown(self, seq: int) -> bool:
+        return self.shutdown_seq is not None and seq >= self.shutdown_seq
+
+    def _count_hit(self, sig_id: str, seq: int) -> bool:
+        key = (sig_id, self.ready_seq is not None, self.shutdown_seq is not None)
         n = self.hit_counts.get(key, 0) + 1
         self.hit_counts[key] = n
         return n <= HIT_CAP
 
-    def _count_exception(self, after_ready: bool) -> bool:
-        n = self.exception_counts.get(after_ready, 0) + 1
-        self.exception_counts[after_ready] = n
-        return n <= EXCEPTION_CAP
-
     def occurrences(self, sig_id: str) -> int:
         return sum(n for (sid, _, _), n in self.hit_counts.items() if sid == sig_id)
+
+
+class _Pass:
+    """Routes every line to the analyzer of its start."""
+
+    def __init__(self) -> None:
+        self.splitter = StartSplitter()
+        self.analyzers: list[_Analyzer] = [_Analyzer(0)]
+        self.seq = 0
+        self.lines_read = 0
+
+    def feed(self, line: LogLine) -> None:
+        self.seq += 1
+        current = self.analyzers[self.splitter.current]
+        index, opened = self.splitter.route(line, current.settled)
+        if opened:
+            self.analyzers.append(_Analyzer(index))
+        self.analyzers[index].feed(line, self.seq)
+
+    def conclude(self, sources: list[str]) -> "Diagnosis":
+        for a in self.analyzers:
+            a.finish()
+        lines_read = self.lines_read
+        if not any(a.log_lines for a in self.analyzers):
+            return _not_a_vllm_log(sources, lines_read, self.seq)
+        starts = [a for a in self.analyzers if a.first is not None] or self.analyzers[:1]
+        results = [_conclude(a, sources) for a in starts]
+        last = results[-1]
+        last.starts = [
+            StartSummary(
+                index=i,
+                first=_ev(a.first) if a.first else None,
+                last=_ev(a.last) if a.last else None,
+                verdict=d.verdict,
+                phase=d.phase,
+                root_cause=d.root_cause.id if d.root_cause else None,
+                vllm_version=d.timeline.vllm_version,
+            )
+            for i, (a, d) in enumerate(zip(starts, results))
+        ]
+        last.lines_examined = self.seq
+        last.lines_read = lines_read
+        return last
 
 
 def diagnose(
@@ -338,34 +438,43 @@ def diagnose(
         parallel_min_bytes = parallel.PARALLEL_MIN_BYTES
     items = source_list(sources)
     names = [source_name(s) for s in items]
-    analyzer = _Analyzer()
+    run = _Pass()
     n_workers = parallel.default_workers() if workers is None else max(1, workers)
     bytes_read = prefilter.SourceOffsets(progress)
     for source, name in zip(items, names):
         report = bytes_read.next_source()
         if n_workers > 1 and isinstance(source, (str, Path)) and parallel.parallel_size(source, parallel_min_bytes):
-            for lineno, raw in parallel.scan_file_parallel(source, engine=engine, workers=n_workers, progress=report):
-                analyzer.feed(parse_line(raw, name, lineno))
+            count: list[int] = []
+            for lineno, raw in parallel.scan_file_parallel(
+                source, engine=engine, workers=n_workers, progress=report, line_count=count
+            ):
+                run.feed(parse_line(raw, name, lineno))
+            run.lines_read += count[0] if count else 0
             continue
         stream = open_source(source)
+        count: list[int] = []
         try:
-            for lineno, raw in prefilter.scan_source(stream, engine=engine, progress=report):
-                analyzer.feed(parse_line(raw, name, lineno))
+            for lineno, raw in prefilter.scan_source(stream, engine=engine, line_count=count, progress=report):
+                run.feed(parse_line(raw, name, lineno))
         finally:
             close_source(source, stream)
-    return _conclude(analyzer, names)
+        run.lines_read += count[0] if count else 0
+    return run.conclude(names)
 
 
 def diagnose_lines(lines: Iterable[LogLine]) -> Diagnosis:
     """Diagnose lines a caller already parsed (e.g. `iter_log_lines`); same result as `diagnose`."""
     sources: list[str] = []
-    analyzer = _Analyzer()
+    run = _Pass()
+    read = 0
     for line in lines:
+        read += 1
         if line.source not in sources:
             sources.append(line.source)
         if prefilter.line_matches(line.raw):
-            analyzer.feed(line)
-    return _conclude(analyzer, sources)
+            run.feed(line)
+    run.lines_read = read
+    return run.conclude(sources)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -401,6 +510,9 @@ def _fill(template: str, details: dict[str, Any]) -> str | None:
 
 
 def _make(sig: Signature, hits: list[_Hit], details: dict[str, Any], extra: list[LogLine] | None = None) -> Finding:
+    if hits and hits[0].groups:
+        # Named groups of the signature's patterns: the numbers the message itself carries.
+        details = {**hits[0].groups, **details}
     # The signature's own lines first (in log order), then the supporting lines.
     seen: set[tuple[str, int]] = set()
     evidence: list[Evidence] = []
@@ -565,34 +677,132 @@ def _derive(sig_id: str, hits: list[_Hit], a: _Analyzer, tl: StartupTimeline, lo
     return d
 
 
+def _window(a: _Analyzer, seq: int) -> str:
+    if a.after_shutdown(seq):
+        return "noise"
+    if a.after_ready(seq):
+        return "serving"
+    return "startup"
+
+
 def _conclude(a: _Analyzer, sources: list[str]) -> Diagnosis:
     tl = a.tracker.timeline
     if len(sources) <= 1:
         # One source: its own line order is the order; timestamps only matter across files.
-        for item in (*a.hits, *a.exceptions):
+        for item in (*a.hits, *a.records):
             item.order = ("", item.seq)
     log = sources[0] if len(sources) == 1 and sources[0] not in ("-", "<stream>") else "<log>"
-    by_id: dict[str, list[_Hit]] = {}
-    post_ready: dict[str, list[_Hit]] = {}
+    hits: dict[str, dict[str, list[_Hit]]] = {"startup": {}, "serving": {}}
     noise: list[_Hit] = []
     for h in a.hits:
         sid = h.sig.id
         if sid == "autofit_reduced":
-            by_id.setdefault(sid, []).append(h)
+            hits["startup"].setdefault(sid, []).append(h)
             continue
         if sid == "shutdown_noise":
             if h.after_shutdown or "leaked" in h.line.message:
                 noise.append(h)
             continue
-        if h.after_shutdown:
+        w = _window(a, h.seq)
+        if w == "noise":
             noise.append(h)
-        elif h.after_ready:
-            post_ready.setdefault(sid, []).append(h)
         else:
-            by_id.setdefault(sid, []).append(h)
+            hits[w].setdefault(sid, []).append(h)
+    records: dict[str, list[ErrorRecord]] = {"startup": [], "serving": [], "noise": []}
+    for r in a.records:
+        records[_window(a, r.seq)].append(r)
+    # An interrupted start (Ctrl-C, SIGTERM: KeyboardInterrupt) did not fail.
+    live_startup = [r for r in records["startup"] if not r.survived and not r.type.endswith("KeyboardInterrupt")]
+    dsv4 = _is_dsv4(tl)
+
+    # Which window failed: the startup (an error ended it before ready), or the serving (after ready,
+    # an error that takes the server down).
+    phase: str | None = None
+    if not tl.ready:
+        startup_sigs = [sid for sid in hits["startup"] if BY_ID[sid].role in ("cause", "symptom")
+                        and BY_ID[sid].severity == "critical"]
+        if startup_sigs or live_startup:
+            phase = "startup"
+    elif any(BY_ID[sid].fatal for sid in hits["serving"]) or any(r.fatal for r in records["serving"]):
+        phase = "serving"
 
     findings: list[Finding] = []
-    dsv4 = _is_dsv4(tl)
+    root: Finding | None = None
+    if phase == "startup":
+        found, root = _window_findings(a, tl, log, hits["startup"], live_startup, dsv4, "startup")
+        findings += found
+    else:
+        # Startup findings of a start that went on (or of one that did not end): context, never the cause.
+        found, _ = _window_findings(a, tl, log, hits["startup"], [], dsv4, "startup")
+        findings += found
+        if tl.ready:
+            for f in findings:
+                if f.severity == "critical":
+                    f.details["startup_completed_later"] = True
+    if phase == "serving":
+        found, root = _window_findings(a, tl, log, hits["serving"], records["serving"], dsv4, "serving")
+        findings += found
+    elif tl.ready:
+        findings += _serving_warnings(a, tl, log, hits["serving"], records["serving"])
+    if noise:
+        findings.append(_make(BY_ID["shutdown_noise"], noise, {"count": len(noise)}))
+
+    if dsv4 and tl.kv_cache_dtype == "auto" and not tl.uses_fp8_ds_mla and tl.available_kv_gib is not None:
+        ref = tl.refs.get("engine_config") or tl.refs.get("available_kv")
+        findings.append(
+            _make(BY_ID["kv_cache_dtype_auto_bf16"], [], {"kv_cache_dtype": "auto"}, extra=[_line_of(ref)] if ref else [])
+        )
+
+    verdict = "failed" if phase else ("healthy" if tl.ready else "inconclusive")
+    if root is not None:
+        root.is_root_cause = True
+    settings = _settings(a, tl)
+    for f in findings:
+        f.actions = [x for x in f.actions if applicable(x, settings)]
+
+    order_rank = {"critical": 0, "warning": 1, "info": 2}
+    findings.sort(key=lambda f: (not f.is_root_cause, order_rank.get(f.severity, 3), f.order or (0, 0)))
+
+    next_command = None
+    if root is not None:
+        sig = BY_ID[root.id]
+        if sig.next_command:
+            next_command = _fill(sig.next_command, root.details)
+        if root.id == "stale_max_model_len" and "safe_len" not in root.details:
+            next_command = _fit_from_log(tl, log)
+    elif verdict == "healthy" and tl.autofit is not None:
+        next_command = _fit_from_log(tl, log)
+    if next_command is not None and not applicable(next_command, settings):
+        next_command = None
+
+    pre_records = live_startup if not tl.ready else []
+    checklist = _checklist(a, tl, findings, pre_records) if (dsv4 or tl.autofit is not None or tl.autofit_full_fit) else []
+    return Diagnosis(
+        verdict=verdict,
+        findings=findings,
+        root_cause=root,
+        timeline=tl,
+        checklist=checklist,
+        next_command=next_command,
+        sources=sources,
+        phase=phase,
+    )
+
+
+def _fit_from_log(tl: StartupTimeline, log: str) -> str | None:
+    """`dsv4ctl fit-length MODEL --from-log LOG`, when the log names its model (the argument is required)."""
+    if not tl.model or log == "<log>":
+        return None
+    return f"dsv4ctl fit-length {tl.model} --from-log {log}"
+
+
+def _window_findings(
+    a: _Analyzer, tl: StartupTimeline, log: str, by_id: dict[str, list[_Hit]], records: list[ErrorRecord], dsv4: bool,
+    window: str,
+) -> tuple[list[Finding], Finding | None]:
+    """The findings of one window (startup or serving) and, when it failed, its root cause."""
+    by_id = {k: list(v) for k, v in by_id.items()}
+    findings: list[Finding] = []
 
     # DeepGEMM metadata OOB: traced, or attributable to FULL capture on a DeepSeek-V4 model.
     ima = by_id.get("cuda_illegal_memory_access", [])
@@ -602,12 +812,21 @@ def _conclude(a: _Analyzer, sources: list[str]) -> Diagnosis:
     fault_hits = ima or nccl_cuda
     if fault_hits:
         first_fault = min(fault_hits, key=lambda h: h.order)
-        traced = bool(a.traced_deepgemm)
+        traced_lines = [ln for seq, ln in a.traced_deepgemm if _window(a, seq) == window]
+        kernel_lines = [
+            r.details["kernel_line"] for r in records
+            if r.kind == "coredump" and "paged_mqa_logits_metadata" in str(r.details.get("kernel", ""))
+        ]
+        traced = bool(traced_lines)
         attributable = dsv4 and _full_capture(tl, first_fault)
         if traced or attributable:
             details = _derive("deepgemm_metadata_oob", fault_hits, a, tl, log)
             details["attribution"] = "traced" if traced else "attributable"
             details["masked_by_nccl"] = not ima
+            if kernel_lines:
+                details["kernel"] = next(
+                    str(r.details["kernel"]) for r in records if r.kind == "coredump" and "kernel" in r.details
+                )
             details["capture"] = tl.capture.desc + f" {tl.capture.n}/{tl.capture.total}" if tl.capture else None
             details["vllm_version"] = tl.vllm_version
             v = parse_version(tl.vllm_version)
@@ -618,7 +837,15 @@ def _conclude(a: _Analyzer, sources: list[str]) -> Diagnosis:
                 )
             elif v is not None and v[:2] <= (0, 27):
                 details["note"] = f"vLLM {tl.vllm_version} vendors an unguarded DeepGEMM (≤ 0.27.x)."
-            f = _make(BY_ID["deepgemm_metadata_oob"], [first_fault] + dg_hits, details, extra=a.traced_deepgemm)
+            sig = BY_ID["deepgemm_metadata_oob"]
+            if kernel_lines:
+                # The core dump names the faulting kernel: that line holds the cause.
+                f = _make(sig, [], details, extra=kernel_lines[:1])
+                f.evidence += [e for e in _make(sig, [first_fault] + dg_hits, details, extra=traced_lines).evidence
+                               if (e.source, e.line) != (f.evidence[0].source, f.evidence[0].line)]
+                f.evidence = f.evidence[:MAX_EVIDENCE]
+            else:
+                f = _make(sig, [first_fault] + dg_hits, details, extra=traced_lines)
             f.order = first_fault.order
             findings.append(f)
             by_id.pop("cuda_illegal_memory_access", None)
@@ -630,147 +857,189 @@ def _conclude(a: _Analyzer, sources: list[str]) -> Diagnosis:
         findings.append(f)
         by_id.pop("nccl_error", None)
 
-    for sid, hits in by_id.items():
+    for sid, sig_hits in by_id.items():
         sig = BY_ID[sid]
         if sid == "autofit_reduced":
             if tl.autofit is None:
                 continue
-            f = _make(sig, hits[:1], _derive(sid, hits, a, tl, log))
+            f = _make(sig, sig_hits[:1], _derive(sid, sig_hits, a, tl, log))
         elif sid == "stale_max_model_len":
             # The assertion itself and the reduction that made the length stale.
-            extra = [e.line for e in a.exceptions if e.last_frame and e.last_frame[2] == "_build_c128a_metadata"][:1]
+            extra = [r.line for r in records if _ends_in(r, "_build_c128a_metadata")][:1]
             if tl.autofit is not None and tl.autofit.ref is not None:
                 extra.append(_line_of(tl.autofit.ref))
-            f = _make(sig, _dedupe_frames(hits), _derive(sid, hits, a, tl, log), extra=extra)
+            f = _make(sig, _dedupe_frames(sig_hits), _derive(sid, sig_hits, a, tl, log), extra=extra)
         else:
-            f = _make(sig, hits, _derive(sid, hits, a, tl, log))
-        findings.append(f)
-
-    pre_exc = [e for e in a.exceptions if not e.after_ready and not e.after_shutdown]
-    if not pre_exc and not tl.ready and any(not e.after_shutdown for e in a.exceptions):
-        pre_exc = [e for e in a.exceptions if not e.after_shutdown]
-
-    if dsv4 and tl.kv_cache_dtype == "auto" and not tl.uses_fp8_ds_mla and tl.available_kv_gib is not None:
-        ref = tl.refs.get("engine_config") or tl.refs.get("available_kv")
-        f = _make(BY_ID["kv_cache_dtype_auto_bf16"], [], {"kv_cache_dtype": "auto"}, extra=[_line_of(ref)] if ref else [])
+            f = _make(sig, sig_hits, _derive(sid, sig_hits, a, tl, log))
+        if sig.role == "request":
+            f.severity = "warning"
         findings.append(f)
 
     causes = [f for f in findings if f.role == "cause" and f.severity == "critical"]
     symptoms = [f for f in findings if f.role == "symptom" and f.severity == "critical"]
-    failure_seen = bool(causes or symptoms) or (not tl.ready and any(e.in_traceback for e in pre_exc))
-    if failure_seen and not causes:
-        record = _first_unexplained(pre_exc)
-        if record is not None:
-            sig = BY_ID["unrecognized_error"]
-            extra = [record.last_frame[3]] if record.last_frame else []
-            f = _make(sig, [], {"exception": record.type, "message": record.text}, extra=[record.line] + extra)
-            f.evidence.sort(key=lambda e: e.line)
-            f.order = record.order
-            findings.append(f)
-            causes.append(f)
+    # The originating error no signature explains.
+    cause_hits = [h for sid, hs in by_id.items() if BY_ID[sid].role == "cause" for h in hs]
+    cause_hits += [h for h in fault_hits]
+    origin = _originating(records)
+    if origin is not None and not any(origin.spans(h.line) for h in cause_hits):
+        f = _unrecognized(origin)
+        findings.append(f)
+        causes.append(f)
 
     root: Finding | None = None
-    if causes and not tl.ready:
+    if causes:
         root = min(causes, key=lambda f: (f.tier, f.order))
-        root.is_root_cause = True
-    elif failure_seen and not tl.ready:
+    elif symptoms or records:
         # Nothing explains it but a worker is known to have died: that is the best cause the log gives.
         died = [f for f in symptoms if f.id == "worker_died"]
         if died:
             root = died[0]
-            root.is_root_cause = True
-    if tl.ready:
-        verdict = "healthy"
-        for f in findings:
-            if f.severity == "critical":
-                f.details["startup_completed_later"] = True
-    elif failure_seen:
-        verdict = "failed"
-    else:
-        verdict = "inconclusive"
+    return findings, root
 
-    # Errors while serving, and shutdown noise.
+
+def _ends_in(record: ErrorRecord, function: str) -> bool:
+    origin = record.origin
+    return bool(origin and origin.last_frame and origin.last_frame.function == function)
+
+
+def _originating(records: list[ErrorRecord]) -> ErrorRecord | None:
+    """The error that started a failure: a process's own error before any wrapper that repeats it, a
+    worker's before the engine's, then the earliest; a wrapper that quotes the error when nothing else
+    is in the log."""
+    live = [r for r in records if not r.survived and r.type != "KeyboardInterrupt"]
+    own = [r for r in live if not r.is_wrapper]
+    if own:
+        return min(own, key=lambda r: (not (_is_worker(r.process) or r.kind == "coredump"), r.order))
+    quoting = [r for r in live if r.quoted]
+    if quoting:
+        return min(quoting, key=lambda r: r.order)
+    return None
+
+
+def _unrecognized(record: ErrorRecord) -> Finding:
+    sig = BY_ID["unrecognized_error"]
+    origin = record.origin
+    message = record.quoted or (origin.text if origin else record.text)
+    details: dict[str, Any] = {"exception": record.type, "message": message, "kind": record.kind}
+    if len(record.exceptions) > 1:
+        details["chain"] = [e.text for e in record.exceptions]
+    details.update({k: v for k, v in record.details.items() if isinstance(v, (str, int, float))})
+    extra = [record.frames_line] if record.frames_line else []
+    f = _make(sig, [], details, extra=[record.line] + extra)
+    f.evidence.sort(key=lambda e: (e.source, e.line))
+    # The originating line first.
+    f.evidence.sort(key=lambda e: (e.source, e.line) != (record.line.source, record.line.lineno))
+    f.order = record.order
+    return f
+
+
+def _serving_warnings(
+    a: _Analyzer, tl: StartupTimeline, log: str, by_id: dict[str, list[_Hit]], records: list[ErrorRecord]
+) -> list[Finding]:
+    """Errors while serving that left the server up: warnings."""
+    findings: list[Finding] = []
     ready_line = tl.ready_ref.line if tl.ready_ref else None
-    post_causes = any(BY_ID[sid].role == "cause" for sid in post_ready)
-    post_exc = [e for e in a.exceptions if e.after_ready and not e.after_shutdown]
-    explained = {(h.line.source, h.line.lineno) for hits in post_ready.values() for h in hits}
-    unexplained = [e for e in post_exc if (e.line.source, e.line.lineno) not in explained]
-    if unexplained and not post_causes:
-        record = _first_unexplained(unexplained)
-        if record is not None:
-            details = {"classified_as": "unrecognized_error", "ready_line": ready_line, "exception": record.type}
-            extra = [record.last_frame[3]] if record.last_frame else []
-            f = _make(BY_ID["error_after_startup"], [], details, extra=[record.line] + extra)
-            f.order = record.order
-            findings.append(f)
-            post_ready = {}
-    for sid, hits in post_ready.items():
+    for sid, sig_hits in by_id.items():
         sig = BY_ID[sid]
-        if sig.role == "note" or (sig.role == "symptom" and post_causes):
+        if sig.role == "note":
             continue
-        base = _derive(sid, hits, a, tl, log)
+        base = _derive(sid, sig_hits, a, tl, log)
+        if sig.role == "request":
+            f = _make(sig, sig_hits, base)
+            f.severity = "warning"
+            findings.append(f)
+            continue
+        if sig.role == "symptom":
+            continue
         details = {"classified_as": sid, "ready_line": ready_line, **{k: v for k, v in base.items() if k not in ("model", "log")}}
-        f = _make(BY_ID["error_after_startup"], hits, details)
+        f = _make(BY_ID["error_after_startup"], sig_hits, details)
         f.title = f"Error after startup completed: {sig.title}"
         findings.append(f)
-    if noise:
-        findings.append(_make(BY_ID["shutdown_noise"], noise, {"count": len(noise)}))
+    explained = [h for hs in by_id.values() for h in hs]
+    unexplained = [r for r in records if not any(r.spans(h.line) for h in explained)]
+    origin = _originating(unexplained)
+    if origin is not None and not findings:
+        details = {"classified_as": "unrecognized_error", "ready_line": ready_line, "exception": origin.type}
+        extra = [origin.frames_line] if origin.frames_line else []
+        f = _make(BY_ID["error_after_startup"], [], details, extra=[origin.line] + extra)
+        f.order = origin.order
+        findings.append(f)
+    return findings
 
-    order_rank = {"critical": 0, "warning": 1, "info": 2}
-    findings.sort(key=lambda f: (not f.is_root_cause, order_rank.get(f.severity, 3), f.order or (0, 0)))
 
-    next_command = None
-    if root is not None:
-        sig = BY_ID[root.id]
-        if sig.next_command:
-            next_command = _fill(sig.next_command, root.details)
-        if root.id == "stale_max_model_len" and "safe_len" not in root.details:
-            next_command = f"dsv4ctl fit-length --from-log {log}"
-    elif verdict == "healthy" and tl.autofit is not None:
-        next_command = f"dsv4ctl fit-length --from-log {log}"
-
-    checklist = _checklist(a, tl, findings, pre_exc)
+def _not_a_vllm_log(sources: list[str], lines_read: int, selected: int) -> Diagnosis:
+    sig = BY_ID["not_a_vllm_log"]
+    details = {"lines_read": lines_read}
+    f = Finding(
+        id=sig.id, severity=sig.severity, title=sig.title, meaning=_fill(sig.meaning, details) or sig.meaning,
+        evidence=[], details=details, actions=list(sig.actions), role=sig.role,
+    )
     return Diagnosis(
-        verdict=verdict,
-        findings=findings,
-        root_cause=root,
-        timeline=tl,
-        checklist=checklist,
-        next_command=next_command,
-        sources=sources,
-        lines_examined=a.seq,
+        verdict="inconclusive", findings=[f], root_cause=None, timeline=StartupTimeline(), checklist=[],
+        next_command=None, sources=sources, lines_examined=selected, lines_read=lines_read,
     )
 
 
-_SYMPTOM_TEXT = re.compile(
-    r"WorkerProc initialization failed|Engine core initialization failed|EngineCore encountered an issue"
-    r"|EngineDeadError|See root cause above|See stack trace"
-)
+# ---------------------------------------------------------------------------------------------
+# Advice that fits the deployment: an action is dropped when it repeats what the start already uses
+# or walks into another known bug on its version.
 
 
-def _first_unexplained(records: list[_ExceptionRecord]) -> _ExceptionRecord | None:
-    candidates = [r for r in records if not _SYMPTOM_TEXT.search(r.text) and r.type != "KeyboardInterrupt"]
-    if not candidates:
-        return None
-    workers = [r for r in candidates if _is_worker(r.line.process)]
-    pool = workers or candidates
-    return min(pool, key=lambda r: r.order)
+def _settings(a: _Analyzer, tl: StartupTimeline) -> dict[str, Any]:
+    return {
+        "kv_cache_dtype": tl.kv_cache_dtype,
+        "enforce_eager": tl.enforce_eager,
+        "cudagraph_mode": tl.cudagraph_mode,
+        "vllm_version": tl.vllm_version,
+        "stale_fix_active": a.stale_fix_active,
+        "dsv4": _is_dsv4(tl),
+        "tensor_parallel_size": tl.tensor_parallel_size,
+    }
+
+
+def applicable(action: str, settings: dict[str, Any]) -> bool:
+    """False when `action` recommends what this start already uses, or what fails on its version."""
+    if "--enforce-eager" in action and settings.get("enforce_eager"):
+        return False
+    if re.search(r"--kv-cache-dtype[ =]fp8\b", action) and str(settings.get("kv_cache_dtype") or "").startswith("fp8"):
+        return False
+    if '"cudagraph_mode": "PIECEWISE"' in action and (settings.get("cudagraph_mode") or "").upper() == "PIECEWISE":
+        return False
+    if '"cudagraph_mode": "FULL_DECODE_ONLY"' in action:
+        return False  # still captures FULL decode graphs: avoids nothing a FULL capture fault is about
+    if re.search(r"--max-model-len[ =](?:auto|-1)\b", action):
+        # Auto-fit with a stale length trips the sparse-MLA assertion on 0.29-0.30 unless dsv4ctl's fix is active.
+        if stale_bug_status(settings.get("vllm_version")) == "affected" and settings.get("dsv4", True) and not settings.get("stale_fix_active"):
+            return False
+    m = re.search(r"--tensor-parallel-size[ =]([0-9]+)", action)
+    if m and settings.get("tensor_parallel_size") == int(m.group(1)):
+        return False
+    return True
 
 
 def _summary(d: Diagnosis) -> str:
     tl = d.timeline
+    nth = f" (the last of {len(d.starts)} starts)" if len(d.starts) > 1 else ""
+    if any(f.id == "not_a_vllm_log" for f in d.findings):
+        n = d.lines_read
+        return f"Not a vLLM log: read {n:,} line{'s' if n != 1 else ''}, none of them from vLLM or Python."
     if d.verdict == "failed":
+        what = "The server failed while serving" if d.phase == "serving" else "Startup failed"
         if d.root_cause is None:
-            return "Startup failed; the cause is not in the log."
+            return f"{what}{nth}; the cause is not in the log."
         where = f" (line {d.root_cause.line})" if d.root_cause.line else ""
         if d.root_cause.id == "unrecognized_error":
-            return f"Startup failed with an unrecognised error{where}."
-        return f"Startup failed: {d.root_cause.title}{where}."
+            return f"{what}{nth} with an error no signature explains{where}: {_clip_text(str(d.root_cause.details.get('message') or d.root_cause.details.get('exception')), 100)}"
+        return f"{what}{nth}: {d.root_cause.title}{where}."
     if d.verdict == "healthy":
         where = f" on {tl.ready_url}" if tl.ready_url else ""
-        return f"Startup completed{where}."
+        return f"Startup completed{where}{nth}."
     phase = tl.last_phase or "no vLLM startup lines"
-    return f"No failure seen, but the log ends before the server was ready (last phase: {phase})."
+    return f"No failure seen, but the log ends before the server was ready{nth} (last phase: {phase})."
+
+
+def _clip_text(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -790,7 +1059,7 @@ def _ref_ev(ref: LineRef | None) -> Evidence | None:
     return Evidence(ref.source, ref.line, ref.text) if ref else None
 
 
-def _checklist(a: _Analyzer, tl: StartupTimeline, findings: list[Finding], pre_exc: list[_ExceptionRecord]) -> list[ChecklistItem]:
+def _checklist(a: _Analyzer, tl: StartupTimeline, findings: list[Finding], pre_exc: list[ErrorRecord]) -> list[ChecklistItem]:
     q = CHECKLIST_QUESTIONS
     items: list[ChecklistItem] = []
     refs = tl.refs
@@ -829,15 +1098,16 @@ def _checklist(a: _Analyzer, tl: StartupTimeline, findings: list[Finding], pre_e
         items.append(ChecklistItem(q[1], "not in log", None, "the log ends before the KV cache was sized"))
 
     # 3. traceback ends in _build_c128a_metadata
-    ends_there = [e for e in pre_exc if e.last_frame and e.last_frame[2] == "_build_c128a_metadata"]
+    ends_there = [e for e in pre_exc if _ends_in(e, "_build_c128a_metadata")]
     frames_there = [h for h in a.hits if "_build_c128a_metadata" in h.line.message and not h.after_ready]
     if ends_there:
-        items.append(ChecklistItem(q[2], "yes", _ev(ends_there[0].last_frame[3]), "the sparse-MLA C128A assertion"))
+        items.append(ChecklistItem(q[2], "yes", _ev(ends_there[0].frames_line), "the sparse-MLA C128A assertion"))
     elif frames_there:
         items.append(ChecklistItem(q[2], "yes", _ev(frames_there[0].line), "the sparse-MLA C128A metadata builder"))
     elif pre_exc:
-        first = _first_unexplained(pre_exc) or pre_exc[0]
-        where = f"{Path(first.last_frame[0]).name}::{first.last_frame[2]}" if first.last_frame else "no frames"
+        first = _originating(pre_exc) or pre_exc[0]
+        frame = first.origin.last_frame if first.origin else None
+        where = f"{Path(frame.file).name}::{frame.function}" if frame else "no frames"
         items.append(ChecklistItem(q[2], "no", _ev(first.line), f"the traceback ends in {where}"))
     else:
         items.append(ChecklistItem(q[2], "not in log", None, "no traceback before the startup ended"))
@@ -850,7 +1120,7 @@ def _checklist(a: _Analyzer, tl: StartupTimeline, findings: list[Finding], pre_e
     elif asserts:
         items.append(ChecklistItem(q[3], "yes", _ev(asserts[0].line), "an AssertionError, no CUDA OOM"))
     elif pre_exc:
-        first = _first_unexplained(pre_exc) or pre_exc[0]
+        first = _originating(pre_exc) or pre_exc[0]
         items.append(ChecklistItem(q[3], "no", _ev(first.line), f"the failure is {first.type}"))
     else:
         items.append(ChecklistItem(q[3], "not in log", None, "no error before the startup ended"))

@@ -100,6 +100,7 @@ CATALOGUE: tuple[Signature, ...] = (
     ),
     Signature(
         id="deepgemm_metadata_oob",
+        fatal=True,
         severity="critical",
         title="DeepGEMM paged-MQA scheduler metadata read out of bounds during CUDA-graph capture",
         meaning=(
@@ -116,8 +117,8 @@ CATALOGUE: tuple[Signature, ...] = (
         actions=(
             "Upgrade vLLM to 0.28.0 or later and remove any old external deep_gemm package (pip uninstall deep_gemm)",
             "Launch through dsv4ctl, which clamps the scheduler input: dsv4ctl serve {model}",
-            "Avoid FULL graphs for the indexer: --compilation-config '{{\"cudagraph_mode\": \"PIECEWISE\"}}' "
-            "(or FULL_DECODE_ONLY)",
+            "Avoid FULL CUDA graphs (FULL_DECODE_ONLY still captures FULL decode graphs): "
+            "--compilation-config '{{\"cudagraph_mode\": \"PIECEWISE\"}}'",
             "Last resort, no CUDA graphs at all: --enforce-eager",
         ),
         source="upstream DeepGEMM SM90 paged-MQA metadata report; vllm/v1/attention/backends/mla/indexer.py",
@@ -140,8 +141,8 @@ CATALOGUE: tuple[Signature, ...] = (
         actions=(
             "Use a length that fits: --max-model-len {safe_len}",
             "Let vLLM choose the largest length that fits: --max-model-len auto",
-            "Give the KV cache more memory: raise --gpu-memory-utilization, use --kv-cache-dtype fp8, "
-            "or add GPUs (tensor/pipeline parallel)",
+            "Store the KV cache in fp8, half the memory of bf16: --kv-cache-dtype fp8",
+            "Give the KV cache more memory: raise --gpu-memory-utilization, or add GPUs (tensor/pipeline parallel)",
         ),
         source="vllm/v1/core/kv_cache_utils.py _check_enough_kv_cache_memory / _auto_fit_max_model_len",
         next_command="dsv4ctl fit-length --from-log {log}",
@@ -280,6 +281,7 @@ CATALOGUE: tuple[Signature, ...] = (
     ),
     Signature(
         id="address_in_use",
+        fatal=True,
         severity="critical",
         title="Port already in use",
         meaning="The API server could not bind its port: another server (often a previous vLLM) is listening on it.",
@@ -289,6 +291,7 @@ CATALOGUE: tuple[Signature, ...] = (
     ),
     Signature(
         id="cuda_illegal_memory_access",
+        fatal=True,
         severity="critical",
         tier=1,
         title="CUDA illegal memory access",
@@ -305,6 +308,7 @@ CATALOGUE: tuple[Signature, ...] = (
     ),
     Signature(
         id="nccl_error",
+        fatal=True,
         severity="critical",
         tier=1,
         title="NCCL error",
@@ -339,6 +343,7 @@ CATALOGUE: tuple[Signature, ...] = (
     ),
     Signature(
         id="worker_died",
+        fatal=True,
         severity="critical",
         role="symptom",
         title="A worker process died",
@@ -352,6 +357,7 @@ CATALOGUE: tuple[Signature, ...] = (
     ),
     Signature(
         id="engine_core_failed",
+        fatal=True,
         severity="critical",
         role="symptom",
         title="Engine core failed",
@@ -424,15 +430,33 @@ DERIVED: tuple[Signature, ...] = (
     Signature(
         id="unrecognized_error",
         severity="critical",
-        tier=2,
-        title="Startup failed with an error dsv4ctl does not recognise",
-        meaning="The first error that stopped the startup does not match any known signature; it is quoted below.",
+        tier=1,
+        title="An error dsv4ctl does not recognise",
+        meaning=(
+            "The error that ended this start ({exception}) matches no known signature. It is the originating "
+            "error: the first a process raised itself, before the wrappers that repeat it (EngineCore failed "
+            "to start, Worker failed with error …); the line is quoted below."
+        ),
         patterns=(),
         actions=(
             "Read the traceback around the quoted line",
             "Collect the environment for a bug report: vllm collect-env",
         ),
         next_command="vllm collect-env",
+    ),
+    Signature(
+        id="not_a_vllm_log",
+        severity="warning",
+        role="note",
+        title="Not a vLLM log",
+        meaning=(
+            "Read {lines_read:,} lines and none of them is a vLLM log record, a process-tagged line or a Python "
+            "traceback, so there is no start to diagnose."
+        ),
+        patterns=(),
+        actions=(
+            "Pass the log of the vLLM process (vllm serve's stdout and stderr, e.g. docker logs CONTAINER 2>&1)",
+        ),
     ),
 )
 

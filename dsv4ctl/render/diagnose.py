@@ -30,6 +30,8 @@ def render_diagnosis(d: Diagnosis, console: Console) -> None:
     multi = len(d.sources) > 1
     head = Text()
     head.append(f" {d.verdict.upper()} ", style=_VERDICT_STYLE.get(d.verdict, "bold"))
+    if d.phase == "serving":
+        head.append(" while serving", style="bold")
     head.append(f"  {d.summary}")
     head.append(f"  (exit {int(d.exit_code)})", style="dim")
     console.print(head)
@@ -43,12 +45,39 @@ def render_diagnosis(d: Diagnosis, console: Console) -> None:
         for f in others:
             _finding(console, f, multi, heading=None, compact=True)
 
+    _starts(console, d, multi)
     _timeline(console, d.timeline)
-    _checklist(console, d)
+    if d.checklist:
+        _checklist(console, d)
     if d.next_command:
         console.print(Text.assemble(("Next: ", "bold"), (d.next_command, "bold cyan")))
-    if d.lines_examined == 0:
-        console.print(Text("No vLLM log lines were found in the input.", style="yellow"))
+
+
+def _starts(console: Console, d: Diagnosis, multi: bool) -> None:
+    """Every start of vLLM in the input, when there are several; the report above is about the last."""
+    if len(d.starts) < 2:
+        return
+    table = Table(
+        title=f"Starts in this log ({len(d.starts)}; the report is about the last)",
+        title_justify="left",
+        title_style="bold underline",
+        header_style="dim",
+        box=None,
+        pad_edge=False,
+    )
+    table.add_column("#", justify="right", style="dim")
+    table.add_column("lines", style="cyan", no_wrap=True)
+    table.add_column("vLLM", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("root cause", overflow="fold")
+    for st in d.starts:
+        span = ""
+        if st.first and st.last:
+            span = f"{_where(st.first.source, st.first.line, multi)}–{_where(st.last.source, st.last.line, multi)}"
+        verdict = st.verdict + (" (serving)" if st.phase == "serving" else "")
+        table.add_row(str(st.index + 1), span, st.vllm_version or "", Text(verdict), st.root_cause or "")
+    console.print(table)
+    console.print()
 
 
 def _where(f_source: str, line: int, multi: bool) -> str:
@@ -80,6 +109,10 @@ def _finding(console: Console, f: Finding, multi: bool, heading: str | None, com
         if details.get("capture"):
             how += f" ({details['capture']})"
         console.print(Text("  How it was identified: " + how))
+    if f.id == "unrecognized_error" and details.get("chain"):
+        console.print(Text("  Chain (originating first): " + " → ".join(_clip(c, 80) for c in details["chain"])))
+    if details.get("kernel"):
+        console.print(Text(f"  Faulting kernel: {details['kernel']}"))
     if f.id == "cuda_oom" and details.get("phase"):
         console.print(Text(f"  Phase: {details['phase']}"))
     if details.get("note"):
