@@ -97,7 +97,7 @@ app = typer.Typer(
     cls=_ErrorFunnel,
     help=HELP,
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # Typer's own --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
@@ -117,6 +117,20 @@ def _root(
     ),
 ) -> None:
     """Launch and diagnose vLLM servers that run DeepSeek-V4."""
+
+
+def _complete_example(incomplete: str) -> list[tuple[str, str]]:
+    """Shell completion for --example: the built-in example logs, with their descriptions."""
+    from dsv4ctl.logs.examples import list_examples
+
+    return [(e.name, e.description) for e in list_examples() if e.name.startswith(incomplete)]
+
+
+def _complete_model(incomplete: str) -> list[str]:
+    """Shell completion for MODEL: the built-in DeepSeek-V4 presets (a path is typed as a path)."""
+    from dsv4ctl.planning.geometry import builtin_model_ids
+
+    return [m for m in builtin_model_ids() if m.lower().startswith(incomplete.lower())]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,7 +194,8 @@ def diagnose_command(
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON (schema_version 1) on stdout."),
     example: str | None = typer.Option(
-        None, "--example", metavar="NAME", help="Diagnose an example log shipped with dsv4ctl (see --list-examples)."
+        None, "--example", metavar="NAME", help="Diagnose an example log shipped with dsv4ctl (see --list-examples).",
+        autocompletion=_complete_example,
     ),
     list_examples: bool = typer.Option(False, "--list-examples", help="List the example logs and exit."),
 ) -> None:
@@ -234,7 +249,7 @@ def diagnose_command(
 
 @app.command("fit-length")
 def fit_length_command(
-    model: str = typer.Argument(..., help="deepseek-ai/DeepSeek-V4-Flash, deepseek-ai/DeepSeek-V4-Pro, a checkpoint dir or config.json."),
+    model: str = typer.Argument(..., help="deepseek-ai/DeepSeek-V4-Flash, deepseek-ai/DeepSeek-V4-Pro, a checkpoint dir or config.json.", autocompletion=_complete_model),
     kv_cache_memory: str | None = typer.Option(None, "--kv-cache-memory", "--kv-cache-memory-bytes", metavar="SIZE", help="KV memory per GPU, as vLLM's --kv-cache-memory-bytes (9.81GiB, 10533407294). Default: predict."),
     gpus: str | None = typer.Option(None, "--gpus", metavar="SNAPSHOT", help="GPU snapshot JSON (`dsv4ctl gpus --save`). Default: ask NVML when a prediction needs GPUs."),
     from_log: str | None = typer.Option(None, "--from-log", metavar="LOG", help="Calibrate from a previous vLLM startup log (Available KV cache memory, Model loading, graphs)."),
