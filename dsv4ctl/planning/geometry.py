@@ -14,7 +14,6 @@ and the upstream-transformers form `layer_types` + `compress_rates` (vLLM 0.33 r
 from __future__ import annotations
 
 import json
-import os
 import re
 import struct
 from dataclasses import dataclass, field, replace
@@ -170,31 +169,10 @@ def load_geometry(model: str | Path) -> Dsv4Geometry:
 def hf_cache_snapshot(model_id: str) -> Path | None:
     """The local Hugging Face cache snapshot of `org/name`, if one was downloaded before (never downloads).
 
-    Looks where `huggingface_hub` keeps it: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub;
-    takes the revision `refs/main` names, else the most recently modified snapshot with a config.json.
-    """
-    parts = model_id.split("/")
-    if len(parts) != 2 or not all(parts) or any(p in (".", "..") for p in parts):
-        return None
-    if os.environ.get("HF_HUB_CACHE"):
-        hub = Path(os.environ["HF_HUB_CACHE"])
-    elif os.environ.get("HF_HOME"):
-        hub = Path(os.environ["HF_HOME"]) / "hub"
-    else:
-        hub = Path.home() / ".cache" / "huggingface" / "hub"
-    repo = hub.expanduser() / f"models--{parts[0]}--{parts[1]}"
-    snapshots = repo / "snapshots"
-    try:
-        ref = (repo / "refs" / "main").read_text(encoding="utf-8").strip()
-    except OSError:
-        ref = ""
-    if ref and (snapshots / ref / "config.json").is_file():
-        return snapshots / ref
-    try:
-        candidates = [d for d in snapshots.iterdir() if (d / "config.json").is_file()]
-    except OSError:
-        return None
-    return max(candidates, key=lambda d: d.stat().st_mtime) if candidates else None
+    Through huggingface_hub's cache API when it is installed (dsv4ctl/planning/hub_cache.py)."""
+    from dsv4ctl.planning.hub_cache import find_snapshot
+
+    return find_snapshot(model_id)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
