@@ -1,18 +1,26 @@
 #!/usr/bin/env python3
-"""Benchmark `dsv4ctl diagnose` on a big generated log against `LC_ALL=C grep -c -E` with the same patterns.
+"""Benchmark `dsv4ctl diagnose` on big generated logs against `LC_ALL=C grep -c -E` with the same patterns.
 
-    python benchmarks/diagnose_bench.py                    # 1 GiB, hyperscan and pure-re paths
-    python benchmarks/diagnose_bench.py --size 3MiB --json # a quick run (the test suite's smoke test)
+    python benchmarks/diagnose_bench.py                          # the three production-like logs, 1 GiB each
+    python benchmarks/diagnose_bench.py --log serving --engine both
+    python benchmarks/diagnose_bench.py --size 3MiB --json       # a quick run (the test suite's smoke test)
 
-The log is a real startup (the `healthy` example: auto-fit, capture, ready) followed by serving noise
-(uvicorn access lines, engine metrics, request logs, a few warnings and one error after startup),
-repeated until it reaches --size. It is written to a temporary file and deleted afterwards.
+Logs (`--log`, default `all` = the first three; see benchmarks/prodlogs.py for what they hold and where
+every line format comes from):
+- `serving`: a server that ran for days: a startup, serving traffic with ~1 % request-time ERROR
+  tracebacks, access and throughput lines, a restart with an auto-fit reduction at the bottom;
+- `crash-loop`: hundreds of failed starts per GiB, each with its traceback;
+- `engine-lines`: the serving log with a quarter of its lines EngineCore ERROR lines;
+- `noise`: the original benchmark log: the `healthy` startup followed by serving noise with almost
+  nothing interesting (uvicorn access lines, engine metrics, request logs, a warning every 256 MiB).
+Each log is written to a temporary file, measured, and deleted before the next one is written.
 
 Each measured command runs in its own process after one untimed warm-up read of the file, so the
-page cache is warm for all of them. Reported per engine: wall seconds, the ratio to grep's wall
-seconds (lower is better; 1.0 = as fast as grep), peak RSS, and the number of lines selected (which
-must equal grep's count: same patterns, same lines). Timed: the command itself (`python -m dsv4ctl
-diagnose LOG --json`, engine auto) and `diagnose()` with each engine. A big file is scanned by several processes
+page cache is warm for all of them. Reported per log and engine: wall seconds, the ratio to grep's wall
+seconds in the same run (lower is better; 1.0 = as fast as grep), peak RSS, and the number of lines
+selected (which must equal grep's count: same patterns, same lines). Timed: the command itself
+(`python -m dsv4ctl diagnose LOG --json`, the default install's engine) and, with `--engine`,
+`diagnose()` through the Python API with each engine. A big file is scanned by several processes
 (`dsv4ctl.logs.parallel`), so RSS is reported two ways: `peak_rss_mib`, the largest single process
 (exact, from wait4's rusage of the diagnosing process, which covers its waited children), and
 `tree_peak_rss_mib`, the
@@ -36,7 +44,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import prodlogs  # noqa: E402 - benchmarks/prodlogs.py, next to this script
 from dsv4ctl.logs import prefilter  # noqa: E402
 from dsv4ctl.units import parse_size  # noqa: E402
 
@@ -192,83 +202,109 @@ def run_grep(path: Path, mode: str = "-c") -> tuple[float, int]:
     return elapsed, count
 
 
+LOGS = ("serving", "crash-loop", "engine-lines", "noise")
+
+
+def bench_log(log: str, path: Path, size: int, engines: list[str], sequential_too: bool) -> dict:
+    """Write one log to `path`, time grep and diagnose on it; returns its results."""
+    t0 = time.perf_counter()
+    if log == "noise":
+        made = {"bytes": generate(path, size)}
+    else:
+        made = prodlogs.write(log, path, size)
+    gen_seconds = time.perf_counter() - t0
+    run_grep(path)  # warm the page cache (untimed)
+    grep_seconds, grep_count = run_grep(path)
+    grep_n_seconds, _ = run_grep(path, "-n")
+    results = {
+        "size_bytes": made["bytes"],
+        "made_of": made,
+        "generate_seconds": round(gen_seconds, 2),
+        "grep": {"seconds": round(grep_seconds, 3), "lines": grep_count},
+        "grep_n": {"seconds": round(grep_n_seconds, 3)},
+        "engines": {},
+    }
+    runs: list[tuple[str, int | None]] = [("cli", None)] + [(e, None) for e in engines]
+    runs += [(e, 1) for e in engines] if sequential_too else []
+    mib = lambda b: None if b is None else round(b / (1 << 20), 1)  # noqa: E731
+    for engine, workers in runs:
+        r = run_cli(path) if engine == "cli" else run_diagnose(path, engine, workers)
+        key = "dsv4ctl diagnose (auto)" if engine == "cli" else engine if workers is None else f"{engine}, 1 process"
+        results["engines"][key] = {
+            "seconds": round(r["seconds"], 3),
+            "seconds_inside": None if r["seconds_inside"] is None else round(r["seconds_inside"], 3),
+            "ratio_vs_grep": round(r["seconds"] / grep_seconds, 3) if grep_seconds > 0 else None,
+            "ratio_vs_grep_n": round(r["seconds"] / grep_n_seconds, 3) if grep_n_seconds > 0 else None,
+            # Largest single process (the diagnosing one or any of its scanning children): exact,
+            # from wait4's rusage of the diagnosing process (which includes its waited children), not a sum.
+            "peak_rss_mib": mib(r["wait4_peak_rss_bytes"]),
+            "parent_peak_rss_mib": mib(r["peak_rss_bytes"]),
+            "children_peak_rss_mib": mib(r["children_peak_rss_bytes"]),
+            # Sum over the whole process tree, sampled every 20 ms with psutil (may miss a shorter
+            # peak; counts pages shared between a parent and its forked children twice).
+            "tree_peak_rss_mib": mib(r["tree_peak_rss_bytes"]),
+            "tree_peak_processes": r["tree_peak_processes"],
+            "lines": r["lines"],
+            "lines_match_grep": r["lines"] == grep_count,
+            "verdict": r["verdict"],
+            "findings": r["findings"],
+        }
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", default="1GiB", help="log size (default 1GiB)")
-    parser.add_argument("--engine", choices=["auto", "hyperscan", "re", "both"], default="both")
-    parser.add_argument("--dir", default=tempfile.gettempdir(), help="where to write the log (default /tmp)")
-    parser.add_argument("--keep", action="store_true", help="keep the generated log")
+    parser.add_argument("--log", choices=LOGS + ("all",), default="all",
+                        help="which log (default all: serving, crash-loop, engine-lines)")
+    parser.add_argument("--size", default="1GiB", help="size of each log (default 1GiB)")
+    parser.add_argument("--engine", choices=["none", "auto", "hyperscan", "re", "both"], default="none",
+                        help="also time diagnose() through the Python API with this engine (both: hyperscan and re)")
+    parser.add_argument("--dir", default=tempfile.gettempdir(), help="where to write the logs (default /tmp)")
+    parser.add_argument("--keep", action="store_true", help="keep the generated logs")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--sequential-too", action="store_true",
-                        help="also time each engine with DSV4CTL_DIAGNOSE_WORKERS=1 (one process)")
+                        help="also time each API engine with DSV4CTL_DIAGNOSE_WORKERS=1 (one process)")
     args = parser.parse_args(argv)
 
     size = parse_size(args.size)
-    engines = ["hyperscan", "re"] if args.engine == "both" else [args.engine]
+    engines = {"none": [], "both": ["hyperscan", "re"]}.get(args.engine, [args.engine])
     if "hyperscan" in engines and not prefilter.hyperscan_available():
         engines = [e for e in engines if e != "hyperscan"] or ["re"]
-    fd, name = tempfile.mkstemp(prefix="dsv4ctl-bench-", suffix=".log", dir=args.dir)
-    os.close(fd)
-    path = Path(name)
-    try:
-        t0 = time.perf_counter()
-        written = generate(path, size)
-        gen_seconds = time.perf_counter() - t0
-        run_grep(path)  # warm the page cache (untimed)
-        grep_seconds, grep_count = run_grep(path)
-        grep_n_seconds, _ = run_grep(path, "-n")
-        results = {
-            "size_bytes": written,
-            "generate_seconds": round(gen_seconds, 2),
-            "grep": {"seconds": round(grep_seconds, 3), "lines": grep_count},
-            "grep_n": {"seconds": round(grep_n_seconds, 3)},
-            "patterns": len(prefilter.PATTERNS),
-            "engines": {},
-        }
-        runs: list[tuple[str, int | None]] = [("cli", None)] + [(e, None) for e in engines]
-        runs += [(e, 1) for e in engines] if args.sequential_too else []
-        mib = lambda b: None if b is None else round(b / (1 << 20), 1)  # noqa: E731
-        for engine, workers in runs:
-            r = run_cli(path) if engine == "cli" else run_diagnose(path, engine, workers)
-            key = "dsv4ctl diagnose (auto)" if engine == "cli" else engine if workers is None else f"{engine}, 1 process"
-            results["engines"][key] = {
-                "seconds": round(r["seconds"], 3),
-                "seconds_inside": None if r["seconds_inside"] is None else round(r["seconds_inside"], 3),
-                "ratio_vs_grep": round(r["seconds"] / grep_seconds, 3) if grep_seconds > 0 else None,
-                "ratio_vs_grep_n": round(r["seconds"] / grep_n_seconds, 3) if grep_n_seconds > 0 else None,
-                # Largest single process (the diagnosing one or any of its scanning children): exact,
-                # from wait4's rusage of the diagnosing process (which includes its waited children), not a sum.
-                "peak_rss_mib": mib(r["wait4_peak_rss_bytes"]),
-                "parent_peak_rss_mib": mib(r["peak_rss_bytes"]),
-                "children_peak_rss_mib": mib(r["children_peak_rss_bytes"]),
-                # Sum over the whole process tree, sampled every 20 ms with psutil (may miss a shorter
-                # peak; counts pages shared between a parent and its forked children twice).
-                "tree_peak_rss_mib": mib(r["tree_peak_rss_bytes"]),
-                "tree_peak_processes": r["tree_peak_processes"],
-                "lines": r["lines"],
-                "lines_match_grep": r["lines"] == grep_count,
-                "verdict": r["verdict"],
-                "findings": r["findings"],
-            }
-    finally:
-        if not args.keep:
-            path.unlink(missing_ok=True)
-    results["log_deleted"] = not path.exists()
-    results["log_path"] = str(path)
+    logs = LOGS[:3] if args.log == "all" else (args.log,)
+    results: dict = {"patterns": len(prefilter.PATTERNS), "hyperscan": prefilter.hyperscan_available(), "logs": {}}
+    paths: list[Path] = []
+    for log in logs:
+        fd, name = tempfile.mkstemp(prefix=f"dsv4ctl-bench-{log}-", suffix=".log", dir=args.dir)
+        os.close(fd)
+        path = Path(name)
+        paths.append(path)
+        try:
+            results["logs"][log] = bench_log(log, path, size, engines, args.sequential_too)
+        finally:
+            if not args.keep:
+                path.unlink(missing_ok=True)
+        results["logs"][log]["log_path"] = str(path)
+    results["logs_deleted"] = not any(p.exists() for p in paths)
     if args.json:
         print(json.dumps(results, indent=2))
     else:
-        print(f"log: {written / (1 << 30):.2f} GiB ({written:,} bytes), {len(prefilter.PATTERNS)} patterns")
-        print(f"grep -c -E: {grep_seconds:.2f} s, {grep_count:,} lines; grep -n -E: {grep_n_seconds:.2f} s")
-        for engine, r in results["engines"].items():
-            print(
-                f"diagnose [{engine}]: {r['seconds']:.2f} s = {r['ratio_vs_grep']:.2f}x grep, "
-                f"peak RSS {r['peak_rss_mib']:.0f} MiB (largest process), {r['tree_peak_rss_mib']:.0f} MiB "
-                f"(process tree, sampled), {r['lines']:,} lines "
-                f"({'same as grep' if r['lines_match_grep'] else 'DIFFERENT from grep'}), verdict {r['verdict']}"
-            )
-    ok = all(r["lines_match_grep"] for r in results["engines"].values())
-    ok = ok and len({(r["verdict"], tuple(r["findings"])) for r in results["engines"].values()}) == 1
+        print(f"{len(prefilter.PATTERNS)} patterns, hyperscan {'installed' if results['hyperscan'] else 'not installed'}")
+        for log, res in results["logs"].items():
+            g = res["grep"]
+            print(f"\n[{log}] {res['size_bytes'] / (1 << 30):.2f} GiB ({res['size_bytes']:,} bytes), made of "
+                  + ", ".join(f"{k} {v:,}" for k, v in res["made_of"].items() if k != "bytes"))
+            print(f"  grep -c -E: {g['seconds']:.2f} s, {g['lines']:,} lines; grep -n -E: {res['grep_n']['seconds']:.2f} s")
+            for engine, r in res["engines"].items():
+                print(
+                    f"  {engine}: {r['seconds']:.2f} s = {r['ratio_vs_grep']:.2f}x grep, "
+                    f"peak RSS {r['peak_rss_mib']:.0f} MiB (largest process), {r['tree_peak_rss_mib']:.0f} MiB "
+                    f"(process tree, sampled), {r['lines']:,} lines "
+                    f"({'same as grep' if r['lines_match_grep'] else 'DIFFERENT from grep'}), verdict {r['verdict']}"
+                )
+    ok = True
+    for res in results["logs"].values():
+        ok = ok and all(r["lines_match_grep"] for r in res["engines"].values())
+        ok = ok and len({(r["verdict"], tuple(r["findings"])) for r in res["engines"].values()}) == 1
     return 0 if ok else 1
 
 

@@ -1,4 +1,5 @@
-"""The diagnose benchmark script still runs (on a few MB instead of 1 GiB) and cleans up after itself."""
+"""The diagnose benchmark still runs (on a few MB instead of 1 GiB per log) and cleans up after itself,
+and its production-like logs hold what they promise."""
 
 from __future__ import annotations
 
@@ -7,10 +8,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import prodlogs  # noqa: E402
+
+EXPECTED_VERDICT = {"serving": "healthy", "crash-loop": "failed", "engine-lines": "healthy"}
 
 
-def test_benchmark_script_on_a_small_log(tmp_path):
+def test_benchmark_script_on_small_logs(tmp_path):
     out = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "diagnose_bench.py"), "--size", "3MiB", "--engine", "both",
          "--dir", str(tmp_path), "--json"],
@@ -18,14 +26,50 @@ def test_benchmark_script_on_a_small_log(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert data["size_bytes"] >= 3 * 2**20
-    assert data["grep"]["lines"] > 0
-    assert data["engines"], "no engine ran"
-    assert "dsv4ctl diagnose (auto)" in data["engines"]  # the command itself is timed too
-    for result in data["engines"].values():
-        assert result["lines"] == data["grep"]["lines"]  # same patterns, same lines
-        assert result["verdict"] == "healthy"
-        assert result["ratio_vs_grep"] > 0 and result["peak_rss_mib"] > 0
-        assert result["tree_peak_processes"] >= 1 and result["tree_peak_rss_mib"] > 0
-    assert data["log_deleted"] is True
+    assert set(data["logs"]) == set(EXPECTED_VERDICT)
+    for log, res in data["logs"].items():
+        assert res["size_bytes"] >= 3 * 2**20
+        assert res["grep"]["lines"] > 0
+        assert "dsv4ctl diagnose (auto)" in res["engines"]  # the command itself is timed too
+        assert len(res["engines"]) >= 2, "no API engine ran"
+        for result in res["engines"].values():
+            assert result["lines"] == res["grep"]["lines"]  # same patterns, same lines
+            assert result["verdict"] == EXPECTED_VERDICT[log], log
+            assert result["ratio_vs_grep"] > 0 and result["peak_rss_mib"] > 0
+            assert result["tree_peak_processes"] >= 1 and result["tree_peak_rss_mib"] > 0
+    assert data["logs_deleted"] is True
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_original_noise_log_still_runs(tmp_path):
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "diagnose_bench.py"), "--log", "noise", "--size", "2MiB",
+         "--dir", str(tmp_path), "--json"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)["logs"]["noise"]
+    assert res["engines"]["dsv4ctl diagnose (auto)"]["verdict"] == "healthy"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("scenario", prodlogs.SCENARIOS)
+def test_production_logs_are_deterministic_and_hold_their_shares(tmp_path, scenario):
+    size = 4 * 2**20
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    made = prodlogs.write(scenario, a, size)
+    prodlogs.write(scenario, b, size)
+    data = a.read_bytes()
+    assert data == b.read_bytes()  # same size, same bytes
+    assert size <= made["bytes"] == len(data) < size + 4 * 2**20
+    assert made["lines"] == data.count(b"\n")
+    if scenario == "crash-loop":
+        assert made["starts"] == data.count(b"Initializing a V1 LLM engine") >= 2
+        tracebacks = data.count(b"Traceback (most recent call last):")  # each start: the same failure
+        assert tracebacks >= made["starts"] and tracebacks % made["starts"] == 0
+    else:
+        assert data.count(b"Application startup complete") == 2  # the startup and the restart
+        assert 0.008 <= made["traceback_lines"] / made["lines"] <= 0.012
+        engine_share = made["engine_lines"] / made["lines"]
+        assert abs(engine_share - (0.25 if scenario == "engine-lines" else 0.0)) < 0.01
+        assert data.count(b'"POST /v1/chat/completions HTTP/1.1" 200 OK') == made["requests"]
