@@ -101,6 +101,9 @@ PATTERNS: tuple[str, ...] = (
     "Shutting down",
     "Waiting for application shutdown",
     "Finished server process",
+    # catalogue: vllm
+    # pydantic prints a ValueError raised in vLLM's config classes as "  Value error, <message> [type=value_error…"
+    "Value error, ",
 )
 
 def _factored(patterns: tuple[str, ...]) -> str:
