@@ -962,6 +962,7 @@ def _serving_warnings(
         details = {"classified_as": "unrecognized_error", "ready_line": ready_line, "exception": origin.type}
         extra = [origin.frames_line] if origin.frames_line else []
         f = _make(BY_ID["error_after_startup"], [], details, extra=[origin.line] + extra)
+        f.evidence.sort(key=lambda e: (e.source, e.line) != (origin.line.source, origin.line.lineno))
         f.order = origin.order
         findings.append(f)
     return findings

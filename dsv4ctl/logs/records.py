@@ -264,7 +264,7 @@ class ErrorAssembler:
                 cur = self._open[key] = _Open(seq, order)
             cur.start_traceback(line)
             return out
-        if cur is None:
+        if cur is None or not msg:
             return out
         if msg.startswith("File ") and (m := FRAME_RE.match(msg)):
             cur.frame(Frame(m.group(1), int(m.group(2)), m.group(3), line))

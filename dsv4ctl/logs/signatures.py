@@ -299,7 +299,13 @@ CATALOGUE: tuple[Signature, ...] = (
             "A CUDA kernel accessed memory it does not own. The error is sticky and asynchronous: the "
             "Python frame that reports it is usually not the kernel that faulted."
         ),
-        patterns=(r"illegal memory access", r"cudaErrorIllegalAddress"),
+        patterns=(
+            r"illegal memory access",
+            r"cudaErrorIllegalAddress",
+            # The CUDA driver's core dump and cuda-gdb (benchmarks/results/h200-2026-11-30/coredump-*.txt).
+            r"Detected an exception of type CUDBG_EXCEPTION_\w*ADDRESS",
+            r"^CUDA Exception: \w+ (?:Illegal|Out-of-range|Misaligned) Address",
+        ),
         actions=(
             "Rerun once with CUDA_LAUNCH_BLOCKING=1 to find the kernel that faults",
             "Try --enforce-eager to see whether CUDA-graph capture is involved",

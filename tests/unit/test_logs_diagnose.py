@@ -62,6 +62,11 @@ EXPECTED = {
     "stale_max_model_len_no_autofit": ("failed", 3, "stale_max_model_len", []),
     "unrecognized_error": ("failed", 4, "unrecognized_error", []),
     "worker_died": ("failed", 3, "worker_died", []),
+    "deepgemm_metadata_oob_coredump": ("failed", 3, "deepgemm_metadata_oob", ["worker_died"]),
+    "unrecognized_chained_worker_error": ("failed", 4, "unrecognized_error", ["engine_core_failed"]),
+    "unrecognized_quoted_by_wrapper": ("failed", 4, "unrecognized_error", []),
+    "request_error_while_serving": ("healthy", 0, None, ["error_after_startup"]),
+    "cuda_fault_while_serving": ("failed", 3, "cuda_illegal_memory_access", ["engine_core_failed"]),
 }
 
 
