@@ -416,3 +416,15 @@ def test_the_parallel_scan_counts_the_lines_as_the_sequential_one(tmp_path, work
             expected: list[int] = []
             list(prefilter.scan_source(f, line_count=expected))
         assert count == expected
+
+
+def test_a_small_buffer_never_imports_numpy_and_mid_spans_of_a_big_one_use_it(monkeypatch):
+    pytest.importorskip("numpy")
+    monkeypatch.setattr(prefilter, "_np", None)
+    small = NOISE * 400  # ~80 KB: a small log read whole
+    assert prefilter.count_newlines(small, 0, len(small)) == small.count(b"\n")
+    assert prefilter._np is None  # not even tried
+    big = NOISE * 10_000  # ~2 MB
+    for start, end in ((0, 9000), (100, 100 + prefilter._NUMPY_MIN_BYTES), (5, 70_000)):
+        assert prefilter.count_newlines(big, start, end) == big.count(b"\n", start, end)
+    assert prefilter._np not in (None, False)
