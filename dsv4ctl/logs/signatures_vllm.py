@@ -59,6 +59,26 @@ SIGNATURES: tuple[Signature, ...] = (
         source="vllm==0.33.0 vllm/config/model.py:1562; vllm==0.27.1 vllm/config/model.py:1318",
     ),
     Signature(
+        id="world_size_exceeds_gpus",
+        severity="critical",
+        title="More GPUs requested than this node has",
+        meaning=(
+            "tensor parallel × pipeline parallel asks for {world_size} GPUs, but this process sees {gpus} on this "
+            "node. vLLM's default multiprocessing executor runs on one node unless told otherwise."
+        ),
+        patterns=(
+            r"World size \((?P<world_size>[0-9]+)\) is larger than the number of available GPUs \((?P<gpus>[0-9]+)\) "
+            r"in this node",
+        ),
+        actions=(
+            "Check which GPUs this process can see (CUDA_VISIBLE_DEVICES, the container's GPUs): dsv4ctl gpus",
+            "Fit the node: --tensor-parallel-size and --pipeline-parallel-size whose product is at most {gpus}",
+            "To span several nodes: --distributed-executor-backend ray, or vLLM's multi-node multiprocessing with --nnodes",
+        ),
+        source="vllm==0.33.0 vllm/config/parallel.py:1072; vllm==0.27.1 vllm/config/parallel.py:929",
+        next_command="dsv4ctl gpus",
+    ),
+    Signature(
         id="pipeline_parallel_unsupported",
         severity="critical",
         title="Pipeline parallelism not supported for this model",
@@ -172,6 +192,23 @@ SIGNATURES: tuple[Signature, ...] = (
         next_command="dsv4ctl gpus",
     ),
     Signature(
+        id="quantization_dtype_unsupported",
+        severity="critical",
+        title="--dtype not supported by the checkpoint's quantization",
+        meaning=(
+            "The {quantization} kernels accept activations in {supported} only, and the model was asked to run "
+            "in {dtype}."
+        ),
+        patterns=(
+            r"(?P<dtype>torch\.\w+) is not supported for quantization method (?P<quantization>\S+)\. Supported dtypes: "
+            r"(?P<supported>\[[^\]]*\])",
+        ),
+        actions=(
+            "Drop --dtype (the checkpoint's dtype is used) or pick one from the supported list, e.g. --dtype bfloat16",
+        ),
+        source="vllm==0.33.0 vllm/config/vllm.py:940; vllm==0.27.1 vllm/config/vllm.py:730",
+    ),
+    Signature(
         id="bf16_unsupported_gpu",
         severity="critical",
         title="bfloat16 needs compute capability 8.0 (Ampere) or newer",
@@ -202,6 +239,29 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
         source="vllm==0.33.0 vllm/model_executor/models/registry.py:1250; "
         "vllm==0.27.1 vllm/model_executor/models/registry.py:1132",
+    ),
+    Signature(
+        id="model_architecture_removed",
+        severity="critical",
+        title="Model architecture no longer in this vLLM",
+        meaning=(
+            "vLLM dropped the model's architecture ({architectures}) from its own code: it needs an older vLLM "
+            "release, or the out-of-tree plugin named in the message."
+        ),
+        patterns=(
+            r"Model architecture (?P<architectures>\S+) was supported in vLLM until v(?P<until>[0-9][0-9.]*), and is "
+            r"not supported anymore",
+            r"Model architecture (?P<architectures>\S+) is not supported in-tree anymore\. Please install the plugin at "
+            r"(?P<plugin_url>\S+) ",
+        ),
+        actions=(
+            "Install the plugin the message names: pip install git+{plugin_url}",
+            "Or run it with vLLM {until} (the last release that had it): pip install vllm=={until}",
+        ),
+        source="vllm==0.33.0 vllm/model_executor/models/registry.py:1236; "
+        "vllm==0.27.1 vllm/model_executor/models/registry.py:1118; "
+        "vllm==0.33.0 vllm/model_executor/models/registry.py:1244; "
+        "vllm==0.27.1 vllm/model_executor/models/registry.py:1126",
     ),
     Signature(
         id="model_inspection_failed",
