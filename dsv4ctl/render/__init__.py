@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
+import textwrap
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
@@ -115,3 +118,95 @@ def error_line(message: str, hint: str | None = None) -> None:
 
 def warning_line(message: str) -> None:
     err_console().print(f"[yellow]Warning:[/] {message}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Width: commands are never wrapped or cut, prose wraps with its indent, evidence is cut around
+# (never through) the numbers that matter. Any terminal width, 80 columns when piped.
+# ---------------------------------------------------------------------------------------------
+
+MIN_WRAP_WIDTH = 40
+ELLIPSIS = "…"
+# A number with its unit, as logs print them: 980224, 1,048,576, 9.81 GiB, 168.2 s, 14%, 0.92.
+NUMBER_RE = re.compile(r"\d[\d,]*(?:\.\d+)?(?: ?(?:GiB|MiB|KiB|GB|MB|KB|B|s|ms|%|x))?(?![\w.])")
+
+
+def print_command(console: Console, command: str, indent: str = "  ") -> None:
+    """A command on a line of its own, never wrapped or cropped at any width: it pastes and runs."""
+    console.print(indent + command, markup=False, highlight=False, soft_wrap=True, crop=False)
+
+
+def wrap_prose(text: str, width: int, indent: str = "", subsequent_indent: str | None = None) -> list[str]:
+    """Wrap at spaces only; continuation lines keep the indent (or the hanging indent given).
+
+    Words longer than a line (paths, flags, numbers) are never split: such a line runs long."""
+    lines = textwrap.wrap(
+        text,
+        width=max(width, MIN_WRAP_WIDTH),
+        initial_indent=indent,
+        subsequent_indent=indent if subsequent_indent is None else subsequent_indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    return lines or [indent.rstrip()]
+
+
+def print_prose(console: Console, text: str, indent: str = "", subsequent_indent: str | None = None) -> None:
+    """Print `text` wrapped to the console's width by `wrap_prose` (Rich does no wrapping of its own)."""
+    for line in wrap_prose(text, console.width, indent, subsequent_indent):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def cut_around(text: str, width: int, keep: Sequence[str] = ()) -> str:
+    """Shorten a quoted log line to about `width` characters around what matters, with `…` at the cuts.
+
+    What matters: the first match of a `keep` regex (the evidence pattern), else the numbers. Cuts
+    fall between words, so no number, path piece or flag is cut through; when the part that matters
+    is itself wider than `width` it is kept whole (a long line beats a wrong number)."""
+    if len(text) <= width:
+        return text
+    focus = None
+    for pattern in keep:
+        match = re.search(pattern, text)
+        if match:
+            focus = (match.start(), match.end())
+            break
+    numbers = [m.span() for m in NUMBER_RE.finditer(text)]
+    if focus is None:
+        if not numbers:
+            focus = (0, 0)
+        else:
+            start, end = numbers[0]
+            for n_start, n_end in numbers[1:]:  # as many numbers as fit
+                if n_end - start > width - 2:
+                    break
+                end = n_end
+            focus = (start, end)
+    start, end = _whole_words(text, *focus)
+    budget = width - (end - start) - 2  # the two ellipses
+    if budget <= 0:
+        return (ELLIPSIS if start > 0 else "") + text[start:end].strip() + (ELLIPSIS if end < len(text) else "")
+    right_room = len(text) - end
+    left = min(start, max(budget // 2, budget - right_room))
+    right = min(right_room, budget - left)
+    new_start, new_end = _whole_words(text, start - left, end + right, shrink=True)
+    new_start, new_end = min(new_start, start), max(new_end, end)
+    head = ELLIPSIS if new_start > 0 else ""
+    tail = ELLIPSIS if new_end < len(text) else ""
+    return head + text[new_start:new_end].strip() + tail
+
+
+def _whole_words(text: str, start: int, end: int, shrink: bool = False) -> tuple[int, int]:
+    """Move [start, end) to word boundaries: outwards (grow) or inwards (shrink)."""
+    start, end = max(start, 0), min(end, len(text))
+    if shrink:
+        while 0 < start < len(text) and not text[start - 1].isspace():
+            start += 1
+        while 0 < end < len(text) and not text[end].isspace():
+            end -= 1
+        return start, max(end, start)
+    while start > 0 and not text[start - 1].isspace():
+        start -= 1
+    while end < len(text) and not text[end].isspace():
+        end += 1
+    return start, end

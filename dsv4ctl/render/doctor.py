@@ -4,9 +4,12 @@ Plain text lines (no colours needed to read it), so the pasted text keeps its me
 
 from __future__ import annotations
 
+import re
+
 from rich.console import Console
 
 from dsv4ctl.doctor import DoctorReport
+from dsv4ctl.render import print_prose
 
 
 def _pkg_line(info: object, name: str) -> str:
@@ -97,6 +100,15 @@ def doctor_lines(report: DoctorReport) -> list[str]:
     return lines
 
 
+# Where a wrapped doctor line continues: under the value column (`vLLM       0.32.0 (…`), after a
+# `why: ` label, or two spaces in from the line's own indent.
+_VALUE_COLUMN = re.compile(r"^(\s*\S+(?: \S+)?\s{2,}|\s*[\w .-]+: )")
+
+
 def render_doctor(report: DoctorReport, console: Console) -> None:
+    """One line per fact; long ones wrap at spaces (paths stay whole) under their value column."""
     for line in doctor_lines(report):
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
+        indent = len(line) - len(line.lstrip())
+        column = _VALUE_COLUMN.match(line)
+        hanging = " " * (len(column.group(1)) if column and len(column.group(1)) <= 24 else indent + 2)
+        print_prose(console, line.strip(), indent=" " * indent, subsequent_indent=hanging)

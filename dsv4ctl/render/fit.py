@@ -7,8 +7,12 @@ from rich.console import Console
 from rich.table import Table
 
 from dsv4ctl.planning.fit import THINK_MAX_CONTEXT, FitResult
+from dsv4ctl.render import print_command, print_prose
 from dsv4ctl.planning.kv_specs import DSV4_BLOCK_SIZE
 from dsv4ctl.units import format_gib, format_tokens, gib
+
+
+HANG = "  "  # wrapped prose continues two spaces in (render.print_prose)
 
 
 def _tokens(n: int) -> str:
@@ -17,27 +21,31 @@ def _tokens(n: int) -> str:
 
 def render_fit(result: FitResult, console: Console) -> None:
     g = result.geometry
-    console.print(
-        f"[bold]{g.model}[/]  {g.num_hidden_layers} layers ({g.num_csa_layers}×ratio 4, {g.num_hca_layers}×ratio 128, "
-        f"{g.num_swa_only_layers}×sliding only), mirror of vLLM {result.mirrored_vllm_version}'s planner"
+    print_prose(
+        console,
+        f"{g.model}  {g.num_hidden_layers} layers ({g.num_csa_layers}×ratio 4, {g.num_hca_layers}×ratio 128, "
+        f"{g.num_swa_only_layers}×sliding only), mirror of vLLM {result.mirrored_vllm_version}'s planner",
+        subsequent_indent=HANG,
     )
-    console.print(
+    print_prose(
+        console,
         f"KV cache: {result.layout.kv_cache_dtype} ({result.layout.attention_class}), block {DSV4_BLOCK_SIZE}, "
         f"{result.num_kv_layers} cache layers in {result.num_kv_cache_groups} groups, "
         f"{format_tokens(result.bytes_per_block)} bytes per block",
-        markup=False,
+        subsequent_indent=HANG,
     )
     sched = (
         f"max_num_batched_tokens {format_tokens(result.max_num_batched_tokens)}"
         f" ({result.max_num_batched_tokens_source}), async scheduling {'on' if result.async_scheduling else 'off'}"
         f" → {format_tokens(result.max_in_flight_tokens)} tokens in flight"
     )
-    console.print(sched, markup=False)
+    print_prose(console, sched, subsequent_indent=HANG)
     source = {"given": "given", "predicted": "predicted from the GPUs", "log": "from the startup log"}[result.kv_cache_memory_source]
-    console.print(
+    print_prose(
+        console,
         f"KV memory per GPU: {format_gib(result.kv_cache_memory_bytes)} ({source}) = "
         f"{format_tokens(result.num_blocks)} blocks",
-        markup=False,
+        subsequent_indent=HANG,
     )
     if result.gpus:
         console.print(_gpu_table(result))
@@ -53,7 +61,7 @@ def render_fit(result: FitResult, console: Console) -> None:
         if log.predicted_range is not None:
             low, high = log.predicted_range
             parts.append(f"mirror for the logged memory ±0.005 GiB: {format_tokens(low)}-{format_tokens(high)}")
-        console.print(f"log {log.path}: " + ", ".join(parts), markup=False)
+        print_prose(console, f"log {log.path}: " + ", ".join(parts), subsequent_indent=HANG)
     console.print()
 
     answer = Table(box=box.SIMPLE_HEAD, show_header=False, pad_edge=False, show_edge=False)
@@ -75,7 +83,7 @@ def render_fit(result: FitResult, console: Console) -> None:
     answer.add_row("KV memory for the full context", format_gib(result.full_context_kv_memory_bytes))
     console.print(answer)
     for line in result.safe_length.lines() if result.safe_length else ():  # the one safe-length rule, explained
-        console.print(line, markup=False, highlight=False)
+        print_prose(console, line, subsequent_indent=HANG)
 
     if result.refusal:
         console.print(f"[bold red]vLLM would refuse:[/] {result.refusal}", highlight=False)
@@ -83,7 +91,7 @@ def render_fit(result: FitResult, console: Console) -> None:
     console.print(_what_if_table(result))
     console.print()
     console.print("vllm serve command:", markup=False)
-    console.print(f"  {result.vllm_command()}", markup=False, soft_wrap=True)
+    print_command(console, result.vllm_command())
 
 
 def _gpu_table(result: FitResult) -> Table:
