@@ -319,6 +319,40 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
         source="vllm==0.33.0 vllm/transformers_utils/config.py:912; vllm==0.27.1 vllm/transformers_utils/config.py:715",
     ),
+    Signature(
+        id="model_weights_missing",
+        severity="critical",
+        title="No weight files found for the model",
+        meaning=(
+            "The model directory (or repository snapshot) '{model_path}' has a config but no weight files vLLM can "
+            "load (*.safetensors, or *.bin / *.pt): the download is incomplete, the path points at the wrong "
+            "directory, or --load-format does not match the files."
+        ),
+        patterns=(r"Cannot find any model weights with `(?P<model_path>[^`]*)`",),
+        actions=(
+            "List what is there: ls -la {model_path}",
+            "Finish the download into that directory, or point vLLM at the directory that holds the *.safetensors shards",
+        ),
+        source="vllm==0.33.0 vllm/model_executor/model_loader/default_loader.py:260; "
+        "vllm==0.27.1 vllm/model_executor/model_loader/default_loader.py:239",
+    ),
+    Signature(
+        id="weights_not_initialized",
+        severity="critical",
+        title="Checkpoint is missing weights the model needs",
+        meaning=(
+            "Loading finished but some of the model's parameters got no tensor from the checkpoint (they are listed "
+            "in the message): shards are missing or truncated, or the checkpoint was made for a different "
+            "model/variant or quantization than vLLM built."
+        ),
+        patterns=(r"Following weights were not initialized from checkpoint: ",),
+        actions=(
+            "Check the checkpoint is complete: every shard named in model.safetensors.index.json is present, with the right size",
+            "Check the checkpoint matches the model and quantization you serve (e.g. the MTP layer for --speculative-config)",
+        ),
+        source="vllm==0.33.0 vllm/model_executor/model_loader/default_loader.py:570; "
+        "vllm==0.27.1 vllm/model_executor/model_loader/default_loader.py:468",
+    ),
     # ------------------------------------------------------------------ CUDA graphs
     Signature(
         id="cudagraph_mode_unsupported",

@@ -61,6 +61,8 @@ EVIDENCE_LINE = {
     "vllm_quantization_dtype_unsupported": 39,
     "vllm_model_architecture_removed__until": 39,
     "vllm_model_architecture_removed__plugin": 39,
+    "vllm_model_weights_missing": 29,
+    "vllm_weights_not_initialized": 24,
 }
 
 # id -> the cited source lines: (version, path under vllm-<version>/, line, a fragment of the message on that line)
@@ -174,6 +176,14 @@ SOURCE_LINES: dict[str, list[tuple[str, str, int, str]]] = {
         ("0.27.1", "vllm/model_executor/models/registry.py", 1118, 'f"v{previous_version}, and is not supported anymore. "'),
         ("0.33.0", "vllm/model_executor/models/registry.py", 1244, 'f"Model architecture {arch} is not supported in-tree anymore. "'),
         ("0.27.1", "vllm/model_executor/models/registry.py", 1126, 'f"Model architecture {arch} is not supported in-tree anymore. "'),
+    ],
+    "model_weights_missing": [
+        ("0.33.0", "vllm/model_executor/model_loader/default_loader.py", 260, 'f"Cannot find any model weights with `{model_name_or_path}`"'),
+        ("0.27.1", "vllm/model_executor/model_loader/default_loader.py", 239, 'f"Cannot find any model weights with `{model_name_or_path}`"'),
+    ],
+    "weights_not_initialized": [
+        ("0.33.0", "vllm/model_executor/model_loader/default_loader.py", 570, '"Following weights were not initialized from "'),
+        ("0.27.1", "vllm/model_executor/model_loader/default_loader.py", 468, '"Following weights were not initialized from "'),
     ],
     "chat_template_missing": [
         ("0.33.0", "vllm/renderers/hf.py", 886, '"As of transformers v4.44, default chat template is no longer "'),
