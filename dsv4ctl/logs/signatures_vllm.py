@@ -488,7 +488,8 @@ SIGNATURES: tuple[Signature, ...] = (
         title="A request was longer than max_model_len",
         meaning=(
             "A request's prompt (plus the output tokens it asked for) does not fit in the server's "
-            "max_model_len ({max_len} tokens); vLLM rejected that request with HTTP 400 and kept serving."
+            "max_model_len ({max_len} tokens). vLLM rejected that request (HTTP 400 from the server, an exception "
+            "in an offline script) and the engine kept running."
         ),
         patterns=(
             r"This model's maximum context length is (?P<max_len>[0-9]+) tokens\. However, you requested "
