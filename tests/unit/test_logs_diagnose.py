@@ -144,11 +144,11 @@ def test_stale_example_prints_the_arithmetic_from_the_log(cli):
 def test_stale_numbers_are_derived_not_hard_coded(cli):
     _, data = run_json(cli, FIXTURES / "stale_max_model_len_compose_v029.log")
     d = data["findings"][0]["details"]
-    assert (data["autofit"]["from"], data["autofit"]["to"]) == (1048576, 999936)
-    assert d["capacity"] == c128a_capacity(999936) == 7936
+    assert (data["autofit"]["from"], data["autofit"]["to"]) == (1048576, 1017856)
+    assert d["capacity"] == c128a_capacity(1017856) == 8064
     assert d["requested"] == 8192
-    assert d["arithmetic"] == "capacity align_up(cdiv(999936, 128), 128) = 7,936 < requested 1048576 // 128 = 8,192"
-    assert d["safe_len"] == safe_max_model_len(999936)
+    assert d["arithmetic"] == "capacity align_up(cdiv(1017856, 128), 128) = 8,064 < requested 1048576 // 128 = 8,192"
+    assert d["safe_len"] == safe_max_model_len(1017856)
     assert data["checklist"][0]["answer"] == "yes"  # 'max_model_len': 'auto'
 
 

@@ -295,3 +295,42 @@ def test_the_stale_checklist_appears_only_where_it_applies():
     assert diagnose([FIXTURES / "unrecognized_chained_worker_error.log"]).checklist  # DeepSeek-V4
     d = diagnose([FIXTURES / "kv_cache_insufficient_legacy.log"])  # DeepSeek-V2, no auto-fit
     assert d.checklist == []
+
+
+# ----------------------------------------------------------------------------------------- numbers
+
+
+GIB = 1 << 30
+
+
+def _dsv4_logs():
+    for path in sorted(FIXTURES.glob("*.log")) + sorted(EXAMPLES.glob("*.log")):
+        tl = diagnose([path]).timeline
+        if tl.model and "DeepSeek-V4" in tl.model and tl.available_kv_gib is not None and tl.available_kv_gib >= 0:
+            yield path, tl
+
+
+@pytest.mark.parametrize("path, tl", list(_dsv4_logs()), ids=lambda x: getattr(x, "stem", ""))
+def test_every_dsv4_fixture_adds_up_with_the_planner(path, tl):
+    """The auto-fit length and vLLM's capacity line of each DeepSeek-V4 log are what the planner gives for
+    the memory the log states (rounded to 0.01 GiB there, so the check brackets it)."""
+    from dsv4ctl.planning.capacity import log_figures
+
+    def at(gib: float, length: int | None):
+        return log_figures(tl.model, max(0, int(gib * GIB)), max_model_len=length,
+                           kv_cache_dtype="auto" if tl.kv_cache_dtype == "auto" else "fp8")
+
+    lo_gib, hi_gib = tl.available_kv_gib - 0.005, tl.available_kv_gib + 0.005
+    explicit = None if (tl.max_model_len_arg or "-1").strip("'") in ("-1", "auto") else int(tl.max_model_len_arg)
+    if tl.autofit is not None:
+        lo, hi = at(lo_gib, None), at(hi_gib, None)
+        assert lo.max_model_len <= tl.autofit.to_len <= hi.max_model_len, (lo.max_model_len, hi.max_model_len)
+    if tl.max_concurrency is not None:
+        length = tl.max_concurrency_tokens
+        # "Maximum concurrency for X tokens per request": X is the engine's max_model_len, after auto-fit.
+        assert length == (tl.autofit.to_len if tl.autofit else explicit or tl.max_model_len)
+        assert abs(tl.kv_cache_tokens - tl.max_concurrency * length) <= 0.005 * length + 1
+        lo, hi = at(lo_gib, length), at(hi_gib, length)
+        assert round(lo.max_concurrency, 2) - 0.01 <= tl.max_concurrency <= round(hi.max_concurrency, 2) + 0.01
+    if any(f.id == "kv_cache_insufficient" for f in diagnose([path]).findings) and tl.autofit is None and explicit is None:
+        assert at(hi_gib, None).max_model_len == 0 or at(hi_gib, None).error is not None
