@@ -121,6 +121,14 @@ PATTERNS: tuple[str, ...] = (
     # catalogue: vllm
     # pydantic prints a ValueError raised in vLLM's config classes as "  Value error, <message> [type=value_error…"
     "Value error, ",
+    # catalogue: ecosystem
+    # Ray's raylet (memory monitor), huggingface_hub's message lines inside a traceback, its disk warning
+    "Workers \\(tasks / actors\\) killed",
+    "running low on memory",
+    "Cannot access gated repo",
+    "Repository Not Found",
+    "Invalid credentials in Authorization",
+    "Not enough free disk space",
 )
 
 def _factored(patterns: tuple[str, ...]) -> str:
