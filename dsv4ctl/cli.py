@@ -269,6 +269,7 @@ def fit_length_command(
     margin: str = typer.Option("5%", "--margin", help="Headroom below the auto-fit ceiling: share of KV memory (floor 512 MiB) or a size."),
     weights_memory: str | None = typer.Option(None, "--weights-memory", metavar="SIZE", help="Weights per GPU when no checkpoint dir is given."),
     overhead: str | None = typer.Option(None, "--overhead", metavar="SIZE", help="Non-KV, non-weight memory per GPU (default estimate 6 GiB)."),
+    vllm_version: str | None = typer.Option(None, "--vllm-version", metavar="X.Y.Z", help="Plan as this vLLM release does (0.27.1-0.33.0). Default: the installed vLLM, else --from-log's, else the newest known."),
     json_output: bool = typer.Option(False, "--json", help="Print the answer as JSON."),
 ) -> None:
     """Predict vLLM's --max-model-len auto-fit for DeepSeek-V4 and recommend a safe explicit length.
@@ -306,6 +307,7 @@ def fit_length_command(
         non_kv_overhead_bytes=parse_memory_flag(overhead, what="--overhead") if overhead else None,
         gpus=gpus,
         from_log=from_log,
+        vllm_version=vllm_version,
     )
     result = _plan_fit_or_say_what_replaces_the_gpus(plan_fit, request)
     if json_output:
@@ -522,9 +524,9 @@ def serve_command(
     from dsv4ctl.serve.preflight import REFUSE
 
     flags = [str(a) for a in ctx.args]
-    from dsv4ctl.units import check_vllm_memory_flags
+    from dsv4ctl.units import check_vllm_memory_flags, describe_bytes
 
-    check_vllm_memory_flags(flags)  # `--kv-cache-memory-bytes 9` (unit forgotten) is refused, exit 2
+    memory_flags = check_vllm_memory_flags(flags)  # `--kv-cache-memory-bytes 9` (unit forgotten): exit 2
     if vllm_help is not None or "-h" in flags:
         from dsv4ctl.serve.vllm_entry import parse_serve_flags
 
@@ -547,6 +549,8 @@ def serve_command(
         raise UsageError("--json goes with --dry-run", hint="serve's live output is vLLM's own; use --dry-run --json for the decision")
     options = ServeOptions(log_file=log_file, keep_auto=keep_auto, retry=retry, fixes=fixes, dry_run=dry_run)
     view = ServeConsole()
+    for flag, size in memory_flags:  # stderr: how vLLM will read it (10G = 10 GiB, 10g = 10^9 bytes)
+        view.say(f"{flag} read as {describe_bytes(size)}")
     if dry_run:
         decision = plan_only(flags, options)
         if json_output:

@@ -66,3 +66,9 @@ def test_vllm_bytes_flag_read_as_vllm_reads_it():
     assert check_vllm_memory_flags(["--kv-cache-memory-bytes", "10G"]) == [("--kv-cache-memory-bytes", 10 * GiB)]
     assert check_vllm_memory_flags(["--kv-cache-memory-bytes", "9.81G"]) == []  # vLLM's parser refuses it itself
     assert check_vllm_memory_flags(["-tp", "8"]) == []
+
+
+def test_serve_states_the_bytes_vllm_will_read(cli):
+    result = cli("serve", FLASH, "--kv-cache-memory-bytes", "10g", "--dry-run", "--json")
+    assert "--kv-cache-memory-bytes read as 10,000,000,000 bytes (9.31 GiB, 10.00 GB)" in result.stderr
+    json.loads(result.stdout)  # stdout keeps the one document
