@@ -154,10 +154,14 @@ def line_matches(raw: str) -> bool:
 
 
 def hyperscan_available() -> bool:
-    """hyperscan is installed and compiles our patterns (any failure means: use `re`)."""
+    """hyperscan is installed and compiles our patterns (any failure means: use `re`; it is not retried)."""
+    global _HS_DB
+    if _HS_DB is False:
+        return False
     try:
         _hyperscan_db()
     except Exception:  # noqa: BLE001 - an import or compile problem means "not available"
+        _HS_DB = False
         return False
     return True
 
@@ -167,12 +171,15 @@ def use_hyperscan(engine: str) -> bool:
     return engine == "hyperscan" or (engine == "auto" and hyperscan_available())
 
 
-_HS_DB = None
+_HS_DB = None  # the compiled database; False once it could not be had
+# "auto" scans with `re` until a stream shows it holds this much: importing hyperscan and compiling the
+# database (40-110 ms here) costs more than `re` spends on a smaller log.
+_HS_MIN_BYTES = 1 << 20
 
 
 def _hyperscan_db():
     global _HS_DB
-    if _HS_DB is None:
+    if not _HS_DB:
         import hyperscan
 
         db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
@@ -306,19 +313,27 @@ def scan_source(
 ) -> Iterator[tuple[int, str]]:
     """Yield `(lineno, raw_line)` for every interesting line of one binary stream, in order.
 
-    engine: "hyperscan", "re", or "auto" (hyperscan when installed).
+    engine: "hyperscan", "re", or "auto" (hyperscan when installed, from the first read of at least 1 MiB or
+    once the stream has given 1 MiB: a small log is scanned with `re`; the lines are the same either way).
     line_count: when given, the number of lines in the stream is appended to it once the stream is
     exhausted (a last line without a newline counts).
     progress: when given, called with the bytes of the stream read so far (a .gz: compressed bytes) once
     the lines of those bytes were yielded, at most every `PROGRESS_BYTES`, and once at the end.
     """
-    use_hs = use_hyperscan(engine)
+    use_hs = engine == "hyperscan" or (engine == "auto" and bool(_HS_DB))
+    undecided = engine == "auto" and not use_hs
+    seen = 0
     position = None
     if progress is not None:
         stream, position = _with_position(stream)
         reported = 0
     lineno_base = 0  # lines before the current span
     for data, s0, e0 in iter_spans(stream, chunk_bytes):
+        if undecided:
+            seen += e0 - s0
+            if len(data) >= _HS_MIN_BYTES or seen >= _HS_MIN_BYTES:
+                use_hs = hyperscan_available()
+                undecided = False
         counted_to = s0
         counted = 0  # newlines in data[s0:counted_to]
         positions = iter(_candidates_hyperscan(data, s0, e0)) if use_hs else None

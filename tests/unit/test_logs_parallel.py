@@ -428,3 +428,23 @@ def test_a_small_buffer_never_imports_numpy_and_mid_spans_of_a_big_one_use_it(mo
     for start, end in ((0, 9000), (100, 100 + prefilter._NUMPY_MIN_BYTES), (5, 70_000)):
         assert prefilter.count_newlines(big, start, end) == big.count(b"\n", start, end)
     assert prefilter._np not in (None, False)
+
+
+def test_auto_scans_a_small_log_with_re_and_a_big_one_with_hyperscan(monkeypatch):
+    # Compiling the hyperscan database costs more than `re` spends on a log under 1 MiB.
+    import io
+
+    pytest.importorskip("hyperscan")
+    monkeypatch.setattr(prefilter, "_HS_DB", None)
+    small = (EXAMPLES / "stale-max-model-len.log").read_bytes()
+    expected = list(prefilter.scan_source(io.BytesIO(small), engine="re"))
+    assert list(prefilter.scan_source(io.BytesIO(small), engine="auto")) == expected
+    assert prefilter._HS_DB is None  # never compiled
+    big = NOISE * 6000 + small  # over 1 MiB
+    expected = list(prefilter.scan_source(io.BytesIO(big), engine="re"))
+    assert list(prefilter.scan_source(io.BytesIO(big), engine="auto")) == expected
+    assert prefilter._HS_DB  # compiled for it
+    # A small read buffer: re until the stream has given 1 MiB, then hyperscan; the same lines.
+    monkeypatch.setattr(prefilter, "_HS_DB", None)
+    assert list(prefilter.scan_source(io.BytesIO(big), engine="auto", chunk_bytes=64 << 10)) == expected
+    assert prefilter._HS_DB
