@@ -250,3 +250,24 @@ def test_fit_length_without_a_gpu_names_the_flags_that_replace_it(cli, monkeypat
     assert result.exit_code == 1
     hint = result.stderr.splitlines()[1]
     assert hint.startswith("Hint:") and "--kv-cache-memory 9.81GiB" in hint and "--from-log" in hint
+
+
+@pytest.mark.engine
+def test_fit_lengths_vllm_serve_line_parses_with_vllms_parser(cli, vllm_available):
+    """The `vllm serve` line fit-length prints, with every flag it can emit, goes through vLLM 0.32's parser."""
+    import json
+    import shlex
+
+    from dsv4ctl.serve.vllm_entry import build_serve_parser
+
+    args = ["fit-length", "deepseek-ai/DeepSeek-V4-Flash", "--kv-cache-memory", "9.81GiB", "-tp", "2", "-dp", "2", "-ep",
+            "--kv-cache-dtype", "fp8", "--max-num-seqs", "64", "--no-async-scheduling",
+            "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}', "--json"]
+    doc = json.loads(cli(*args).stdout)
+    argv = shlex.split(doc["vllm_command"])
+    assert argv[:2] == ["vllm", "serve"]
+    namespace = build_serve_parser().parse_args(argv[1:])
+    assert namespace.max_model_len == doc["recommended_max_model_len"]
+    assert namespace.tensor_parallel_size == 2 and namespace.data_parallel_size == 2
+    assert namespace.enable_expert_parallel is True and namespace.async_scheduling is False
+    assert namespace.kv_cache_memory_bytes == doc["kv_cache_memory_bytes"]
