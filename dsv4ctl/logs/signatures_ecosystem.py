@@ -69,7 +69,8 @@ SIGNATURES: tuple[Signature, ...] = (
         actions=(
             _NCCL_DEBUG_ACTION,
             "In a container give NCCL shared memory: docker run --ipc=host … (or --shm-size 16g)",
-            "Across nodes, pin the interface NCCL uses: export NCCL_SOCKET_IFNAME=<interface> (see ip -br addr)",
+            "Across nodes, list the network interfaces (ip -br addr) and set NCCL_SOCKET_IFNAME to the one the "
+            "nodes reach each other on",
         ),
         source=f"{_LIBNCCL}; {_PYNCCL}",
     ),
@@ -238,7 +239,7 @@ SIGNATURES: tuple[Signature, ...] = (
         actions=(
             "See the GPU's ECC state: nvidia-smi -q -d ECC,PAGE_RETIREMENT",
             "Look for Xid errors in the kernel log: dmesg -T | grep -i xid",
-            "Drain the node and reset the GPU (nvidia-smi -r -i <index>, no process may use it); replace it if it repeats",
+            "Drain the node and reset the GPU as root with no process on it (nvidia-smi -r); replace it if it repeats",
         ),
         source=_CUDART,
     ),
@@ -306,11 +307,16 @@ SIGNATURES: tuple[Signature, ...] = (
             "loading weights, so the engine dies with it."
         ),
         patterns=(
+            r"Workers \(tasks / actors\) killed due to memory pressure \(OOM\), [0-9]+ Workers crashed due to "
+            r"other reasons at node \(ID: \w+, IP: (?P<node_ip>[0-9A-Fa-f.:]+)\)",
+            r"worker\(s\) were killed due to the node running low on memory\. Memory on the node "
+            r"\(IP: (?P<node_ip>[0-9A-Fa-f.:]+),",
             r"Workers \(tasks / actors\) killed due to memory pressure \(OOM\)",
             r"worker\(s\) were killed due to the node running low on memory",
         ),
         actions=(
-            "See the node's memory and what used it: ray logs raylet.out -ip <node ip>; free -g",
+            "See what the memory monitor killed and why: ray logs raylet.out -ip {node_ip}",
+            "See the node's memory: free -g (on that node)",
             "Give the node more host memory, or run fewer workers on it; the kill threshold is "
             "RAY_memory_usage_threshold (set it when starting Ray: ray start …)",
         ),
@@ -381,7 +387,7 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
         actions=(
             "Accept the model's terms on its Hugging Face page with your account",
-            "Log in on this machine with a token of that account: hf auth login (or export HF_TOKEN=<token>)",
+            "Log in on this machine with a token of that account: hf auth login (or set HF_TOKEN in the server's environment)",
         ),
         source=(
             "huggingface_hub==2.4.0 huggingface_hub/utils/_http.py:890; "
@@ -401,7 +407,8 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
         actions=(
             "Check the model id (organisation/name, case included): hf models info {model}",
-            "For a private repository, log in with a token that can read it: hf auth login (or export HF_TOKEN=<token>)",
+            "For a private repository, log in with a token that can read it: hf auth login (or set HF_TOKEN in the "
+            "server's environment)",
         ),
         source=(
             "huggingface_hub==2.4.0 huggingface_hub/utils/_http.py:947"

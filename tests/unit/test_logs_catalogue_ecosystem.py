@@ -75,6 +75,7 @@ FRAGMENTS: dict[str, list[str]] = {
 # Each fixture's cause line holds this text (the evidence diagnose must quote first).
 EVIDENCE = {
     "eco_nccl_watchdog_timeout": "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2",
+    "eco_nccl_watchdog_timeout__serving": "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=48213",
     "eco_nccl_system_error": "RuntimeError: NCCL error: unhandled system error",
     "eco_nccl_internal_error": "RuntimeError: NCCL error: internal error",
     "eco_nccl_invalid_usage": "RuntimeError: NCCL error: invalid usage",
@@ -91,6 +92,7 @@ EVIDENCE = {
     "eco_cuda_ecc_error": "torch.AcceleratorError: CUDA error: uncorrectable ECC error encountered",
     "eco_cuda_device_busy": "torch.AcceleratorError: CUDA error: CUDA-capable device(s) is/are busy",
     "eco_cuda_device_assert": "torch.AcceleratorError: CUDA error: device-side assert triggered",
+    "eco_cuda_device_assert__serving": "torch.AcceleratorError: CUDA error: device-side assert triggered",
     "eco_cublas_error": "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling",
     "eco_ray_oom_killed__summary": "Workers (tasks / actors) killed due to memory pressure (OOM)",
     "eco_ray_oom_killed__kill": "worker(s) were killed due to the node running low on memory",
@@ -258,7 +260,34 @@ def _check_diagnosis(diagnosis, path):
 
 @pytest.mark.parametrize("path", FIXTURE_PATHS, ids=ids(FIXTURE_PATHS))
 def test_diagnose_with_this_part_spliced_in_names_it_as_the_root_cause(path, spliced):
-    _check_diagnosis(spliced([path]), path)
+    diagnosis = spliced([path])
+    _check_diagnosis(diagnosis, path)
+    # The __serving fixtures fail after the server was ready: those signatures are fatal.
+    if path.stem.endswith("__serving"):
+        assert BY_ID[sig_id_of(path)].fatal
+        assert getattr(diagnosis, "phase", "serving") == "serving"
+
+
+def _root(spliced, name):
+    diagnosis = spliced([CATALOGUE_DIR / f"{name}.log"])
+    return diagnosis.findings[0]
+
+
+def test_named_groups_fill_the_details_meaning_and_actions(spliced):
+    oom = _root(spliced, "eco_ray_oom_killed__summary")
+    assert oom.details["node_ip"] == "10.0.0.2"
+    assert "See what the memory monitor killed and why: ray logs raylet.out -ip 10.0.0.2" in oom.actions
+    assert _root(spliced, "eco_ray_oom_killed__kill").details["node_ip"] == "10.0.0.2"
+    cublas = _root(spliced, "eco_cublas_error")
+    assert cublas.details["cublas_status"] == "CUBLAS_STATUS_ALLOC_FAILED"
+    assert cublas.meaning.startswith("A cuBLAS call returned CUBLAS_STATUS_ALLOC_FAILED.")
+    unknown = _root(spliced, "eco_transformers_unknown_model_type")
+    assert unknown.details["model_type"] == "custom_moe"
+    assert "model_type `custom_moe`" in unknown.meaning
+    watchdog = _root(spliced, "eco_nccl_watchdog_timeout")
+    assert (watchdog.details["op_type"], watchdog.details["timeout_ms"]) == ("ALLREDUCE", "600000")
+    missing = _root(spliced, "eco_hf_repo_not_found")
+    assert "Check the model id (organisation/name, case included): hf models info deepseek-ai/DeepSeek-V4-Flsh" in missing.actions
 
 
 @pytest.mark.xfail(strict=False, reason="until the catalogue splice")
