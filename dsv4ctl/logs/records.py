@@ -42,6 +42,10 @@ EXC_RE = re.compile(
     r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failed|Warning)(?:\([\w.]+\))?)(?::\s?(.*))?$"
 )
 # CPython traceback.py: the two headers between the exceptions of a chain.
+# pydantic's ValidationError names the failing check on a line of its own below the exception line
+# ("1 validation error for ModelConfig" / "  Value error, <the validator's message> [type=value_error, …]"):
+# that line holds the cause.
+DETAIL_RE = re.compile(r"^(?:Value error|Assertion failed), ")
 CHAIN_RE = re.compile(
     r"^(?:The above exception was the direct cause of the following exception:"
     r"|During handling of the above exception, another exception occurred:)"
@@ -79,6 +83,7 @@ class ExceptionInfo:
     message: str
     line: LogLine
     last_frame: Frame | None = None
+    detail: LogLine | None = None  # pydantic's "Value error, …" line under a ValidationError
 
     @property
     def text(self) -> str:
@@ -275,6 +280,9 @@ class ErrorAssembler:
         if cur.in_traceback and (m := EXC_RE.match(msg)):
             cur.exception(ExceptionInfo(m.group(1), (m.group(2) or "").strip(), line, cur.last_frame))
             return out
+        if not cur.in_traceback and cur.exceptions and DETAIL_RE.match(msg) and cur.exceptions[-1].detail is None:
+            cur.exceptions[-1].detail = line
+            return out
         if not cur.in_traceback and not cur.chained:
             # The chain ended: the record is complete.
             del self._open[key]
@@ -336,7 +344,8 @@ class _Open:
             self.exceptions.append(info)
         origin = self.exceptions[0]
         text = " <- ".join(e.text for e in reversed(self.exceptions))
+        last = self.exceptions[-1]
         return ErrorRecord(
-            kind="python", line=origin.line, text=text, exceptions=list(self.exceptions), seq=self.seq,
-            order=self.order, first=self.first, end=self.exceptions[-1].line,
+            kind="python", line=origin.detail or origin.line, text=text, exceptions=list(self.exceptions), seq=self.seq,
+            order=self.order, first=self.first, end=last.detail or last.line,
         )

@@ -466,4 +466,10 @@ DERIVED: tuple[Signature, ...] = (
     ),
 )
 
+# The catalogue's families beyond DeepSeek-V4, each in a module of its own (each entry cites the source
+# file:line of the package that prints the message).
+from dsv4ctl.logs.signatures_vllm import SIGNATURES as _VLLM  # noqa: E402
+
+CATALOGUE = CATALOGUE + _VLLM
+
 BY_ID: dict[str, Signature] = {s.id: s for s in CATALOGUE + DERIVED}
