@@ -49,11 +49,6 @@ class _ErrorFunnel(TyperGroup):
             return self._fail(json_mode, "interrupted", None, ExitCode.INTERRUPTED)
         except (typer.Exit, typer.Abort):
             raise
-        except BrokenPipeError:  # stdout's reader went away outside a render: end quietly
-            from dsv4ctl.render import stdout_reader_gone
-
-            stdout_reader_gone()
-            raise typer.Exit(int(ExitCode.OK)) from None
         except Exception as exc:  # noqa: BLE001 - the funnel's whole point
             if _exc_is_click(exc):
                 if json_mode:
@@ -513,6 +508,12 @@ def serve_command(
         None, "--fixes", metavar="all|none|NAME,...", help="Runtime fixes to enable in every vLLM process [default: $DSV4CTL_FIXES or all]."
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the preflight decision and the exact vLLM command line; start nothing."),
+    pin_length: bool = typer.Option(
+        False, "--pin-length", help="Pass the planned explicit --max-model-len even where auto is safe (stale fix active, or vLLM without the crash)."
+    ),
+    vllm_version: Optional[str] = typer.Option(
+        None, "--vllm-version", metavar="X.Y.Z", help="With --dry-run: plan as this vLLM release [default: the installed vLLM]."
+    ),
     json_output: bool = typer.Option(False, "--json", help="With --dry-run: the decision as JSON on stdout."),
     vllm_help: Optional[str] = typer.Option(
         None, "--vllm-help", metavar="GROUP", help="Show vLLM's serve help for GROUP (`all`, a config group such as ModelConfig, or a search word)."
@@ -547,7 +548,18 @@ def serve_command(
         from dsv4ctl.errors import UsageError
 
         raise UsageError("--json goes with --dry-run", hint="serve's live output is vLLM's own; use --dry-run --json for the decision")
-    options = ServeOptions(log_file=log_file, keep_auto=keep_auto, retry=retry, fixes=fixes, dry_run=dry_run)
+    if vllm_version is not None and not dry_run:
+        from dsv4ctl.errors import UsageError
+
+        raise UsageError("--vllm-version goes with --dry-run", hint="a real start plans for the installed vLLM, the one that runs")
+    if pin_length and keep_auto:
+        from dsv4ctl.errors import UsageError
+
+        raise UsageError("--pin-length and --keep-auto contradict each other", hint="pick one")
+    options = ServeOptions(
+        log_file=log_file, keep_auto=keep_auto, retry=retry, fixes=fixes, dry_run=dry_run, pin_length=pin_length,
+        vllm_version=vllm_version,
+    )
     view = ServeConsole()
     for flag, size in memory_flags:  # stderr: how vLLM will read it (10G = 10 GiB, 10g = 10^9 bytes)
         view.say(f"{flag} read as {describe_bytes(size)}")
