@@ -313,6 +313,7 @@ SIGNATURES: tuple[Signature, ...] = (
             r"\(IP: (?P<node_ip>[0-9A-Fa-f.:]+),",
             r"Workers \(tasks / actors\) killed due to memory pressure \(OOM\)",
             r"worker\(s\) were killed due to the node running low on memory",
+            r"Task was killed due to the node running low on memory",
         ),
         actions=(
             "See what the memory monitor killed and why: ray logs raylet.out -ip {node_ip}",
@@ -320,7 +321,10 @@ SIGNATURES: tuple[Signature, ...] = (
             "Give the node more host memory, or run fewer workers on it; the kill threshold is "
             "RAY_memory_usage_threshold (set it when starting Ray: ray start …)",
         ),
-        source="ray==2.60.0 ray/core/src/ray/raylet/raylet (src/ray/raylet/node_manager.cc)",
+        source=(
+            "ray==2.60.0 ray/core/src/ray/raylet/raylet (src/ray/raylet/node_manager.cc); "
+            "ray==2.48.0 ray/core/src/ray/raylet/raylet (src/ray/raylet/node_manager.cc)"
+        ),
     ),
     Signature(
         id="eco_ray_actor_died",

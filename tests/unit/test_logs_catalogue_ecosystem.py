@@ -59,7 +59,8 @@ FRAGMENTS: dict[str, list[str]] = {
     "eco_cuda_device_assert": ["device-side assert triggered"],
     "eco_cublas_error": ["when calling `cublasCreate(handle)`", "CUBLAS_STATUS_ALLOC_FAILED"],
     "eco_ray_oom_killed": [" Workers (tasks / actors) killed due to memory pressure (OOM), ",
-                           "worker(s) were killed due to the node running low on memory"],
+                           "worker(s) were killed due to the node running low on memory",
+                           "Task was killed due to the node running low on memory."],
     "eco_ray_actor_died": ["The actor died unexpectedly before finishing this task.",
                            "The actor is dead because its worker process has died. Worker exit type: "],
     "eco_ray_placement_group": ["Cannot provide a placement group", "is not included in a placement",
@@ -96,6 +97,7 @@ EVIDENCE = {
     "eco_cublas_error": "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling",
     "eco_ray_oom_killed__summary": "Workers (tasks / actors) killed due to memory pressure (OOM)",
     "eco_ray_oom_killed__kill": "worker(s) were killed due to the node running low on memory",
+    "eco_ray_oom_killed__task_ray248": "Worker exit detail: Task was killed due to the node running low on memory.",
     "eco_ray_actor_died": "ActorDiedError: The actor died unexpectedly before finishing this task.",
     "eco_ray_placement_group__timeout": "ValueError: Cannot provide a placement group requiring 8 GPUs",
     "eco_ray_placement_group__driver_node": "is not included in a placement group",
@@ -156,9 +158,10 @@ def test_exactly_the_intended_signature_matches_the_cause_line(path):
     hit = first_hit(path, sig)
     assert hit is not None
     assert EVIDENCE[path.stem] in hit.message
-    # No other signature of this part matches that line or an earlier one.
+    # No other signature of this part that could outrank it (same or more specific tier) matches that
+    # line or an earlier one.
     for line in iter_log_lines([path]):
-        others = [s.id for s in SIGNATURES if s is not sig and s.match(line.message)]
+        others = [s.id for s in SIGNATURES if s is not sig and s.tier <= sig.tier and s.match(line.message)]
         assert not others, (line.lineno, others)
         if line.lineno == hit.lineno:
             break
@@ -244,6 +247,10 @@ def spliced(monkeypatch):
             monkeypatch.setattr(module, "CATALOGUE", catalogue)
         if hasattr(module, "BY_ID"):
             monkeypatch.setattr(module, "BY_ID", by_id)
+    if hasattr(diagnose_module, "_ANY_SIGNATURE"):
+        # diagnose's quick "can any signature match?" test, compiled from the catalogue at import
+        plain = (re.sub(r"[(][?]P<\w+>", "(?:", p) for sig in catalogue for p in sig.patterns)
+        monkeypatch.setattr(diagnose_module, "_ANY_SIGNATURE", re.compile("|".join(f"(?:{p})" for p in plain)))
     return diagnose_module.diagnose
 
 
