@@ -268,6 +268,12 @@ _ERROR_LEVELS = (None, "ERROR", "CRITICAL")
 _STALE_FIX_RE = re.compile(r"dsv4ctl fixes:.*\bstale-max-model-len applied")
 
 
+# One pass over a line decides whether any signature can match it (most selected lines: none).
+_ANY_SIGNATURE = re.compile(
+    "|".join(f"(?:{re.sub(r'[(][?]P<[A-Za-z_][A-Za-z0-9_]*>', '(?:', p)})" for sig in CATALOGUE for p in sig.patterns)
+)
+
+
 class _Analyzer:
     """Everything one start of vLLM showed: the timeline, signature hits and error records."""
 
@@ -294,7 +300,7 @@ class _Analyzer:
     def settled(self) -> bool:
         """The start reached an end: ready, failing or shutting down."""
         tl = self.tracker.timeline
-        return tl.ready or tl.last_phase in ("failed", "shutdown") or any(not r.survived for r in self.records)
+        return tl.ready or tl.last_phase in ("failed", "shutdown") or any(self._unsettled.values())
 
     def feed(self, line: LogLine, seq: int) -> None:
         msg = line.message
@@ -336,6 +342,8 @@ class _Analyzer:
             if dumps:
                 dumps[-1].details["kernel"] = kernel
                 dumps[-1].details["kernel_line"] = line
+        if not _ANY_SIGNATURE.search(msg):
+            return
         for sig in CATALOGUE:
             m = sig.match(msg)
             if m and self._count_hit(sig.id, seq):
@@ -924,10 +932,11 @@ def _unrecognized(record: ErrorRecord) -> Finding:
     if len(record.exceptions) > 1:
         details["chain"] = [e.text for e in record.exceptions]
     details.update({k: v for k, v in record.details.items() if isinstance(v, (str, int, float))})
+    # The originating line first, then the rest of the chain and the innermost frame.
+    chain = [e.line for e in record.exceptions[1:]]
     extra = [record.frames_line] if record.frames_line else []
-    f = _make(sig, [], details, extra=[record.line] + extra)
+    f = _make(sig, [], details, extra=[record.line] + chain + extra)
     f.evidence.sort(key=lambda e: (e.source, e.line))
-    # The originating line first.
     f.evidence.sort(key=lambda e: (e.source, e.line) != (record.line.source, record.line.lineno))
     f.order = record.order
     return f

@@ -225,6 +225,8 @@ def demangle(name: str) -> str:
 
 def kernel_of(message: str) -> str | None:
     """The faulting kernel a core-dump or cuda-gdb line names, demangled; None when it names none."""
+    if "coredump" not in message and "<<<" not in message and "exception was triggered" not in message:
+        return None
     m = _COREDUMP_FRAME_RE.search(message)
     if m:
         return demangle(m.group(1))
@@ -236,9 +238,15 @@ def kernel_of(message: str) -> str | None:
     return None
 
 
+# One pass decides whether any of GENERIC can match (most lines: none).
+_ANY_GENERIC = re.compile("|".join(f"(?:{re.sub(r'[(][?]P<[a-z_]+>', '(?:', rx.pattern)})" for _, rx in GENERIC))
+
+
 def generic_error(line: LogLine) -> ErrorRecord | None:
     """The non-Python error a line states, or None."""
     msg = line.message
+    if not _ANY_GENERIC.search(msg):
+        return None
     for kind, rx in GENERIC:
         m = rx.search(msg)
         if m:

@@ -43,6 +43,8 @@ NODE_SLACK_S = 300
 
 
 def marker_of(message: str) -> str | None:
+    if "version" not in message and "non-default args" not in message and "Initializing a V1" not in message:
+        return None
     for kind, rx in _MARKERS:
         if rx.search(message):
             return kind
