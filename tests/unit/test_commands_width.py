@@ -84,9 +84,13 @@ def test_diagnose_next_command_whole(cli, width, example):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_serve_dry_run_command_whole(cli, width):
-    text = _run(cli, width, "serve", FLASH, "--kv-cache-memory-bytes", "10533407294", "--dry-run").output
-    line = next(line for line in text.splitlines() if line.startswith("vllm serve "))
-    assert line.endswith("--max-model-len 841728")
+    args = ("serve", FLASH, "--kv-cache-memory-bytes", "10533407294", "--speculative-config",
+            '{"method": "mtp", "num_speculative_tokens": 1}', "--dry-run")
+
+    def command_line(text: str) -> str:
+        return next(line for line in text.splitlines() if line.startswith("vllm serve "))
+
+    assert command_line(_run(cli, width, *args).output) == command_line(_run(cli, 400, *args).output)
 
 
 # ---- the helpers themselves --------------------------------------------------------------------
