@@ -128,6 +128,10 @@ PATTERNS: tuple[str, ...] = (
     "Cannot access gated repo",
     "Repository Not Found",
     "Invalid credentials in Authorization",
+    "Revision Not Found",
+    "403 Forbidden: ",
+    "Make sure your token has",
+    "429 Too Many Requests",
     "Not enough free disk space",
 )
 

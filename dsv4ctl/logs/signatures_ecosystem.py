@@ -456,6 +456,60 @@ SIGNATURES: tuple[Signature, ...] = (
         source="huggingface_hub==2.4.0 huggingface_hub/utils/_http.py:935",
     ),
     Signature(
+        id="eco_hf_token_forbidden",
+        severity="critical",
+        title="Hugging Face token lacks a permission (403 Forbidden)",
+        meaning=(
+            "The Hub accepted the token but refused it this file (HTTP 403): typically a fine-grained token "
+            "without read access to public gated repositories, or one scoped to other repositories."
+        ),
+        patterns=(
+            r"^403 Forbidden: ",
+            r"Make sure your token has the correct permissions",
+        ),
+        actions=(
+            "Check which account and token are used: hf auth whoami",
+            "Give the fine-grained token read access to public gated repositories (and this repository) in the "
+            "Hub's Access Tokens settings, or log in with a read token: hf auth login --force",
+        ),
+        source="huggingface_hub==2.4.0 huggingface_hub/utils/_http.py:963; huggingface_hub==2.4.0 huggingface_hub/utils/_http.py:965",
+    ),
+    Signature(
+        id="eco_hf_rate_limited",
+        severity="critical",
+        title="Hugging Face Hub rate limit reached (429)",
+        meaning=(
+            "The Hub refused the request with HTTP 429: this IP or account made too many requests in the "
+            "current window (many servers starting at once all look the model up). vLLM retried and gave up."
+        ),
+        patterns=(
+            r"429 Too Many Requests: you have reached your '(?P<rate_limit>[^']+)' rate limit",
+            r"429 Too Many Requests for url",
+        ),
+        actions=(
+            "Log in, so the requests count against your account's higher limit: hf auth login (or set HF_TOKEN in "
+            "the server's environment)",
+            "Download the model once and start the servers from the cache without Hub look-ups: hf download {model}, "
+            "then run vLLM with HF_HUB_OFFLINE=1",
+        ),
+        source="huggingface_hub==2.4.0 huggingface_hub/utils/_http.py:974; huggingface_hub==2.4.0 huggingface_hub/utils/_http.py:986",
+    ),
+    Signature(
+        id="eco_hf_revision_not_found",
+        severity="critical",
+        title="Hugging Face revision not found",
+        meaning=(
+            "The repository exists but has no branch, tag or commit named as the requested revision "
+            "(--revision, --tokenizer-revision or --code-revision)."
+        ),
+        patterns=(r"Revision Not Found for url",),
+        actions=(
+            "Use a branch, tag or commit the repository has (its Files page lists them), or drop --revision to use main",
+            "Check the repository: hf models info {model}",
+        ),
+        source="huggingface_hub==2.4.0 huggingface_hub/utils/_http.py:881",
+    ),
+    Signature(
         id="eco_transformers_unknown_model_type",
         severity="critical",
         title="transformers does not know the checkpoint's model type",
