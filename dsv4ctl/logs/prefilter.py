@@ -307,6 +307,72 @@ class SourceOffsets:
         self.progress(self.done + n)  # type: ignore[misc]
 
 
+# A span with at least one candidate per this many bytes has its lines found with numpy (`_dense_lines`).
+_DENSE_BYTES = 8 << 10
+
+
+def _sparse_lines(data: bytes, s0: int, e0: int, ends: list[int] | None, lineno_base: int):
+    """Yield `(lineno, raw)` for the selected lines of the span data[s0:e0], one candidate at a time (from
+    hyperscan's match ends `ends`, or from `re` when None); returns the newlines counted in the span.
+
+    A line whose first match ends within its first `MAX_LINE_BYTES` holds the match once decoded and capped
+    (the patterns are ASCII or whole UTF-8 characters and cannot cross a newline), so it is not searched
+    again; only a match beyond the cap needs `line_matches` on the capped line."""
+    positions = iter(ends) if ends is not None else None
+    counted_to = s0
+    counted = 0  # newlines in data[s0:counted_to]
+    line_end = -1
+    search_from = s0
+    while True:
+        if positions is not None:
+            pos = next(positions, None)
+            if pos is None:
+                break
+            if pos <= line_end:
+                continue
+            inside = max(pos - 1, s0)
+        else:
+            m = _BYTES_RE.search(data, search_from, e0)
+            if m is None:
+                break
+            inside = m.start()
+            pos = m.end()
+        start = data.rfind(b"\n", s0, inside) + 1 or s0
+        if start < s0:
+            start = s0
+        end = data.find(b"\n", inside, e0)
+        if end == -1:
+            end = e0
+        line_end = end
+        search_from = end + 1
+        counted += count_newlines(data, counted_to, start)
+        counted_to = start
+        raw = decode(data[start:min(end, start + MAX_LINE_BYTES)])
+        if pos - start <= MAX_LINE_BYTES or line_matches(raw):
+            yield lineno_base + counted + 1, raw
+        if search_from >= e0:
+            break
+    return counted + count_newlines(data, counted_to, e0)
+
+
+def _dense_lines(np, data: bytes, s0: int, e0: int, ends: list[int]) -> tuple[list, int]:
+    """The selected lines of data[s0:e0] from hyperscan's (sorted) match ends, found with numpy: a list of
+    `(line index in the span, start, end capped at MAX_LINE_BYTES, sure)` (sure: the first match ends within
+    the capped line, see `_sparse_lines`), and the newlines in the span."""
+    buf = np.frombuffer(data, dtype=np.uint8, count=e0 - s0, offset=s0)
+    nl = np.flatnonzero(buf == 10)
+    bounds = np.concatenate((np.array([-1], dtype=nl.dtype), nl, np.array([e0 - s0], dtype=nl.dtype)))
+    match_ends = np.asarray(ends, dtype=np.int64) - s0
+    inside = np.maximum(match_ends - 1, 0)  # the match's last byte: never a newline
+    line_of = np.searchsorted(nl, inside)  # newlines before it = its line's index in the span
+    ks, first = np.unique(line_of, return_index=True)  # first: the line's first (earliest-ending) match
+    starts = bounds[ks] + 1
+    sure = (match_ends[first] - starts) <= MAX_LINE_BYTES
+    capped = np.minimum(bounds[ks + 1], starts + MAX_LINE_BYTES)
+    lines = list(zip(ks.tolist(), (starts + s0).tolist(), (capped + s0).tolist(), sure.tolist()))
+    return lines, len(nl)
+
+
 def scan_source(
     stream: BinaryIO,
     *,
@@ -338,40 +404,16 @@ def scan_source(
             if len(data) >= _HS_MIN_BYTES or seen >= _HS_MIN_BYTES:
                 use_hs = hyperscan_available()
                 undecided = False
-        counted_to = s0
-        counted = 0  # newlines in data[s0:counted_to]
-        positions = iter(_candidates_hyperscan(data, s0, e0)) if use_hs else None
-        line_end = -1
-        search_from = s0
-        while True:
-            if positions is not None:
-                pos = next(positions, None)
-                if pos is None:
-                    break
-                if pos <= line_end:
-                    continue
-                inside = max(pos - 1, s0)
-            else:
-                m = _BYTES_RE.search(data, search_from, e0)
-                if m is None:
-                    break
-                inside = m.start()
-            start = data.rfind(b"\n", s0, inside) + 1 or s0
-            if start < s0:
-                start = s0
-            end = data.find(b"\n", inside, e0)
-            if end == -1:
-                end = e0
-            line_end = end
-            search_from = end + 1
-            counted += count_newlines(data, counted_to, start)
-            counted_to = start
-            raw = decode(data[start:min(end, start + MAX_LINE_BYTES)])
-            if line_matches(raw):
-                yield lineno_base + counted + 1, raw
-            if search_from >= e0:
-                break
-        counted += count_newlines(data, counted_to, e0)
+        ends = _candidates_hyperscan(data, s0, e0) if use_hs else None
+        np = _import_numpy() if ends and len(ends) * _DENSE_BYTES > e0 - s0 else False
+        if np is not False:  # many lines selected: find them with numpy instead of one by one
+            lines, counted = _dense_lines(np, data, s0, e0, ends)
+            for k, start, end, sure in lines:
+                raw = decode(data[start:end])
+                if sure or line_matches(raw):
+                    yield lineno_base + k + 1, raw
+        else:
+            counted = yield from _sparse_lines(data, s0, e0, ends, lineno_base)
         lineno_base += counted
         if data[e0 - 1:e0] != b"\n":
             lineno_base += 1

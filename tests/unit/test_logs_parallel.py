@@ -448,3 +448,33 @@ def test_auto_scans_a_small_log_with_re_and_a_big_one_with_hyperscan(monkeypatch
     monkeypatch.setattr(prefilter, "_HS_DB", None)
     assert list(prefilter.scan_source(io.BytesIO(big), engine="auto", chunk_bytes=64 << 10)) == expected
     assert prefilter._HS_DB
+
+
+LONG_PIECES = st.sampled_from(
+    [
+        b"\n", b"\r\n", b"\xff\xe2\x96", b"\xe2\x96\x88", b"ERROR x", b"Traceback (most recent call last):", b"plain ",
+        b"Capturing CUDA graphs (FULL)", b"Capturing  CUDA graphs", b"y" * 70_000, b"z" * 65_530, b"NCCL", b"xt_n",
+    ]
+)
+
+
+@pytest.mark.skipif("hyperscan" not in ENGINES, reason="hyperscan not installed")
+@settings(max_examples=60, deadline=None)
+@given(pieces=st.lists(LONG_PIECES, max_size=40), dense=st.booleans(), chunk=st.sampled_from([4096, 1 << 20]))
+def test_hyperscan_lines_one_by_one_or_with_numpy_equal_re(pieces, dense, chunk):
+    # Matches before and beyond the 64 KiB line cap, split UTF-8, CR LF, a last line without newline.
+    import io
+
+    pytest.importorskip("numpy")
+    data = b"".join(pieces)
+    expected_count: list[int] = []
+    expected = list(prefilter.scan_source(io.BytesIO(data), engine="re", chunk_bytes=chunk, line_count=expected_count))
+    old = prefilter._DENSE_BYTES
+    prefilter._DENSE_BYTES = 1 << 40 if dense else 0  # every span found with numpy / none
+    try:
+        count: list[int] = []
+        got = list(prefilter.scan_source(io.BytesIO(data), engine="hyperscan", chunk_bytes=chunk, line_count=count))
+    finally:
+        prefilter._DENSE_BYTES = old
+    assert got == expected
+    assert count == expected_count
