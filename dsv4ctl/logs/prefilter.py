@@ -12,10 +12,15 @@ Line numbers need every newline counted; `count_newlines` does it with numpy whe
 the `fast` extra), `bytes.count` otherwise. `dsv4ctl.logs.parallel` runs `scan_source` over parts of a
 big file in several processes.
 
-Either engine only proposes candidate lines: every candidate is confirmed with `line_matches` (the
-same `re` alternation over the decoded, length-capped line) before it is used, so both engines select
+Either engine only proposes candidate lines, and a line is selected when its decoded, length-capped
+text matches `line_matches` (the same `re` alternation): when the engine's first match in the line ends
+within the cap that is certain (the patterns are ASCII or whole UTF-8 characters and never cross a
+newline) and the line is not searched again; otherwise `line_matches` decides. So both engines select
 exactly the same lines. `diagnose_lines` applies `line_matches` too, so a caller that feeds every line
 gets the same diagnosis as the fast path.
+
+Finding the lines of the candidates costs Python work per candidate; when a span holds many (a log
+where a quarter of the lines are engine errors), numpy finds all of them at once (`_dense_lines`).
 
 The patterns are written in the subset that Python `re`, hyperscan and POSIX ERE (`grep -E`) read
 the same way, so the benchmark can hand the very same list to `grep -c -E`.
