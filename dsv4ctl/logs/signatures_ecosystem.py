@@ -133,6 +133,24 @@ SIGNATURES: tuple[Signature, ...] = (
         source=f"{_LIBNCCL}; {_PYNCCL}",
     ),
     Signature(
+        id="eco_nccl_cuda_oom",
+        severity="critical",
+        title="NCCL could not allocate GPU memory for its buffers",
+        meaning=(
+            "A CUDA allocation NCCL made for its communication buffers failed with 'out of memory': the GPU "
+            "was already full when the communicator was set up (another process on the GPU, or too little "
+            "headroom left). NCCL then reports 'unhandled cuda error', which is not a kernel fault here."
+        ),
+        patterns=(r"NCCL WARN Cuda failure (?:[0-9]+ )?'out of memory'",),
+        actions=(
+            "Check what else holds GPU memory: dsv4ctl gpus",
+            "Leave NCCL room: lower --gpu-memory-utilization (e.g. by 0.03)",
+        ),
+        source=(
+            "nvidia-nccl-cu13==2.30.7 nvidia/nccl/lib/libnccl.so.2 (include/alloc.h); " + _CUDART
+        ),
+    ),
+    Signature(
         id="eco_shm_insufficient",
         severity="critical",
         title="/dev/shm too small",
