@@ -27,9 +27,9 @@ VLLM = "vllm serve"
 FLAG_RE = re.compile(r"(?<![\w\-`'/])(--[a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
 COMMAND_RE = re.compile(
     r"\b(dsv4ctl (?:probe deepgemm|diagnose|fit-length|serve|gpus|doctor)|fit-length|probe deepgemm|vllm serve|vLLM"
-    r"|nvcc|nvidia-smi|pip|python3?|docker)\b"
+    r"|nvcc|nvidia-smi|pip|python3?|docker|hf)\b"
 )
-OTHER_PROGRAMS = {"nvcc", "nvidia-smi", "pip", "python", "python3", "docker"}
+OTHER_PROGRAMS = {"nvcc", "nvidia-smi", "pip", "python", "python3", "docker", "hf"}
 # A clause ends where a new sentence or alternative starts; a command's flags stay inside its clause.
 CLAUSE_SPLIT = re.compile(r";|`|\n| or (?=[a-z`-])|, (?=[a-z`])|\(|\)| and (?=use|pass|give)")
 
@@ -87,17 +87,20 @@ def dsv4ctl_flags() -> dict[str, set[str]]:
 
 
 def _mentions(text: str, owners: tuple[str, ...], where: str) -> Iterator[Mention]:
+    seen = ""  # the last command named so far in the text
     for clause in CLAUSE_SPLIT.split(text):
         for match in FLAG_RE.finditer(clause):
             commands = COMMAND_RE.findall(clause[: match.start()])
             command = commands[-1] if commands else ""
-            if command in OTHER_PROGRAMS:
-                continue  # `nvcc --version`: not ours, not vLLM's
+            if command in OTHER_PROGRAMS or (not command and seen in OTHER_PROGRAMS):
+                continue  # `nvcc --version`, `docker run … (or --shm-size 16g)`: not ours, not vLLM's
             if command == "vLLM":
                 command = VLLM  # "vLLM's budget is … x --gpu-memory-utilization"
             elif not command.startswith(("dsv4ctl", VLLM)) and command:
                 command = f"dsv4ctl {command}"  # `fit-length --gpus`
             yield Mention(match.group(1), command, owners, where)
+        named = COMMAND_RE.findall(clause)
+        seen = named[-1] if named else seen
 
 
 def help_mentions() -> Iterator[Mention]:
