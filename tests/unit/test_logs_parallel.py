@@ -478,3 +478,33 @@ def test_hyperscan_lines_one_by_one_or_with_numpy_equal_re(pieces, dense, chunk)
         prefilter._DENSE_BYTES = old
     assert got == expected
     assert count == expected_count
+
+
+def test_the_compiled_hyperscan_database_is_kept_between_runs(tmp_path, monkeypatch):
+    hyperscan = pytest.importorskip("hyperscan")
+    import io
+
+    monkeypatch.setenv(prefilter.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(prefilter, "_HS_DB", None)
+    log = (EXAMPLES / "stale-max-model-len.log").read_bytes()
+    expected = list(prefilter.scan_source(io.BytesIO(log), engine="re"))
+    assert list(prefilter.scan_source(io.BytesIO(log), engine="hyperscan")) == expected  # compiles, saves
+    (cached,) = (tmp_path / "cache").iterdir()
+    monkeypatch.setattr(prefilter, "_HS_DB", None)
+
+    def no_compile(*_a, **_k):
+        raise AssertionError("compiled although a cached database was there")
+
+    with monkeypatch.context() as m:
+        m.setattr(hyperscan, "Database", no_compile)
+        assert list(prefilter.scan_source(io.BytesIO(log), engine="hyperscan")) == expected  # loaded
+    # A damaged file (or one from another build or CPU) is replaced; an unwritable place is only slower.
+    cached.write_bytes(b"not a database")
+    monkeypatch.setattr(prefilter, "_HS_DB", None)
+    assert list(prefilter.scan_source(io.BytesIO(log), engine="hyperscan")) == expected
+    assert cached.read_bytes() != b"not a database"
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setenv(prefilter.CACHE_ENV, str(blocker / "cache"))
+    monkeypatch.setattr(prefilter, "_HS_DB", None)
+    assert list(prefilter.scan_source(io.BytesIO(log), engine="hyperscan")) == expected
