@@ -14,7 +14,7 @@ parent reaches its range.
 
 Children are forked when that is safe (Linux, and only this one thread running: forking a process
 with other threads can copy a held lock), which costs milliseconds and reuses the compiled hyperscan
-database and the imported numpy (the newline counter); otherwise they are spawned. stdin, `.gz` and files below `PARALLEL_MIN_BYTES` are scanned
+database; otherwise they are spawned. stdin, `.gz` and files below `PARALLEL_MIN_BYTES` are scanned
 sequentially: starting processes would cost more than it saves.
 
 No scanning process outlives the scan: the parent ends its children when the scan stops for any reason
@@ -246,7 +246,7 @@ def scan_file_parallel(
         size = os.fstat(f.fileno()).st_size
         ranges = split_ranges(f, size, n) if n > 1 else [(0, size)]
         if len(ranges) > 1:
-            prefilter.prepare_big_scan(engine)  # once, here: forked children inherit both
+            prefilter.prepare_big_scan(engine)  # once, here: forked children inherit it
         ctx = _context() if len(ranges) > 1 else None
         for i, (start, end) in enumerate(ranges[1:], start=1):
             last = i == len(ranges) - 1

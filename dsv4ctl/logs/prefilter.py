@@ -264,20 +264,31 @@ def _save_db(hyperscan, db, path: Path) -> None:
 _NUMPY_MIN_BYTES = 8 << 10  # spans from this size are counted with numpy (bytes.count is faster below)
 _NUMPY_MIN_BUFFER = 1 << 20  # ... in buffers from this size: a small log never imports numpy
 _NUMPY_BLOCK = 2 << 20  # keeps numpy's temporary boolean array small
+# Importing numpy (0.13 s here) only pays once a process has a lot to count: bytes.count takes 0.32 s per
+# GiB, numpy 0.12. Until then (and always when numpy is not installed) bytes.count counts, unless numpy
+# was imported already (for `_dense_lines`).
+_NUMPY_AFTER_BYTES = 768 << 20
 _np = None  # numpy, once imported; False when it is not installed
+_counted_plain = 0  # bytes this process counted with bytes.count
 
 
 def count_newlines(data: bytes, start: int, end: int) -> int:
-    """`data.count(b"\\n", start, end)`, with numpy (vectorised, 2-5x faster) for spans of 8 KiB or more of a
-    big buffer when installed.
+    """`data.count(b"\\n", start, end)`, with numpy (vectorised, about 3x faster) for spans of 8 KiB or more of
+    a big buffer, once numpy is imported or this process has counted `_NUMPY_AFTER_BYTES` without it.
 
-    Line numbers need every newline counted, and `bytes.count` of one byte is a scalar loop (0.3-0.7 ns a
-    byte here, numpy's count about 0.2): on a big log it was about 40 % of the scan. Between the lines a
-    serving log's request-time tracebacks select, the spans are tens of KiB, so the threshold is low; a
-    buffer under 1 MiB (a small log, read whole) is counted with `bytes.count`, so numpy is not imported.
+    Line numbers need every newline counted, and `bytes.count` of one byte is a scalar loop: on a big log it
+    was about 40 % of the scan. Between the lines a serving log's request-time tracebacks select, the spans
+    are tens of KiB, so the span threshold is low; a buffer under 1 MiB (a small log, read whole) is always
+    counted with `bytes.count`.
     """
-    np = _import_numpy() if end - start >= _NUMPY_MIN_BYTES and len(data) >= _NUMPY_MIN_BUFFER else False
-    if np is False:
+    global _counted_plain
+    np = _np
+    if not np and end - start >= _NUMPY_MIN_BYTES and len(data) >= _NUMPY_MIN_BUFFER and _counted_plain >= _NUMPY_AFTER_BYTES:
+        np = _import_numpy()
+    if not np:
+        _counted_plain += end - start
+        return data.count(b"\n", start, end)
+    if end - start < _NUMPY_MIN_BYTES or len(data) < _NUMPY_MIN_BUFFER:
         return data.count(b"\n", start, end)
     total = 0
     for s in range(start, end, _NUMPY_BLOCK):
@@ -299,10 +310,10 @@ def _import_numpy():
 
 
 def prepare_big_scan(engine: str) -> None:
-    """Compile the hyperscan database and import numpy now (before forking scanners that share them)."""
+    """Compile (or load) the hyperscan database now, before forking scanners that share it. numpy is
+    imported by each process when it pays there (`count_newlines`, `_dense_lines`)."""
     if use_hyperscan(engine):
         _hyperscan_db()
-    _import_numpy()
 
 
 def _candidates_hyperscan(data: bytes, start: int, end: int) -> list[int]:

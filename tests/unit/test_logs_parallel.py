@@ -176,6 +176,7 @@ def test_count_newlines_equals_bytes_count(monkeypatch, use_numpy):
     if use_numpy:
         pytest.importorskip("numpy")
         monkeypatch.setattr(prefilter, "_np", None)
+        monkeypatch.setattr(prefilter, "_counted_plain", prefilter._NUMPY_AFTER_BYTES)  # a lot counted already
     else:
         monkeypatch.setattr(prefilter, "_np", False)  # as if numpy were not installed
     data = bytes(range(256)) * 20_000 + b"\n" * 3 + b"x" * 1_500_000 + b"\n"  # ~6.6 MB
@@ -252,6 +253,7 @@ def test_without_hyperscan_and_numpy_the_command_gives_the_same_json(cli, tmp_pa
     monkeypatch.setitem(sys.modules, "numpy", None)
     monkeypatch.setattr(prefilter, "_HS_DB", None)
     monkeypatch.setattr(prefilter, "_np", None)
+    monkeypatch.setattr(prefilter, "_counted_plain", prefilter._NUMPY_AFTER_BYTES)  # numpy would pay: try it
     assert not prefilter.hyperscan_available()
     slow = cli("diagnose", str(path), "--json")
     assert prefilter._np is False
@@ -418,16 +420,22 @@ def test_the_parallel_scan_counts_the_lines_as_the_sequential_one(tmp_path, work
         assert count == expected
 
 
-def test_a_small_buffer_never_imports_numpy_and_mid_spans_of_a_big_one_use_it(monkeypatch):
+def test_numpy_counts_only_once_it_pays(monkeypatch):
+    # Importing numpy costs about as much as counting 0.65 GiB with bytes.count.
     pytest.importorskip("numpy")
     monkeypatch.setattr(prefilter, "_np", None)
+    monkeypatch.setattr(prefilter, "_counted_plain", 0)
+    big = NOISE * 10_000  # ~2 MB
+    for start, end in ((0, 9000), (100, 100 + prefilter._NUMPY_MIN_BYTES), (5, 70_000), (0, len(big))):
+        assert prefilter.count_newlines(big, start, end) == big.count(b"\n", start, end)
+    assert prefilter._np is None  # not imported for a couple of MB
+    monkeypatch.setattr(prefilter, "_counted_plain", prefilter._NUMPY_AFTER_BYTES)
     small = NOISE * 400  # ~80 KB: a small log read whole
     assert prefilter.count_newlines(small, 0, len(small)) == small.count(b"\n")
-    assert prefilter._np is None  # not even tried
-    big = NOISE * 10_000  # ~2 MB
+    assert prefilter._np is None  # never for a small buffer
     for start, end in ((0, 9000), (100, 100 + prefilter._NUMPY_MIN_BYTES), (5, 70_000)):
         assert prefilter.count_newlines(big, start, end) == big.count(b"\n", start, end)
-    assert prefilter._np not in (None, False)
+    assert prefilter._np not in (None, False)  # from 768 MiB counted on
 
 
 def test_auto_scans_a_small_log_with_re_and_a_big_one_with_hyperscan(monkeypatch):
