@@ -26,12 +26,13 @@ How the root cause is chosen (not the last line):
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from dsv4ctl.errors import ExitCode
-from dsv4ctl.logs import parallel, prefilter
+from dsv4ctl.logs import deployment, parallel, prefilter
 from dsv4ctl.logs.reader import LogLine, Source, close_source, open_source, parse_line, source_list, source_name
 from dsv4ctl.logs.records import EXC_RE, FRAME_RE, ErrorAssembler, ErrorRecord, generic_error, kernel_of
 from dsv4ctl.logs.starts import StartSplitter
@@ -139,7 +140,7 @@ class Finding:
             "evidence": first.text if first else None,
             "evidence_lines": [e.to_json() for e in self.evidence],
             "meaning": self.meaning,
-            "details": self.details,
+            "details": {k: v for k, v in self.details.items() if not k.startswith("_")},
             "actions": self.actions,
             "role": self.role,
             "is_root_cause": self.is_root_cause,
@@ -593,9 +594,24 @@ def _full_capture(tl: StartupTimeline, hit: _Hit) -> bool:
     return bool(tl.cudagraph_mode and "FULL" in tl.cudagraph_mode)
 
 
+def _command_parts(tl: StartupTimeline, log: str) -> dict[str, Any]:
+    """What suggested commands are built from: the model and log (only when known: a command with a
+    placeholder would not run) and the launch's own flags (`_…` keys stay out of the JSON details)."""
+    parts: dict[str, Any] = {
+        "_serve_flags": deployment.serve_flags(tl),
+        "_serve_all": deployment.serve_flags(tl, drop=()),
+        "_fit_flags": deployment.fit_length_flags(tl),
+    }
+    if tl.model:
+        parts["model"] = deployment.model_arg(tl)
+    if log != "<log>" and tl.available_kv_gib is not None:
+        parts["log"] = shlex.quote(log)  # for `fit-length --from-log`, which needs the measured KV memory
+    return parts
+
+
 def _derive(sig_id: str, hits: list[_Hit], a: _Analyzer, tl: StartupTimeline, log: str) -> dict[str, Any]:
     """Numbers a finding shows, derived from the log itself."""
-    d: dict[str, Any] = {"model": tl.model or "<model>", "log": log, "occurrences": a.occurrences(sig_id)}
+    d: dict[str, Any] = {"occurrences": a.occurrences(sig_id), **_command_parts(tl, log)}
     msgs = [h.line.message for h in hits]
     af = tl.autofit
     if sig_id in ("autofit_reduced", "stale_max_model_len") and af is not None:
@@ -798,10 +814,11 @@ def _conclude(a: _Analyzer, sources: list[str]) -> Diagnosis:
 
 
 def _fit_from_log(tl: StartupTimeline, log: str) -> str | None:
-    """`dsv4ctl fit-length MODEL --from-log LOG`, when the log names its model (the argument is required)."""
-    if not tl.model or log == "<log>":
+    """`dsv4ctl fit-length MODEL --from-log LOG` with the launch's flags, when the log names its model (the
+    argument is required) and is a file."""
+    if not tl.model or log == "<log>" or tl.available_kv_gib is None:
         return None
-    return f"dsv4ctl fit-length {tl.model} --from-log {log}"
+    return f"dsv4ctl fit-length {deployment.model_arg(tl)} --from-log {shlex.quote(log)}{deployment.fit_length_flags(tl)}"
 
 
 def _window_findings(
@@ -1004,11 +1021,15 @@ def _settings(a: _Analyzer, tl: StartupTimeline) -> dict[str, Any]:
         "stale_fix_active": a.stale_fix_active,
         "dsv4": _is_dsv4(tl),
         "tensor_parallel_size": tl.tensor_parallel_size,
+        # The launch's own flags that suggested commands repeat: not a recommendation.
+        "carried": [x for x in (deployment.serve_flags(tl, drop=()), deployment.serve_flags(tl), deployment.fit_length_flags(tl)) if x],
     }
 
 
 def applicable(action: str, settings: dict[str, Any]) -> bool:
     """False when `action` recommends what this start already uses, or what fails on its version."""
+    for carried in sorted(settings.get("carried") or (), key=len, reverse=True):
+        action = action.replace(carried, " ")
     if "--enforce-eager" in action and settings.get("enforce_eager"):
         return False
     if re.search(r"--kv-cache-dtype[ =]fp8\b", action) and str(settings.get("kv_cache_dtype") or "").startswith("fp8"):

@@ -71,7 +71,7 @@ CATALOGUE: tuple[Signature, ...] = (
         patterns=(r"max_model_len: reduced from [0-9,]+ to [0-9,]+",),
         actions=(
             "Pin the length explicitly so every start behaves the same: --max-model-len {safe_len}",
-            "See how much memory a longer context needs: dsv4ctl fit-length",
+            "See how much memory a longer context needs: dsv4ctl fit-length {model} --from-log {log}{_fit_flags}",
         ),
         source="vllm/v1/core/kv_cache_utils.py (0.27-0.32), v1/core/kv_cache_planning.py (0.33)",
     ),
@@ -92,11 +92,11 @@ CATALOGUE: tuple[Signature, ...] = (
         ),
         actions=(
             "Set an explicit length that fits, so auto-fit never runs: --max-model-len {safe_len}",
-            "Launch through dsv4ctl, which sets that length for you: dsv4ctl serve {model} --max-model-len {safe_len}",
+            "Launch through dsv4ctl, which sets that length for you: dsv4ctl serve {model}{_serve_flags} --max-model-len {safe_len}",
             "Upgrade vLLM to {fixed} or later",
         ),
         source="vllm/models/deepseek_v4/sparse_mla.py (assert added in 0.29.0); upstream report in docs",
-        next_command="dsv4ctl serve {model} --max-model-len {safe_len}",
+        next_command="dsv4ctl serve {model}{_serve_flags} --max-model-len {safe_len}",
     ),
     Signature(
         id="deepgemm_metadata_oob",
@@ -116,7 +116,7 @@ CATALOGUE: tuple[Signature, ...] = (
         patterns=(r"get_paged_mqa_logits_metadata",),
         actions=(
             "Upgrade vLLM to 0.28.0 or later and remove any old external deep_gemm package (pip uninstall deep_gemm)",
-            "Launch through dsv4ctl, which clamps the scheduler input: dsv4ctl serve {model}",
+            "Launch through dsv4ctl, which clamps the scheduler input: dsv4ctl serve {model}{_serve_all}",
             "Avoid FULL CUDA graphs (FULL_DECODE_ONLY still captures FULL decode graphs): "
             "--compilation-config '{{\"cudagraph_mode\": \"PIECEWISE\"}}'",
             "Last resort, no CUDA graphs at all: --enforce-eager",
@@ -145,7 +145,7 @@ CATALOGUE: tuple[Signature, ...] = (
             "Give the KV cache more memory: raise --gpu-memory-utilization, or add GPUs (tensor/pipeline parallel)",
         ),
         source="vllm/v1/core/kv_cache_utils.py _check_enough_kv_cache_memory / _auto_fit_max_model_len",
-        next_command="dsv4ctl fit-length --from-log {log}",
+        next_command="dsv4ctl fit-length {model} --from-log {log}{_fit_flags}",
     ),
     Signature(
         id="cuda_oom",
@@ -468,8 +468,9 @@ DERIVED: tuple[Signature, ...] = (
 
 # The catalogue's families beyond DeepSeek-V4, each in a module of its own (each entry cites the source
 # file:line of the package that prints the message).
+from dsv4ctl.logs.signatures_ecosystem import SIGNATURES as _ECOSYSTEM  # noqa: E402
 from dsv4ctl.logs.signatures_vllm import SIGNATURES as _VLLM  # noqa: E402
 
-CATALOGUE = CATALOGUE + _VLLM
+CATALOGUE = CATALOGUE + _VLLM + _ECOSYSTEM
 
 BY_ID: dict[str, Signature] = {s.id: s for s in CATALOGUE + DERIVED}

@@ -36,7 +36,7 @@ SIGNATURES: tuple[Signature, ...] = (
             "Use at most the model's length: --max-model-len {derived}",
             "Or let vLLM take the model's length and fit it to memory: --max-model-len auto",
             "Only if the model really supports the longer context (you configured its RoPE scaling): "
-            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 vllm serve {model} --max-model-len {requested}",
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 vllm serve {model}{_serve_flags} --max-model-len {requested}",
         ),
         source="vllm==0.33.0 vllm/config/model.py:2664; vllm==0.27.1 vllm/config/model.py:2363",
     ),
@@ -411,7 +411,7 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
         actions=(
             "Look above for a worker error or a stalled progress bar (where did loading stop?)",
-            "If it was only slow, allow more time: VLLM_ENGINE_READY_TIMEOUT_S=3600 vllm serve {model}",
+            "If it was only slow, allow more time: VLLM_ENGINE_READY_TIMEOUT_S=3600 vllm serve {model}{_serve_all}",
         ),
         source="vllm==0.33.0 vllm/v1/engine/core_client.py:765; vllm==0.27.1 vllm/v1/engine/core_client.py:659",
     ),
@@ -503,7 +503,7 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
         actions=(
             "Shorten the prompt or ask for fewer output tokens (max_tokens) in the client",
-            "If the GPUs have room for a longer context, see what fits: dsv4ctl fit-length {model}",
+            "If the GPUs have room for a longer context, see what fits: dsv4ctl fit-length {model}{_fit_flags}",
         ),
         source="vllm==0.33.0 vllm/renderers/params.py:544; vllm==0.27.1 vllm/renderers/params.py:450; "
         "vllm==0.33.0 vllm/v1/engine/input_processor.py:590; vllm==0.27.1 vllm/v1/engine/input_processor.py:429; "

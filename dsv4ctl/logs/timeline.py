@@ -11,6 +11,7 @@ Formats are vLLM's own (0.27-0.33; see docs/diagnose.md for the list and where e
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -132,6 +133,9 @@ class StartupTimeline:
     ready_ref: LineRef | None = None
     last_phase: str | None = None
     refs: dict[str, LineRef] = field(default_factory=dict)
+    # `non-default args: {...}` as vLLM printed it (vllm/entrypoints/utils.py log_non_default_args): the
+    # launch's own flags by their EngineArgs/FrontendArgs names, so suggested commands can repeat them.
+    serve_args: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -498,6 +502,12 @@ class StartupTracker:
         tl = self.timeline
         f = _ARG_FIELDS
         self._ref("nondefault_args", line)
+        try:
+            parsed = ast.literal_eval(args.strip())
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            parsed = None
+        if isinstance(parsed, dict):
+            tl.serve_args = {str(k): v for k, v in parsed.items()}
         if (m := f["model"].search(args)) and tl.model is None:
             tl.model = m.group(1)
         if m := f["max_model_len"].search(args):

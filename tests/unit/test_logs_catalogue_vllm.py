@@ -275,7 +275,9 @@ def test_placeholders_are_named_groups_and_the_meaning_always_fills():
         always = set.intersection(*groups)
         assert _placeholders(s.meaning) <= always, s.id
         for action in s.actions:
-            assert _placeholders(action) <= set.union(*groups) | {"model"}, (s.id, action)
+            # diagnose always provides the model and the launch's own flags (`_serve_flags`, …).
+            assert _placeholders(action) <= set.union(*groups) | {"model", "_serve_flags", "_serve_all", "_fit_flags"}, (
+                s.id, action)
 
 
 def test_no_signature_matches_a_healthy_start():

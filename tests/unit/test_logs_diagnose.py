@@ -52,7 +52,8 @@ EXPECTED = {
     "kv_cache_insufficient_no_memory": ("failed", 3, "kv_cache_insufficient", []),
     "mtp_next_n_unsupported": ("failed", 3, "mtp_next_n_unsupported", []),
     "mtp_weights_missing": ("failed", 3, "mtp_weights_missing", []),
-    "nccl_error": ("failed", 3, "nccl_error", []),
+    # vLLM's own NCCL wrapper text: the specific ecosystem signature explains it; the generic one stays.
+    "nccl_error": ("failed", 3, "eco_nccl_system_error", ["nccl_error"]),
     "no_sparse_mla_backend": ("failed", 3, "no_sparse_mla_backend", []),
     "ray_prefixed": ("failed", 3, "cuda_oom", []),
     "real_v032_cpu_healthy": ("healthy", 0, None, ["shutdown_noise"]),
@@ -61,7 +62,7 @@ EXPECTED = {
     "stale_max_model_len_compose_v029": ("failed", 3, "stale_max_model_len", ["autofit_reduced"]),
     "stale_max_model_len_no_autofit": ("failed", 3, "stale_max_model_len", []),
     "unrecognized_error": ("failed", 4, "unrecognized_error", []),
-    "worker_died": ("failed", 3, "worker_died", []),
+    "worker_died": ("failed", 3, "eco_host_oom_killed", ["worker_died"]),
     "deepgemm_metadata_oob_coredump": ("failed", 3, "deepgemm_metadata_oob", ["worker_died"]),
     "unrecognized_chained_worker_error": ("failed", 4, "unrecognized_error", ["engine_core_failed"]),
     "unrecognized_quoted_by_wrapper": ("failed", 4, "unrecognized_error", []),
@@ -80,9 +81,9 @@ def test_every_fixture_has_an_expectation_and_every_signature_a_fixture():
     assert {p.stem for p in FIXTURES.glob("*.log")} == set(EXPECTED)
     covered = {root for _, _, root, _ in EXPECTED.values() if root} | {i for *_, ids in EXPECTED.values() for i in ids}
     # The family modules (signatures_vllm, …) have fixtures of their own under fixtures/logs/catalogue/.
-    from dsv4ctl.logs import signatures_vllm
+    from dsv4ctl.logs import signatures_ecosystem, signatures_vllm
 
-    family = {s.id for s in signatures_vllm.SIGNATURES}
+    family = {s.id for s in signatures_vllm.SIGNATURES + signatures_ecosystem.SIGNATURES}
     assert {s.id for s in CATALOGUE} - family <= covered
 
 
@@ -139,7 +140,10 @@ def test_stale_example_prints_the_arithmetic_from_the_log(cli):
     assert d["safe_len"] == 960512 and d["safe_len"] % 256 == 0 and d["safe_len"] < 980224
     assert any("--max-model-len 960512" in a for a in root["actions"])
     assert any("0.31.0" in a for a in root["actions"])
-    assert data["next_command"] == "dsv4ctl serve deepseek-ai/DeepSeek-V4-Flash --max-model-len 960512"
+    assert data["next_command"] == (
+        "dsv4ctl serve deepseek-ai/DeepSeek-V4-Flash --trust-remote-code --tensor-parallel-size 2 "
+        "--gpu-memory-utilization 0.85 --kv-cache-dtype fp8 --max-model-len 960512"
+    )
     answers = [c["answer"] for c in data["checklist"]]
     assert answers == ["yes", "yes", "yes", "yes", "not in log", "yes"]
     assert all(c["line"] for c in data["checklist"] if c["answer"] != "not in log")
@@ -388,5 +392,5 @@ def test_memory_stays_bounded_on_a_log_full_of_errors():
     assert analyzer.occurrences("nccl_error") == 20000
     analyzer.finish()
     result = core._conclude(analyzer, ["big.log"])
-    assert result.root_cause.id == "nccl_error" and result.root_cause.details["occurrences"] == 20000
+    assert result.root_cause.id == "eco_nccl_system_error" and result.root_cause.details["occurrences"] == 20000
     assert len(result.root_cause.evidence) <= core.MAX_EVIDENCE

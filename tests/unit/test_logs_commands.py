@@ -1,0 +1,91 @@
+"""Every command `diagnose` prints can be pasted and run, and keeps the deployment's own flags.
+
+Commands are collected from every fixture's and example's actions and next command. `dsv4ctl fit-length`
+commands are run (they need no GPU with `--from-log`); `dsv4ctl serve` and `vllm serve` commands go
+through vLLM's own parser in the engine tier.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from dsv4ctl.logs.diagnose import diagnose
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
+EXAMPLES = Path(__file__).resolve().parents[2] / "dsv4ctl" / "examples"
+LOGS = sorted(FIXTURES.glob("*.log")) + sorted((FIXTURES / "catalogue").glob("*.log")) + sorted(EXAMPLES.glob("*.log"))
+COMMAND_RE = re.compile(r"((?:[A-Z][A-Z0-9_]*=\S+ )*)(dsv4ctl (?:serve|fit-length|diagnose|gpus|doctor|probe deepgemm)\b|vllm serve\b)(.*)$")
+
+
+def commands(path: Path) -> list[list[str]]:
+    d = diagnose([path])
+    texts = [a for f in d.findings for a in f.actions] + ([d.next_command] if d.next_command else [])
+    out = []
+    for text in texts:
+        m = COMMAND_RE.search(text)
+        if m:
+            out.append(shlex.split(m.group(2) + m.group(3)))
+    return out
+
+
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
+def test_the_stale_and_deepgemm_examples_keep_their_deployment():
+    stale = diagnose([EXAMPLES / "stale-max-model-len.log"])
+    argv = shlex.split(stale.next_command)
+    assert argv[:3] == ["dsv4ctl", "serve", "deepseek-ai/DeepSeek-V4-Flash"]
+    assert _flag_value(argv, "--tensor-parallel-size") == "2"
+    assert _flag_value(argv, "--gpu-memory-utilization") == "0.85"
+    assert _flag_value(argv, "--max-model-len") == str(stale.root_cause.details["safe_len"])
+    assert argv.count("--max-model-len") == 1  # the recommendation replaces the launch's `auto`
+    dg = diagnose([EXAMPLES / "deepgemm-ima.log"])
+    serve = [shlex.split(a[a.index("dsv4ctl serve"):]) for a in dg.root_cause.actions if "dsv4ctl serve" in a]
+    assert serve and _flag_value(serve[0], "--data-parallel-size") == "4" and "--enable-expert-parallel" in serve[0]
+    assert _flag_value(serve[0], "--max-model-len") == "128000"
+
+
+@pytest.mark.parametrize("path", LOGS, ids=lambda p: p.stem)
+def test_every_fit_length_command_runs(path, cli):
+    for argv in commands(path):
+        assert "<" not in " ".join(argv), argv  # no placeholders
+        if argv[:2] != ["dsv4ctl", "fit-length"]:
+            continue
+        if argv[2].startswith("/") and not Path(argv[2]).exists():
+            continue  # a checkpoint directory of the machine that wrote the log
+        result = cli(*argv[1:], "--json")
+        if result.exit_code == 1 and "--from-log" not in argv:
+            assert "NVIDIA" in result.stderr  # plans from the GPUs of the node it is run on
+            continue
+        assert result.exit_code in (0, 6), (argv, result.stderr)
+        doc = json.loads(result.stdout)
+        tl = diagnose([path]).timeline
+        if tl.tensor_parallel_size and tl.tensor_parallel_size > 1:
+            assert f"--tensor-parallel-size {tl.tensor_parallel_size}" in doc["vllm_command"]
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("path", LOGS, ids=lambda p: p.stem)
+def test_every_serve_command_parses_with_vllms_parser(path, vllm_available):
+    from dsv4ctl.serve.vllm_entry import build_serve_parser
+
+    parser = build_serve_parser()
+    tl = diagnose([path]).timeline
+    for argv in commands(path):
+        if argv[:2] == ["vllm", "serve"]:
+            flags = argv[2:]
+        elif argv[:2] == ["dsv4ctl", "serve"]:
+            flags = argv[2:]
+        else:
+            continue
+        namespace = parser.parse_args(["serve", *flags])
+        if tl.tensor_parallel_size:
+            assert namespace.tensor_parallel_size == tl.tensor_parallel_size, argv
+        if tl.serve_args.get("gpu_memory_utilization"):
+            assert namespace.gpu_memory_utilization == tl.serve_args["gpu_memory_utilization"], argv
