@@ -219,6 +219,16 @@ def _geometry_from_config(
         architectures = [architectures]
     model_type = config.get("model_type")
     arch = next((a for a in architectures if a in DSV4_ARCHITECTURES), None)
+    unplanned = next((a for a in architectures if isinstance(a, str) and a.lower().startswith("deepseekv4")), None)
+    if arch is None and (unplanned is not None or (model_type in DSV4_MODEL_TYPES and architectures)):
+        # A DeepSeek-V4 relative (DeepseekV41ForCausalLM) or an unknown class on a deepseek_v4 config: its KV
+        # layout is not the one mirrored here, so no number at all rather than one from the wrong layout.
+        name = unplanned or architectures[0]
+        raise InputError(
+            f"{where}: architecture {name} is not planned by dsv4ctl (its KV-cache layout is not modelled; "
+            f"planned: {', '.join(DSV4_ARCHITECTURES)})",
+            hint="no length can be predicted for it here; let vLLM auto-fit it (--max-model-len auto)",
+        )
     if model_type not in DSV4_MODEL_TYPES and arch is None:
         shown = model_type or (architectures[0] if architectures else "unknown")
         raise InputError(
@@ -251,6 +261,7 @@ def _geometry_from_config(
             raise InputError(f"{where}: unsupported compression ratio {r!r} (vLLM's DeepSeek-V4 layers take 0, 4 or 128)")
     head_dim = _int_field(config, "head_dim", where, default=512)
     index_head_dim = _int_field(config, "index_head_dim", where, default=128)
+    _check_modelled_layout(where, ratios, head_dim, index_head_dim)
     sliding_window = _int_field(config, "sliding_window", where)
     max_len, key = _derived_max_model_len(config, where)
     if directory is not None:
@@ -279,6 +290,49 @@ def _geometry_from_config(
         weights=weights,
         extra={k: config.get(k) for k in ("hidden_size", "num_attention_heads", "n_routed_experts") if k in config},
     )
+
+
+# vLLM's DeepSeek-V4 compressor (`models/deepseek_v4/compressor.py`, the fused quant+cache set-up; line 313 in
+# 0.31.0-0.33.0, 312 in 0.30.0, 306 in 0.29.0, 326 in 0.27.1/0.28.0) takes head_dim 512 (the main MLA cache) or 128
+# (the indexer) and raises for anything else:
+#     raise ValueError(f"Unsupported head_dim for fused quant+cache: {self.head_dim}")
+COMPRESSOR_HEAD_DIMS = (512, 128)
+MODELLED_HEAD_DIM = 512  # fp8_ds_mla: 448 NoPE + 64 RoPE (+ scales) = 584 B per token, the layout mirrored
+MODELLED_INDEX_HEAD_DIM = 128
+
+
+def _check_modelled_layout(where: str, ratios: list[int], head_dim: int, index_head_dim: int) -> None:
+    """Refuse what vLLM refuses, and what dsv4ctl does not model, instead of planning the wrong layout."""
+
+    def compressor_refusal(key: str, value: int) -> InputError:
+        return InputError(
+            f"{where}: `{key}` = {value}: vLLM cannot start this model (its DeepSeek-V4 compressor raises "
+            f"\"Unsupported head_dim for fused quant+cache: {value}\", models/deepseek_v4/compressor.py)",
+            hint=f"vLLM's DeepSeek-V4 layers take {key} {MODELLED_HEAD_DIM if key == 'head_dim' else MODELLED_INDEX_HEAD_DIM}",
+        )
+
+    def unmodelled(key: str, value: int, modelled: int) -> InputError:
+        return InputError(
+            f"{where}: `{key}` = {value}: dsv4ctl models DeepSeek-V4's KV layout for {key} {modelled} only",
+            hint="no length can be predicted for this config here; let vLLM auto-fit it (--max-model-len auto)",
+        )
+
+    if any(r > 1 for r in ratios) and head_dim != MODELLED_HEAD_DIM:
+        if head_dim not in COMPRESSOR_HEAD_DIMS:
+            raise compressor_refusal("head_dim", head_dim)
+        raise unmodelled("head_dim", head_dim, MODELLED_HEAD_DIM)
+    if any(r == 4 for r in ratios) and index_head_dim != MODELLED_INDEX_HEAD_DIM:
+        if index_head_dim not in COMPRESSOR_HEAD_DIMS:
+            raise compressor_refusal("index_head_dim", index_head_dim)
+        raise unmodelled("index_head_dim", index_head_dim, MODELLED_INDEX_HEAD_DIM)
+    if not any(r == 4 for r in ratios):
+        # No lightning indexer: vLLM picks another KV layout and does not take the packed grouping path
+        # (FlashMLA: NotImplementedError "... page size is not divisible ..."; FlashInfer plans 3 groups).
+        raise InputError(
+            f"{where}: no layer with compression ratio 4: without the indexer vLLM plans this config on another "
+            "KV-cache path (a different layout and grouping) that dsv4ctl does not model",
+            hint="no length can be predicted for this config here; let vLLM auto-fit it (--max-model-len auto)",
+        )
 
 
 def _derived_max_model_len(config: dict[str, Any], where: str) -> tuple[int, str]:

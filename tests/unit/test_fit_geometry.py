@@ -125,3 +125,42 @@ def test_cached_non_dsv4_id_is_rejected(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(hub))
     with pytest.raises(InputError, match="not a DeepSeek-V4 model"):
         load_geometry("org/Other")
+
+
+# -- layouts vLLM refuses, or that dsv4ctl does not model: refused, never planned ------------------------
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda c: c.update(head_dim=256), r"Unsupported head_dim for fused quant\+cache: 256"),
+        (lambda c: c.update(index_head_dim=64), r"Unsupported head_dim for fused quant\+cache: 64"),
+        (lambda c: c.update(head_dim=128), "models DeepSeek-V4's KV layout for head_dim 512 only"),
+        (lambda c: c.update(index_head_dim=512), "for index_head_dim 128 only"),
+        (lambda c: c.update(compress_ratios=[128 if r == 4 else r for r in c["compress_ratios"]]),
+         "no layer with compression ratio 4"),
+        (lambda c: c.update(architectures=["DeepseekV41ForCausalLM"]), "architecture DeepseekV41ForCausalLM is not planned"),
+        (lambda c: c.update(architectures=["DeepseekV41ForCausalLM"], model_type="deepseek_v41"),
+         "architecture DeepseekV41ForCausalLM is not planned"),
+        (lambda c: c.update(architectures=["SomethingElseForCausalLM"]), "architecture SomethingElseForCausalLM is not planned"),
+    ],
+)
+def test_unmodelled_layouts_are_refused(tmp_path, mutate, message):
+    config = builtin_config(FLASH)
+    mutate(config)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(InputError, match=message):
+        load_geometry(path)
+
+
+def test_unmodelled_layout_is_one_line_and_exit_1(cli, tmp_path):
+    config = builtin_config(FLASH)
+    config["architectures"] = ["DeepseekV41ForCausalLM"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    result = cli("fit-length", str(path), "--kv-cache-memory", "10GiB")
+    assert result.exit_code == 1
+    assert "DeepseekV41ForCausalLM" in result.stderr and "Traceback" not in result.output
+    assert result.stdout == ""
+
