@@ -16,13 +16,14 @@ from typing import Any
 from dsv4ctl.errors import Dsv4ctlError, GpuUnavailableError, InputError, UsageError
 from dsv4ctl.planning.geometry import Dsv4Geometry, load_geometry
 from dsv4ctl.planning.kv_planner import (
-    MIRRORED_VLLM_VERSION,
     KvPlan,
     blocks_per_request,
+    needed_bytes,
     plan_kv_cache,
     pp_layer_ranges,
 )
 from dsv4ctl.planning.kv_specs import DSV4_BLOCK_SIZE, KvLayoutChoice, LayerKvSpec, build_layer_specs, resolve_kv_layout
+from dsv4ctl.planning.versions import VersionChoice, choose_vllm_version
 from dsv4ctl.planning.memory import (
     DEFAULT_NON_KV_OVERHEAD_BYTES,
     GpuMemoryPrediction,
@@ -38,6 +39,8 @@ SCHEDULER_DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 BATCHED_DP_DEFAULT_MAX_NUM_BATCHED_TOKENS = 256
 # When no GPU is known (given --kv-cache-memory, no snapshot), assume the H100/H200 class DeepSeek-V4 runs on.
 ASSUMED_DEVICE_TOTAL_BYTES = 80 * GiB
+# Releases that crash in CUDA-graph capture after auto-fit shrank the length (stale max_model_len; fixed in 0.31).
+STALE_LENGTH_RELEASES = ("0.29.0", "0.30.0")
 # DeepSeek-V4 "Think Max" reasoning mode wants at least this much context.
 THINK_MAX_CONTEXT = 393_216
 # Recommendation margin: a share of the KV memory, but at least a floor (the one rule: planning/safe_length.py).
@@ -91,6 +94,7 @@ class FitRequest:
     non_kv_overhead_bytes: int | None = None  # None: estimate (or measured from the log)
     gpus: str | None = None  # snapshot JSON path; None: read NVML when a prediction needs GPUs
     from_log: str | None = None  # a previous startup log of the same model
+    vllm_version: str | None = None  # whose planner to mirror; None: installed vLLM, else the log's, else newest known
 
     @property
     def is_auto(self) -> bool:
@@ -126,6 +130,7 @@ class LogCalibration:
     autofit_from: int | None
     autofit_to: int | None
     max_model_len: int | None
+    vllm_version: str | None = None  # the version the log's banner names
     predicted_from_log: int | None = None  # our auto-fit for the logged memory, to compare with autofit_to
     predicted_range: tuple[int, int] | None = None  # auto-fit across the log's 0.01 GiB rounding interval
 
@@ -138,6 +143,7 @@ class LogCalibration:
             "logged_autofit_from": self.autofit_from,
             "logged_autofit_to": self.autofit_to,
             "logged_max_model_len": self.max_model_len,
+            "vllm_version": self.vllm_version,
             "predicted_autofit_for_logged_memory": self.predicted_from_log,
             "predicted_autofit_range": list(self.predicted_range) if self.predicted_range else None,
         }
@@ -178,12 +184,20 @@ class FitResult:
     warnings: tuple[str, ...]
     notes: tuple[str, ...]
     vllm_flags: tuple[str, ...]
-    mirrored_vllm_version: str = MIRRORED_VLLM_VERSION
+    version: VersionChoice = field(default_factory=lambda: choose_vllm_version())
     safe_length: SafeLength | None = None  # the recommendation explained (dsv4ctl.planning.safe_length)
 
     @property
     def fits(self) -> bool:
         return self.verdict != "does_not_fit"
+
+    @property
+    def vllm_version_planned(self) -> str:
+        return self.version.planned
+
+    @property
+    def mirrored_vllm_version(self) -> str:
+        return self.version.planned
 
     @property
     def think_max_ok(self) -> bool:
@@ -236,7 +250,10 @@ class FitResult:
             "notes": list(self.notes),
             "vllm_flags": list(self.vllm_flags),
             "vllm_command": self.vllm_command(),
-            "mirrored_vllm_version": self.mirrored_vllm_version,
+            "vllm_version_planned": self.version.planned,
+            "vllm_version_source": self.version.source,
+            "vllm_version_requested": self.version.requested,
+            "mirrored_vllm_version": self.version.planned,
             "safe_length": self.safe_length.to_json() if self.safe_length else None,
             "geometry": self.geometry.to_json(),
         }
@@ -486,9 +503,12 @@ def _autofit_len(plan: KvPlan) -> int:
 
 
 def _full_context_bytes(plan: KvPlan, length: int) -> int:
-    """`--kv-cache-memory-bytes` that holds one request of `length` tokens on every worker (plus the null block)."""
+    """`--kv-cache-memory-bytes` that holds one request of `length` tokens on every worker (plus the null block
+    on releases that hold one back)."""
+    rules = plan.rules
     return max(
-        w.bytes_per_block * (blocks_per_request(w.groups, length, plan.max_in_flight_tokens) + 1) for w in plan.workers
+        needed_bytes(w.groups, length, plan.max_in_flight_tokens, rules) + (w.bytes_per_block if rules.null_block else 0)
+        for w in plan.workers
     )
 
 
@@ -514,6 +534,10 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None, ge
             f"{log_cal.path}: no \"Available KV cache memory\" line",
             hint="use the log of a startup that got past memory profiling, or give --kv-cache-memory",
         )
+    version = choose_vllm_version(request.vllm_version, log_cal.vllm_version if log_cal is not None else None)
+    if version.warning:
+        warnings.append(version.warning)
+    rules = version.rules
     need_prediction = request.kv_cache_memory_bytes is None and (log_cal is None or log_cal.available_kv_bytes is None)
     if snapshot is None and request.gpus:
         from dsv4ctl.gpu import load_snapshot
@@ -607,7 +631,8 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None, ge
 
     def plan(memory: list[int], *, length: int, auto: bool, tokens_in_flight: int) -> KvPlan:
         return plan_kv_cache(
-            specs, worker_layers, memory, original_max_model_len=length, autofit=auto, max_in_flight_tokens=tokens_in_flight
+            specs, worker_layers, memory, original_max_model_len=length, autofit=auto, max_in_flight_tokens=tokens_in_flight,
+            rules=rules,
         )
 
     positive_memory = [max(m, 0) for m in worker_memory]
@@ -682,10 +707,17 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None, ge
             "the context DeepSeek-V4's \"Think Max\" reasoning mode needs"
         )
     if will_shrink and explicit is None and verdict != "does_not_fit":
-        warnings.append(
-            f"--max-model-len auto would shrink the context from {format_tokens(model_max)} to {format_tokens(autofit)}; "
-            "vLLM 0.29-0.30 then crash in CUDA-graph capture (stale max_model_len); pass the recommended explicit length"
-        )
+        if version.planned in STALE_LENGTH_RELEASES:
+            warnings.append(
+                f"--max-model-len auto would shrink the context from {format_tokens(model_max)} to {format_tokens(autofit)}; "
+                f"vLLM {version.planned} then crashes in CUDA-graph capture (stale max_model_len) unless dsv4ctl's fix is "
+                "active (dsv4ctl serve, or DSV4CTL_FIXES=all); else pass the recommended explicit length"
+            )
+        else:
+            notes.append(
+                f"--max-model-len auto would shrink the context from {format_tokens(model_max)} to {format_tokens(autofit)}; "
+                "the shrunk length moves with the memory vLLM measures at each start"
+            )
 
     flags = _vllm_flags(request, recommended if recommended > 0 else (explicit or autofit), mnbt, async_on)
     return FitResult(
@@ -721,6 +753,7 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None, ge
         notes=tuple(notes),
         vllm_flags=tuple(flags),
         safe_length=safe,
+        version=version,
     )
 
 
@@ -781,6 +814,7 @@ def _as_log_calibration(timeline: Any, path: str | None) -> LogCalibration:
         autofit_from=logged_from,
         autofit_to=logged_to,
         max_model_len=getattr(timeline, "effective_max_model_len", None) or max_len,
+        vllm_version=getattr(timeline, "vllm_version", None),
     )
 
 

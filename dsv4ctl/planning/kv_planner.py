@@ -1,4 +1,7 @@
-"""vLLM's KV-cache planner for DeepSeek-V4, mirrored line by line (vLLM 0.32.0 `v1/core/kv_cache_utils.py`).
+"""vLLM's KV-cache planner for DeepSeek-V4, mirrored line by line, per release.
+
+vLLM 0.29.0-0.33.0 plan identically (0.32.0 `v1/core/kv_cache_utils.py` is the reference; 0.33.0 moved the
+same code to `kv_cache_planning.py`). vLLM 0.27.1 and 0.28.0 plan differently ("layer tuples", below).
 
 The functions keep vLLM's names so the mirror can be read side by side with the source:
 - `get_packed_kv_cache_groups`  <- `_get_packed_kv_cache_groups` (block-outermost packing, approximate gcd)
@@ -11,18 +14,70 @@ The functions keep vLLM's names so the mirror can be read side by side with the 
 
 DeepSeek-V4 never reaches vLLM's other grouping paths: its layers mix page sizes and its indexer backend
 only supports block-outermost layouts, so `get_kv_cache_groups` always takes the packed path.
+
+vLLM 0.27.1 / 0.28.0 (`v1/core/kv_cache_utils.py` of those releases), mirrored by the `layer_tuple_*` functions:
+- `layer_tuple_groups`      <- `group_and_unify_kv_cache_specs` + `_get_kv_cache_groups_uniform_groups`: one group
+                               of every MLA (full) layer; sliding layers bucketed by (block size, window), each
+                               split into `cdiv(layers per page size, n)` groups, n = `_approximate_gcd` of the
+                               buckets' layer-tuple counts with the MLA group's count as lower bound.
+- `layer_tuple_needed_bytes` <- `_max_memory_usage_bytes_from_groups` (the all-UniformTypeKVCacheSpecs branch):
+                               every group is priced as max-tuples x pages x the MLA group's distinct page sizes.
+- blocks per pool: `_get_packed_kv_cache_layout` (the widest group's dense page bytes, no alignment).
+- no null-block reservation before auto-fit and the admission check.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
 from dsv4ctl.planning.kv_specs import SLIDING, LayerKvSpec
 from dsv4ctl.units import cdiv, format_gib_vllm, round_up
 
-MIRRORED_VLLM_VERSION = "0.32.0"
+MIRRORED_VLLM_VERSION = "0.32.0"  # the release the default rules were first mirrored from
+
+# Releases whose planner was read and whose answers are recorded in tests/data/planner/<version>.json.
+KNOWN_VLLM_VERSIONS = ("0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
+PACKED = "packed-blocks"  # 0.29+: per-group pages x one aligned block stride, one null block held back
+LAYER_TUPLES = "layer-tuples"  # 0.27/0.28: every group priced per layer tuple, no null block
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """`0.28.0` -> (0, 28, 0); local/pre-release suffixes (`+cpu`, `rc1`, `.dev3`) ignored."""
+    parts = []
+    for piece in re.split(r"[.+-]", version.strip().lstrip("v"))[:3]:
+        match = re.match(r"\d+", piece)
+        if not match:
+            break
+        parts.append(int(match.group()))
+    if not parts:
+        raise ValueError(f"not a version: {version!r}")
+    return tuple(parts + [0] * (3 - len(parts)))
+
+
+@dataclass(frozen=True)
+class PlannerRules:
+    """How one vLLM release plans DeepSeek-V4's KV cache."""
+
+    vllm_version: str  # the release whose rules these are (a known one)
+    accounting: str  # PACKED | LAYER_TUPLES
+
+    @property
+    def null_block(self) -> bool:
+        return self.accounting == PACKED
+
+
+def planner_rules(vllm_version: str | None = None) -> PlannerRules:
+    """The rules of `vllm_version` (a known release, or the known one it plans like); None: the newest known."""
+    version = vllm_version or KNOWN_VLLM_VERSIONS[-1]
+    key = version_key(version)
+    if key < (0, 27, 0):
+        raise ValueError(f"vLLM {version} predates DeepSeek-V4 support in a planned release (0.27.1 is the oldest)")
+    if key[:2] in ((0, 27), (0, 28)):
+        return PlannerRules(version, LAYER_TUPLES)
+    return PlannerRules(version, PACKED)
 
 
 @dataclass(frozen=True)
@@ -153,6 +208,66 @@ def get_packed_kv_cache_groups(kv_cache_spec: dict[str, LayerKvSpec]) -> list[Kv
     return groups
 
 
+def layer_tuple_groups(kv_cache_spec: dict[str, LayerKvSpec]) -> list[KvGroup]:
+    """vLLM 0.27/0.28 `group_and_unify_kv_cache_specs` + `_get_kv_cache_groups_uniform_groups`."""
+    mla: dict[str, LayerKvSpec] = {}
+    swa: dict[tuple[int, int], dict[str, LayerKvSpec]] = {}
+    for name, spec in kv_cache_spec.items():
+        if spec.kind == SLIDING:
+            swa.setdefault((spec.block_size, spec.sliding_window), {})[name] = spec
+        else:
+            mla[name] = spec
+    if not mla:
+        raise ValueError("no MLA layers: vLLM 0.27/0.28 assert at least one")
+
+    def tuples(specs: dict[str, LayerKvSpec]) -> int:  # `get_num_layer_tuples`
+        return Counter(s.page_size_bytes for s in specs.values()).most_common(1)[0][1]
+
+    counts = [tuples(mla)] + [tuples(b) for b in swa.values()]
+    num_layer_tuples = approximate_gcd(counts, lower_bound=counts[0])
+    groups = [KvGroup(tuple(mla), tuple(mla.values()), tuple(mla.values()))]
+    for bucket in swa.values():
+        per_size: dict[int, list[str]] = {}
+        for name, spec in bucket.items():
+            per_size.setdefault(spec.page_size_bytes, []).append(name)
+        if len({len(v) for v in per_size.values()}) != 1:
+            raise ValueError("vLLM 0.27/0.28 assert equal layer counts per page size in a sliding-window bucket")
+        num_tuple_groups = cdiv(len(next(iter(per_size.values()))), num_layer_tuples)
+        layer_tuples = list(zip(*per_size.values()))
+        for i in range(num_tuple_groups):
+            names = tuple(n for t in layer_tuples[i::num_tuple_groups] for n in t)
+            specs = tuple(bucket[n] for n in names)
+            groups.append(KvGroup(names, specs, specs))
+    return groups
+
+
+def layer_tuple_needed_bytes(groups: list[KvGroup], max_model_len: int, max_in_flight_tokens: int) -> int:
+    """vLLM 0.27/0.28 `_max_memory_usage_bytes_from_groups`, all-UniformTypeKVCacheSpecs branch."""
+    layer_tuple_bytes = sum({s.page_size_bytes for s in groups[0].pages_spec})  # `get_page_sizes()` is a set
+    num_layer_tuples = max(Counter(s.page_size_bytes for s in g.pages_spec).most_common(1)[0][1] for g in groups)
+    return sum(num_layer_tuples * g.max_pages(max_model_len, max_in_flight_tokens) * layer_tuple_bytes for g in groups)
+
+
+def layer_tuple_bytes_per_block(groups: list[KvGroup]) -> int:
+    """vLLM 0.27/0.28 `_get_packed_kv_cache_layout`: the widest group's dense page bytes (no alignment)."""
+    widest = max(g.page_bytes for g in groups)
+    if widest <= 0:
+        raise ValueError("no KV-cache layers on this worker")
+    return widest
+
+
+def needed_bytes(groups: list[KvGroup], max_model_len: int, max_in_flight_tokens: int, rules: PlannerRules) -> int:
+    """KV bytes one request of `max_model_len` tokens needs on this worker, as the release's admission check prices it."""
+    if rules.accounting == LAYER_TUPLES:
+        return layer_tuple_needed_bytes(groups, max_model_len, max_in_flight_tokens)
+    return bytes_per_block(groups) * blocks_per_request(groups, max_model_len, max_in_flight_tokens)
+
+
+def pool_bytes_per_block(groups: list[KvGroup], rules: PlannerRules) -> int:
+    """Bytes one block takes in the worker's pool (`available // this` = num_blocks)."""
+    return layer_tuple_bytes_per_block(groups) if rules.accounting == LAYER_TUPLES else bytes_per_block(groups)
+
+
 def bytes_per_block(groups: list[KvGroup]) -> int:
     """`_get_kv_cache_bytes_per_block`, block-outermost: the widest group's page bytes, aligned."""
     widest = max(g.page_bytes for g in groups)
@@ -167,12 +282,14 @@ def blocks_per_request(groups: list[KvGroup], max_model_len: int, max_in_flight_
     return sum(g.max_pages(max_model_len, max_in_flight_tokens) for g in groups)
 
 
-def estimate_max_model_len(groups: list[KvGroup], available_memory: int, original_max: int, max_in_flight_tokens: int) -> int:
+def estimate_max_model_len(
+    groups: list[KvGroup], available_memory: int, original_max: int, max_in_flight_tokens: int, rules: PlannerRules | None = None
+) -> int:
     """Binary search for the longest context that fits; 0 if even one token does not."""
-    bpb = bytes_per_block(groups)
+    rules = rules or planner_rules()
 
     def fits(model_len: int) -> bool:
-        return bpb * blocks_per_request(groups, model_len, max_in_flight_tokens) <= available_memory
+        return needed_bytes(groups, model_len, max_in_flight_tokens, rules) <= available_memory
 
     left, right = 1, original_max
     if not fits(left):
@@ -227,6 +344,7 @@ class KvPlan:
     max_in_flight_tokens: int
     limiting_pp_rank: int
     error: str | None  # vLLM's ValueError text when it would refuse, else None
+    rules: PlannerRules | None = None
 
 
 def pp_layer_ranges(num_hidden_layers: int, pp_size: int, partition: list[int] | None = None) -> list[tuple[int, int]]:
@@ -257,13 +375,20 @@ def plan_kv_cache(
     original_max_model_len: int,
     autofit: bool,
     max_in_flight_tokens: int,
+    rules: PlannerRules | None = None,
 ) -> KvPlan:
-    """`get_kv_cache_configs`: group globally, project per worker, reserve the null block, auto-fit, check."""
-    global_groups = get_packed_kv_cache_groups(kv_cache_spec)
+    """`get_kv_cache_configs`: group globally, project per worker, reserve the null block (0.29+), auto-fit, check."""
+    rules = rules or planner_rules()
+    if rules.accounting == LAYER_TUPLES:
+        global_groups = layer_tuple_groups(kv_cache_spec)
+    else:
+        global_groups = get_packed_kv_cache_groups(kv_cache_spec)
     projected = [project_groups_to_worker(global_groups, names) for names in worker_layer_names]
-    bpbs = [bytes_per_block(g) for g in projected]
-    check = [avail - bpb for avail, bpb in zip(available_memory, bpbs)]
-    fits = [estimate_max_model_len(g, c, original_max_model_len, max_in_flight_tokens) for g, c in zip(projected, check)]
+    bpbs = [pool_bytes_per_block(g, rules) for g in projected]
+    check = [avail - bpb if rules.null_block else avail for avail, bpb in zip(available_memory, bpbs)]
+    fits = [
+        estimate_max_model_len(g, c, original_max_model_len, max_in_flight_tokens, rules) for g, c in zip(projected, check)
+    ]
 
     max_len = original_max_model_len
     limiting = 0
@@ -292,7 +417,7 @@ def plan_kv_cache(
                 )
                 limiting = rank
                 break
-            needed = bpbs[rank] * blocks_per_request(groups, max_len, max_in_flight_tokens)
+            needed = needed_bytes(groups, max_len, max_in_flight_tokens, rules)
             if needed > avail:
                 estimated = fits[rank]
                 estimated_msg = (
@@ -327,4 +452,5 @@ def plan_kv_cache(
         max_in_flight_tokens=max_in_flight_tokens,
         limiting_pp_rank=limiting,
         error=error,
+        rules=rules,
     )

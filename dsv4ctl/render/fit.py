@@ -24,7 +24,7 @@ def render_fit(result: FitResult, console: Console) -> None:
     print_prose(
         console,
         f"{g.model}  {g.num_hidden_layers} layers ({g.num_csa_layers}×ratio 4, {g.num_hca_layers}×ratio 128, "
-        f"{g.num_swa_only_layers}×sliding only), mirror of vLLM {result.mirrored_vllm_version}'s planner",
+        f"{g.num_swa_only_layers}×sliding only), planned as {result.version.describe()}",
         subsequent_indent=HANG,
     )
     print_prose(

@@ -134,6 +134,10 @@ class ServeConsole:
     def decision(self, decision: Any) -> None:
         self.say(f"model {decision.model}; --max-model-len requested: {decision.requested_text}")
         self.say(f"preflight: {decision.reason}", style="bold" if decision.action != "refuse" else "bold red")
+        basis = getattr(decision, "basis", None)
+        planned = (getattr(decision, "plan", None) or {}).get("vllm_version_planned")
+        if basis and planned:
+            self.say(f"preflight basis: {basis} KV budget; planned as vLLM {planned}")
         for note in decision.notes:
             self.say(f"preflight note: {note}")
 

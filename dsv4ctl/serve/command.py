@@ -31,6 +31,8 @@ class ServeOptions:
     retry: bool = False
     fixes: str | None = None
     dry_run: bool = False
+    pin_length: bool = False  # pass the planned explicit length even where `auto` is safe
+    vllm_version: str | None = None  # --dry-run only: plan as this release (default: the installed vLLM)
 
 
 @dataclass
@@ -70,7 +72,10 @@ def plan_only(flags: list[str], options: ServeOptions) -> PreflightDecision:
     from dsv4ctl.serve.vllm_entry import parse_serve_flags
 
     namespace = parse_serve_flags(flags)  # nothing is launched: the environment stays as it is
-    return decide(namespace, flags, keep_auto=options.keep_auto)
+    return decide(
+        namespace, flags, keep_auto=options.keep_auto, pin_length=options.pin_length, fixes=options.fixes,
+        vllm_version=options.vllm_version,
+    )
 
 
 def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> ServeResult:
@@ -86,7 +91,7 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
     refusal = None
     with ServeSession(log_file, view) as session:
         namespace = parse_serve_flags(flags)
-        decision = decide(namespace, flags, keep_auto=options.keep_auto)
+        decision = decide(namespace, flags, keep_auto=options.keep_auto, pin_length=options.pin_length, fixes=options.fixes)
         view.decision(decision)
         if decision.action == REFUSE:
             refusal = decision.refusal
@@ -143,4 +148,6 @@ def retry_argv(flags: list[str], options: ServeOptions, length: int, log_file: P
     argv += ["--log-file", str(retry_log)]
     if options.fixes is not None:
         argv += ["--fixes", options.fixes]
+    if options.pin_length:
+        argv += ["--pin-length"]
     return argv + set_max_model_len(flags, length)

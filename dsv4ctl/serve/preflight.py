@@ -5,12 +5,18 @@ Rules (docs/serve.md explains them for operators):
 * Not a DeepSeek-V4 model (or its config cannot be read here): dsv4ctl has no planner for it, so the
   flags pass through unchanged and vLLM decides (including its own auto-fit for `auto`/`-1`).
 * DeepSeek-V4, length `auto`/`-1` or not given: dsv4ctl plans the fit for this node and these flags
-  (`dsv4ctl.planning.plan_fit`) and passes an explicit `--max-model-len` with the planned length, so
-  vLLM never has to shrink the length after building its state (the stale-length crash). With
-  `--keep-auto` the flags pass through and vLLM auto-fits; the planned value is still shown.
-* DeepSeek-V4, explicit length: checked against the plan; when vLLM would refuse it (the KV cache
-  for one request does not fit, or free memory is below the requested utilization), serve refuses
-  early with exit code 6 and the largest length that fits.
+  (`dsv4ctl.planning.plan_fit`, with the planner of the vLLM release that will run) and acts on evidence:
+  - `auto` stays `auto` when it is safe: the stale-length fix is active in this serve (the default), or
+    the release does not have the stale-length crash (all but 0.29-0.30). vLLM then computes the length
+    exactly from the memory it measures; the predicted value is printed. "Not given" becomes `auto`.
+  - An explicit planned length is pinned only with `--pin-length`, or on 0.29-0.30 with the stale fix off
+    (vLLM would shrink the length after building its state and crash in CUDA-graph capture).
+  With `--keep-auto` the flags always pass through unchanged.
+* DeepSeek-V4, explicit length: checked against the plan. When vLLM would refuse it, serve refuses early
+  (exit 6) only when the plan's inputs are exact: the KV budget is `--kv-cache-memory-bytes` (or vLLM's
+  CPU budget), the length exceeds the model's maximum, or the free memory NVML reports now is below the
+  request. When the KV budget is an estimate (weights + an overhead estimate), serve warns and starts.
+* `basis` says which: `exact` (a KV budget given), `estimated` (predicted from the GPUs).
 * No NVIDIA GPU here (NVML unavailable, e.g. the CPU build): the GPU-memory parts of the plan are
   skipped; with `--kv-cache-memory-bytes` the KV budget is known without a GPU and the plan still runs.
 
@@ -32,9 +38,17 @@ from dsv4ctl.units import GiB
 # Actions
 PASS_THROUGH = "pass-through"  # flags unchanged, vLLM decides
 SET_LENGTH = "set-length"  # we pass --max-model-len <planned>
-KEEP_AUTO = "keep-auto"  # user asked vLLM to auto-fit; flags unchanged
+KEEP_AUTO = "keep-auto"  # `auto` stays: vLLM auto-fits (safe here, or --keep-auto); flags unchanged
+SET_AUTO = "set-auto"  # no length given: we pass --max-model-len auto (safe here)
 EXPLICIT_OK = "explicit-ok"  # the user's explicit length fits the plan
+EXPLICIT_UNVERIFIED = "explicit-unverified"  # the estimate says it does not fit; not exact, so warn and start
 REFUSE = "refuse"  # vLLM would refuse: stop before starting it
+
+# Bases of a decision: how sure the plan's KV budget is.
+EXACT = "exact"  # --kv-cache-memory-bytes (or VLLM_CPU_KVCACHE_SPACE on vLLM's CPU backend)
+ESTIMATED = "estimated"  # requested − weights − an overhead estimate
+# Releases with the stale max_model_len crash after auto-fit shrank the length (dsv4ctl's fix covers it).
+STALE_LENGTH_RELEASES = ("0.29.0", "0.30.0")
 
 AUTO = -1  # vLLM's parser turns `auto` and `-1` into -1
 
@@ -50,6 +64,8 @@ class PreflightDecision:
     notes: list[str] = field(default_factory=list)
     plan: dict[str, Any] | None = None  # FitResult.to_json() when a plan was made
     refusal: Dsv4ctlError | None = None
+    basis: str | None = None  # EXACT | ESTIMATED when a plan was made
+    stale_fix_active: bool | None = None
 
     @property
     def requested_text(self) -> str:
@@ -65,6 +81,9 @@ class PreflightDecision:
             "requested_max_model_len": self.requested_max_model_len,
             "action": self.action,
             "max_model_len": self.max_model_len,
+            "basis": self.basis,
+            "vllm_version_planned": (self.plan or {}).get("vllm_version_planned"),
+            "stale_fix_active": self.stale_fix_active,
             "reason": self.reason,
             "notes": list(self.notes),
             "plan": self.plan,
@@ -87,8 +106,14 @@ def decide(
     *,
     keep_auto: bool = False,
     snapshot_reader: SnapshotReader | None = None,
+    pin_length: bool = False,
+    fixes: str | None = None,
+    vllm_version: str | None = None,
 ) -> PreflightDecision:
-    """Decide the `--max-model-len` to launch with, from vLLM's parsed flags and this node."""
+    """Decide the `--max-model-len` to launch with, from vLLM's parsed flags and this node.
+
+    `fixes`: serve's --fixes (None: $DSV4CTL_FIXES, else all, as serve sets it); `vllm_version`: plan as this
+    release (None: the installed vLLM)."""
     model = str(getattr(namespace, "model", None) or "")
     requested = getattr(namespace, "max_model_len", None)
 
@@ -124,7 +149,7 @@ def decide(
     try:
         from dsv4ctl.planning.fit import plan_fit
 
-        request = fit_request_from(namespace, model, kv_cache_memory_bytes=kv_bytes)
+        request = fit_request_from(namespace, model, kv_cache_memory_bytes=kv_bytes, vllm_version=vllm_version)
         result = plan_fit(request, snapshot=snapshot, geometry=geometry)
     except Dsv4ctlError as exc:  # e.g. TP×PP×DP needs more GPUs than this node has
         if exc.exit_code == ExitCode.DOES_NOT_FIT:
@@ -135,6 +160,17 @@ def decide(
     notes.extend(str(w) for w in result.warnings)
     recommended = int(result.recommended_max_model_len)
     autofit = int(result.autofit_max_model_len)
+    basis = EXACT if kv_bytes is not None else ESTIMATED
+    version = result.version.planned
+    stale_fix = stale_fix_active(fixes)
+    auto_safe = stale_fix or version not in STALE_LENGTH_RELEASES
+    predicted = f"predicted {autofit:,} on vLLM {version}'s planner" if autofit > 0 else "predicted: not one token fits"
+    if basis == ESTIMATED:
+        predicted += " from an estimate of the KV memory (the non-KV overhead is estimated)"
+
+    def decision(action: str, length: int | None, reason: str, out_flags: list[str]) -> PreflightDecision:
+        return PreflightDecision(model, requested, action, length, reason, out_flags, notes, plan, None, basis, stale_fix)
+
     if not result.fits:
         hint = (
             f"the largest length that fits is {autofit:,} (recommended: --max-model-len {recommended})"
@@ -142,27 +178,75 @@ def decide(
             else "not even one token of KV cache fits: free memory, raise --gpu-memory-utilization or add GPUs"
         )
         err = Dsv4ctlError(f"vLLM would refuse this: {result.refusal}", hint=hint, exit_code=ExitCode.DOES_NOT_FIT)
-        return _refuse(model, requested, flags, notes, plan, err)
+        if basis == EXACT or _refusal_is_measured(result, requested):
+            refused = _refuse(model, requested, flags, notes, plan, err)
+            refused.basis, refused.stale_fix_active = basis, stale_fix
+            return refused
+        notes.append(
+            f"the estimate says vLLM would refuse this ({result.refusal}); the KV memory is an estimate, so serve "
+            f"starts vLLM and lets it decide ({err.hint}); --kv-cache-memory-bytes makes the check exact"
+        )
+        if requested is not None and requested != AUTO:
+            return decision(EXPLICIT_UNVERIFIED, None,
+                            f"--max-model-len {requested:,}: the estimate says it does not fit ({predicted}); starting anyway",
+                            list(flags))
+        out = list(flags) if requested == AUTO else set_max_model_len(flags, "auto")
+        return decision(KEEP_AUTO if requested == AUTO else SET_AUTO, None,
+                        f"length {'auto' if requested == AUTO else 'not given'}: vLLM auto-fits ({predicted})", out)
 
     if requested is None or requested == AUTO:
         if keep_auto:
             shrink = f"; vLLM will shrink it to {autofit:,} after building its state" if result.will_shrink else ""
             reason = f"--keep-auto: vLLM auto-fits the length itself (planned ceiling {autofit:,}{shrink})"
-            return PreflightDecision(model, requested, KEEP_AUTO, None, reason, list(flags), notes, plan)
+            return decision(KEEP_AUTO, None, reason, list(flags))
+        if auto_safe and not pin_length:
+            why = (
+                "the stale-length fix is active in every vLLM process" if stale_fix and version in STALE_LENGTH_RELEASES
+                else f"vLLM {version} has no stale-length crash after auto-fit"
+            )
+            reason = (
+                f"length {'auto' if requested == AUTO else 'not given'}: keeping --max-model-len auto ({why}); "
+                f"vLLM computes the length from the memory it measures, {predicted}"
+            )
+            if requested == AUTO:
+                return decision(KEEP_AUTO, None, reason, list(flags))
+            return decision(SET_AUTO, None, reason, set_max_model_len(flags, "auto"))
         chosen, why = recommended, result.safe_length.line() if result.safe_length else f"the plan's safe length below the auto-fit ceiling {autofit:,}"
         notes.extend([result.safe_length.cliff_line()] if result.safe_length and result.safe_length.cliff else [])
         if chosen <= 0:
             chosen, why = autofit, "the auto-fit ceiling itself (no length survives the planning margin)"
+        pinned_because = (
+            "--pin-length" if pin_length
+            else f"vLLM {version} crashes after auto-fit shrinks the length and the stale-length fix is off"
+        )
         reason = (
-            f"length {'auto' if requested == AUTO else 'not given'}: passing --max-model-len {chosen:,}, "
+            f"length {'auto' if requested == AUTO else 'not given'}: passing --max-model-len {chosen:,} ({pinned_because}), "
             f"{why}, so vLLM never shrinks the length after start-up"
         )
-        return PreflightDecision(model, requested, SET_LENGTH, chosen, reason, set_max_model_len(flags, chosen), notes, plan)
-    return PreflightDecision(
-        model, requested, EXPLICIT_OK, None,
-        f"--max-model-len {requested:,} fits (auto-fit ceiling {autofit:,}; recommended {recommended:,})",
-        list(flags), notes, plan,
+        if basis == ESTIMATED:
+            reason += " (the length rests on an estimate of the KV memory)"
+        return decision(SET_LENGTH, chosen, reason, set_max_model_len(flags, chosen))
+    return decision(
+        EXPLICIT_OK, None,
+        f"--max-model-len {requested:,} fits (auto-fit ceiling {autofit:,}; recommended {recommended:,}; basis {basis})",
+        list(flags),
     )
+
+
+def stale_fix_active(fixes: str | None) -> bool:
+    """Whether serve enables the stale max_model_len fix: --fixes, else $DSV4CTL_FIXES, else all."""
+    from dsv4ctl.fixes import FIXES_ENV, STALE_MAX_MODEL_LEN, parse_selection
+
+    value = fixes if fixes is not None else os.environ.get(FIXES_ENV, "all")
+    return STALE_MAX_MODEL_LEN in parse_selection(value).names
+
+
+def _refusal_is_measured(result: Any, requested: int | None) -> bool:
+    """Refusals that do not rest on the KV estimate: the length above the model's maximum (config.json),
+    and free memory below the request (NVML's figure now, the check vLLM makes at start)."""
+    if requested is not None and requested != AUTO and requested > result.model_max_model_len:
+        return True
+    return any(g.refusal for g in result.gpus) or str(result.refusal or "").startswith("Free memory on device")
 
 
 def _refuse(
@@ -174,10 +258,12 @@ def _refuse(
 
 
 # FitRequest fields that are dsv4ctl's own planning inputs, never vLLM flags.
-_DSV4CTL_ONLY_FIELDS = {"model", "margin", "weights_bytes_per_rank", "non_kv_overhead_bytes", "gpus", "from_log"}
+_DSV4CTL_ONLY_FIELDS = {"model", "margin", "weights_bytes_per_rank", "non_kv_overhead_bytes", "gpus", "from_log", "vllm_version"}
 
 
-def fit_request_from(namespace: argparse.Namespace, model: str, kv_cache_memory_bytes: int | None = None) -> Any:
+def fit_request_from(
+    namespace: argparse.Namespace, model: str, kv_cache_memory_bytes: int | None = None, vllm_version: str | None = None
+) -> Any:
     """A planning `FitRequest` from vLLM's parsed serve flags (the field names are vLLM's).
 
     Plans this node: with multi-node data parallelism the node runs `--data-parallel-size-local`
@@ -198,6 +284,8 @@ def fit_request_from(namespace: argparse.Namespace, model: str, kv_cache_memory_
         values["data_parallel_size"] = int(local_dp)
     if kv_cache_memory_bytes is not None:
         values["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
+    if vllm_version is not None:
+        values["vllm_version"] = vllm_version
     spec = getattr(namespace, "speculative_config", None)
     if spec is not None:
         values["num_speculative_tokens"] = speculative_tokens(spec)  # only MTP is planned; others raise

@@ -219,7 +219,7 @@ def test_dsv4ctl_serve_options_do_not_collide_with_vllm_flags():
     ours = {opt for param in command.params for opt in getattr(param, "opts", []) if opt.startswith("-")}
     vllm = vllm_flag_names()
     assert "--max-model-len" in vllm and "--kv-cache-memory-bytes" in vllm  # it is vLLM's real parser
-    assert {"--log-file", "--keep-auto", "--retry", "--fixes", "--dry-run"} <= ours
+    assert {"--log-file", "--keep-auto", "--retry", "--fixes", "--dry-run", "--pin-length", "--vllm-version"} <= ours
     assert ours & vllm == set()
 
 
@@ -249,10 +249,10 @@ def test_dry_run_plans_a_deepseek_v4_length_from_kv_cache_memory_bytes(cli, mode
     model = str(models["dsv4"])
     for budget in ("700M", KV_BUDGET):
         plan = plan_fit(FitRequest(model=model, max_model_len=-1, kv_cache_memory_bytes=int(budget[:-1]) << 20))
-        result = cli("serve", model, "--dry-run", "--json", "--max-model-len", "auto", "--kv-cache-memory-bytes", budget)
+        result = cli("serve", model, "--dry-run", "--json", "--pin-length", "--max-model-len", "auto", "--kv-cache-memory-bytes", budget)
         assert result.exit_code == 0, result.output
         decision = json.loads(result.stdout)["serve_preflight"]
-        assert decision["action"] == "set-length"
+        assert decision["action"] == "set-length" and decision["basis"] == "exact"
         # the plan's safe length; when no length survives the planning margin, the auto-fit ceiling
         chosen = plan.recommended_max_model_len or plan.autofit_max_model_len
         assert chosen > 0
@@ -263,6 +263,10 @@ def test_dry_run_plans_a_deepseek_v4_length_from_kv_cache_memory_bytes(cli, mode
         ]
         assert any("no NVIDIA GPU" in note for note in decision["notes"])
 
+    # Without --pin-length, auto stays auto on the installed 0.32 (no stale-length crash there).
+    kept = cli("serve", model, "--dry-run", "--json", "--max-model-len", "auto", "--kv-cache-memory-bytes", KV_BUDGET)
+    decision = json.loads(kept.stdout)["serve_preflight"]
+    assert decision["action"] == "keep-auto" and decision["vllm_version_planned"] == "0.32.0"
     keep = cli("serve", model, "--dry-run", "--json", "--max-model-len", "-1", "--keep-auto", "--kv-cache-memory-bytes", KV_BUDGET)
     decision = json.loads(keep.stdout)["serve_preflight"]
     assert decision["action"] == "keep-auto" and decision["max_model_len"] is None

@@ -90,15 +90,17 @@ def test_deepseek_without_gpu_or_kv_budget_cannot_plan(dsv4):
 
 
 @pytest.mark.parametrize("requested", [None, -1])
-def test_deepseek_auto_or_unset_gets_the_planned_explicit_length(dsv4, requested):
+def test_deepseek_auto_or_unset_gets_the_planned_explicit_length_with_pin_length(dsv4, requested):
     from dsv4ctl.planning.fit import FitRequest, plan_fit
 
     budget = 700 * MiB
     plan = plan_fit(FitRequest(model=str(dsv4), kv_cache_memory_bytes=budget))
     assert 0 < plan.recommended_max_model_len < 1_048_576
     flags = [str(dsv4), "--kv-cache-memory-bytes", "700M"] + (["--max-model-len", "auto"] if requested else [])
-    decision = preflight.decide(_ns(dsv4, max_model_len=requested, kv_cache_memory_bytes=budget), flags, snapshot_reader=_no_gpu)
-    assert decision.action == preflight.SET_LENGTH
+    decision = preflight.decide(
+        _ns(dsv4, max_model_len=requested, kv_cache_memory_bytes=budget), flags, snapshot_reader=_no_gpu, pin_length=True
+    )
+    assert decision.action == preflight.SET_LENGTH and "--pin-length" in decision.reason
     assert decision.max_model_len == plan.recommended_max_model_len
     assert decision.flags == [str(dsv4), "--kv-cache-memory-bytes", "700M", "--max-model-len", str(plan.recommended_max_model_len)]
     assert f"{plan.recommended_max_model_len:,}" in decision.reason
@@ -261,7 +263,9 @@ def test_gpu_node_auto_length_is_the_planned_one(flash_checkpoint):
     snap = snapshot(*(h200(i) for i in range(8)))
     plan = plan_fit(FitRequest(model=str(flash_checkpoint), tensor_parallel_size=8), snapshot=snap)
     flags = [str(flash_checkpoint), "-tp", "8", "--max-model-len", "auto"]
-    decision = preflight.decide(_ns(flash_checkpoint, max_model_len=-1, tensor_parallel_size=8), flags, snapshot_reader=lambda: snap)
+    decision = preflight.decide(
+        _ns(flash_checkpoint, max_model_len=-1, tensor_parallel_size=8), flags, snapshot_reader=lambda: snap, pin_length=True
+    )
     assert decision.action == preflight.SET_LENGTH
     assert decision.max_model_len == plan.recommended_max_model_len > 0
     assert decision.flags == [str(flash_checkpoint), "-tp", "8", "--max-model-len", str(plan.recommended_max_model_len)]
@@ -284,7 +288,7 @@ def test_gpu_node_with_free_memory_below_the_utilization_is_refused(flash_checkp
         _ns(flash_checkpoint, max_model_len=-1, tensor_parallel_size=8, gpu_memory_utilization=0.7),
         [str(flash_checkpoint)], snapshot_reader=lambda: snap,
     )
-    assert lower.action == preflight.SET_LENGTH
+    assert lower.action == preflight.KEEP_AUTO  # auto is safe here (stale fix on by default): kept
 
 
 def test_speculative_config_other_than_mtp_is_not_planned_as_mtp(dsv4):
@@ -306,3 +310,85 @@ def test_more_gpus_than_this_node_has_passes_through_saying_why(flash_checkpoint
     assert decision.action == preflight.PASS_THROUGH and decision.flags == flags
     assert "16 GPUs needed, 8 visible" in decision.reason
     assert not any("no NVIDIA GPU" in n for n in decision.notes)  # the GPUs were read; the plan needs more
+
+
+# -- serve acts on evidence: auto kept where it is safe, refusals only on exact inputs ---------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "fixes", "action"),
+    [
+        ("0.32.0", None, preflight.KEEP_AUTO),  # fixed upstream (>= 0.31)
+        ("0.33.0", "none", preflight.KEEP_AUTO),
+        ("0.28.0", "none", preflight.KEEP_AUTO),  # no stale-length crash before 0.29
+        ("0.29.0", None, preflight.KEEP_AUTO),  # the fix is on by default in serve
+        ("0.30.0", "all", preflight.KEEP_AUTO),
+        ("0.29.0", "none", preflight.SET_LENGTH),  # crash-prone release, fix off: pin
+        ("0.30.0", "deepgemm-metadata-clamp", preflight.SET_LENGTH),
+    ],
+)
+def test_auto_is_kept_where_it_is_safe_and_pinned_where_it_is_not(dsv4, monkeypatch, version, fixes, action):
+    monkeypatch.delenv("DSV4CTL_FIXES", raising=False)
+    flags = [str(dsv4), "--max-model-len", "auto", "--kv-cache-memory-bytes", "700M"]
+    decision = preflight.decide(
+        _ns(dsv4, max_model_len=-1, kv_cache_memory_bytes=700 * MiB), flags, snapshot_reader=_no_gpu,
+        fixes=fixes, vllm_version=version,
+    )
+    assert decision.action == action
+    doc = decision.to_json()
+    assert doc["basis"] == preflight.EXACT and doc["vllm_version_planned"] == version
+    autofit = decision.plan["autofit_max_model_len"]
+    if action == preflight.KEEP_AUTO:
+        assert decision.flags == flags and decision.max_model_len is None
+        assert f"predicted {autofit:,}" in decision.reason  # the predicted value is printed
+    else:
+        assert decision.max_model_len == decision.plan["recommended_max_model_len"]
+        assert "stale-length fix is off" in decision.reason
+
+
+def test_stale_fix_follows_the_environment_when_fixes_is_not_given(monkeypatch):
+    monkeypatch.delenv("DSV4CTL_FIXES", raising=False)
+    assert preflight.stale_fix_active(None)
+    monkeypatch.setenv("DSV4CTL_FIXES", "none")
+    assert not preflight.stale_fix_active(None)
+    assert preflight.stale_fix_active("stale-max-model-len")
+
+
+def test_unset_length_becomes_auto_where_auto_is_safe(dsv4):
+    flags = [str(dsv4), "--kv-cache-memory-bytes", "700M"]
+    decision = preflight.decide(
+        _ns(dsv4, kv_cache_memory_bytes=700 * MiB), flags, snapshot_reader=_no_gpu, vllm_version="0.32.0"
+    )
+    assert decision.action == preflight.SET_AUTO
+    assert decision.flags == [*flags, "--max-model-len", "auto"]
+
+
+def test_estimate_that_says_no_warns_and_starts(flash_checkpoint):
+    """Predicted KV memory (weights + a 6 GiB overhead estimate): an explicit length the estimate rejects is
+    not refused; vLLM measures and decides."""
+    from fitkit import h200, snapshot
+
+    snap = snapshot(*(h200(i) for i in range(8)))
+    flags = [str(flash_checkpoint), "-tp", "8", "--max-model-len", "1048576"]
+    ns = _ns(flash_checkpoint, max_model_len=1_048_576, tensor_parallel_size=8, gpu_memory_utilization=0.2)
+    decision = preflight.decide(ns, flags, snapshot_reader=lambda: snap, vllm_version="0.32.0")
+    assert decision.plan["fits"] is False  # the estimate says vLLM would refuse it
+    assert decision.action == preflight.EXPLICIT_UNVERIFIED and decision.refusal is None
+    assert decision.basis == preflight.ESTIMATED and decision.flags == flags
+    assert any("the KV memory is an estimate" in n for n in decision.notes)
+
+
+def test_exact_budget_that_says_no_refuses(dsv4):
+    decision = preflight.decide(
+        _ns(dsv4, max_model_len=1_048_576, kv_cache_memory_bytes=64 * MiB), [str(dsv4)], snapshot_reader=_no_gpu,
+        vllm_version="0.32.0",
+    )
+    assert decision.action == preflight.REFUSE and decision.basis == preflight.EXACT
+    assert decision.to_json()["basis"] == "exact"
+
+
+def test_serve_version_and_pin_options_need_their_partners(cli):
+    res = cli("serve", "some/model", "--vllm-version", "0.28.0")
+    assert res.exit_code == 2 and "--dry-run" in res.stderr
+    res = cli("serve", "some/model", "--pin-length", "--keep-auto")
+    assert res.exit_code == 2

