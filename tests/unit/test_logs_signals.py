@@ -1,10 +1,10 @@
 """Stopping a big `dsv4ctl diagnose`: SIGTERM and SIGHUP end its scanning processes too.
 
 A real command in a subprocess scans a generated 64 MiB log with two processes (the size at which the
-parallel scan starts). The log is made of request-time error tracebacks, so every line is selected: the
-scanning child fills its pipe and waits on it while diagnose analyses its own half, which is the state in
-which a stopped diagnose used to leave the child behind (re-parented, blocked on the pipe forever, holding
-the caller's stdout open).
+parallel scan starts). The log is made of short error lines, so every one of its ~2 million lines is
+selected: the scanning child fills its pipe and waits on it while diagnose goes through its own half
+(seconds, however cheap the analysis of a line becomes), which is the state in which a stopped diagnose
+used to leave the child behind (re-parented, blocked on the pipe forever, holding the caller's stdout open).
 """
 
 from __future__ import annotations
@@ -24,19 +24,13 @@ from dsv4ctl.logs import parallel
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="signals and fork: Linux")
 
 REPO = Path(__file__).resolve().parents[2]
-TRACEBACK = (
-    "(APIServer pid=7701) ERROR 10-21 11:00:{s:02d} [serving_chat.py:281] Error in preprocessing prompt inputs\n"
-    "(APIServer pid=7701) ERROR 10-21 11:00:{s:02d} [serving_chat.py:281] Traceback (most recent call last):\n"
-    '(APIServer pid=7701) ERROR 10-21 11:00:{s:02d} [serving_chat.py:281]   File "/usr/local/lib/python3.12/'
-    'dist-packages/vllm/entrypoints/openai/serving_chat.py", line 265, in create_chat_completion\n'
-    "(APIServer pid=7701) ERROR 10-21 11:00:{s:02d} [serving_chat.py:281] ValueError: prompt too long\n"
-)
+LINES = ("ERROR 11:00:{s:02d} boom\n", "ValueError: {s}\n", 'File "x.py", line {s}\n', "Traceback {s}\n")
 
 
 @pytest.fixture(scope="module")
 def big_log(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("signals") / "errors.log"
-    block = "".join(TRACEBACK.format(s=s) for s in range(60)).encode() * 40  # ~1 MiB
+    block = "".join(line.format(s=s) for s in range(60) for line in LINES).encode() * 900  # ~1 MiB
     with open(path, "wb") as f:
         while f.tell() < parallel.PARALLEL_MIN_BYTES + len(block):
             f.write(block)
@@ -59,7 +53,7 @@ def _start(log: Path) -> tuple[subprocess.Popen, list[psutil.Process]]:
             break
         time.sleep(0.01)
     assert children, "diagnose never started a scanning process"
-    time.sleep(0.5)  # the child fills its pipe and blocks on it
+    time.sleep(0.3)  # the child fills its pipe and blocks on it
     assert proc.poll() is None, "diagnose ended before it could be signalled; the test log is too small"
     return proc, children
 
