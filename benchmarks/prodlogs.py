@@ -50,6 +50,7 @@ Frame line numbers and request values are illustrative where the source does not
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import random
 import re
@@ -67,6 +68,15 @@ PY = "/usr/local/lib/python3.12/dist-packages"
 
 API = "(APIServer pid=7701)"
 ENGINE = "(EngineCore pid=7790)"
+# Timestamps only move forward, as in a real log: a block of serving traffic spans under an hour and is
+# written with its own hour (`HOUR` replaced by "%m-%d %H"), the restart and each crash-loop start too.
+HOUR = "~MM-DDHH~"
+START = datetime.datetime(2026, 10, 21, 9)
+
+
+def _hour(h: int) -> str:
+    """ "%m-%d %H" of the hour `h` hours after the first startup's."""
+    return (START + datetime.timedelta(hours=h)).strftime("%m-%d %H")
 
 
 def _log_lines(path: Path) -> list[str]:
@@ -82,10 +92,8 @@ def _startup_and_shutdown() -> tuple[str, str]:
 
 
 def _ts(t: int) -> str:
-    """vLLM's %m-%d %H:%M:%S for second `t` after 10-21 09:05:00."""
-    t += 9 * 3600 + 5 * 60
-    day, t = divmod(t, 86400)
-    return f"10-{21 + day % 9:02d} {t // 3600:02d}:{t // 60 % 60:02d}:{t % 60:02d}"
+    """vLLM's %m-%d %H:%M:%S for second `t` (< 3600) of the block's hour."""
+    return f"{HOUR}:{t // 60 % 60:02d}:{t % 60:02d}"
 
 
 def _record(prefix: str, lines: list[str]) -> str:
@@ -208,7 +216,7 @@ def _write_serving(f, size: int, tb_share: float, engine_share: float) -> dict[s
     restart = "".join(_log_lines(FIXTURES / "autofit_reduced_v032.log"))
     head = startup.encode()
     tail = (shutdown + restart).encode()
-    blocks = [_serving_block(1000 + i, 600 * i, tb_share, engine_share) for i in range(DISTINCT_BLOCKS)]
+    blocks = [_serving_block(1000 + i, 0, tb_share, engine_share) for i in range(DISTINCT_BLOCKS)]
     encoded = [b.encode() for b, _ in blocks]
     stats = {"lines": _count_lines(startup) + _count_lines(shutdown + restart), "traceback_lines": 0, "engine_lines": 0,
              "requests": 0, "starts": 2}
@@ -216,13 +224,14 @@ def _write_serving(f, size: int, tb_share: float, engine_share: float) -> dict[s
     written = len(head)
     i = 0
     while written + len(tail) < size:
-        data = encoded[i % DISTINCT_BLOCKS]
+        data = encoded[i % DISTINCT_BLOCKS].replace(HOUR.encode(), _hour(i + 1).encode())
         f.write(data)
         written += len(data)
         for k in ("lines", "traceback_lines", "engine_lines", "requests"):
             stats[k] += blocks[i % DISTINCT_BLOCKS][1][k]
         i += 1
-    f.write(tail)
+    # The stop and the restart come after the last block (their "10-21 09:" moved to the next hour).
+    f.write(tail.replace(b"10-21 09:", _hour(i + 1).encode() + b":"))
     return stats
 
 
@@ -266,7 +275,7 @@ def _write_crash_loop(f, size: int, starts_per_gib: int) -> dict[str, int]:
     starts = max(2, round(starts_per_gib * size / GIB))
     per_start = max(0, size // starts - template_bytes)
     pid_re = re.compile(r"pid=(\d+)")
-    ts = "09-24 10:06:01"
+    ts = "09-24 10:06:01"  # each start below is moved to an hour of its own
     rng = random.Random(7)
     # A few distinct DEBUG paddings, reused: the starts differ in their pids.
     paddings = [_debug_lines(rng, [2411, 2412], ts, per_start) for _ in range(4)]
@@ -281,6 +290,7 @@ def _write_crash_loop(f, size: int, starts_per_gib: int) -> dict[str, int]:
             return f"pid={int(m.group(1)) + shift}"
 
         text = pid_re.sub(bump, before) + pid_re.sub(bump, paddings[k % len(paddings)]) + pid_re.sub(bump, after)
+        text = text.replace("09-24 10:", _hour(k) + ":")
         data = text.encode()
         f.write(data)
         written += len(data)
