@@ -101,7 +101,8 @@ def _ensure_process_group(created: list[bool]) -> None:
 
 
 def _build(
-    model_id: str, tmp: Path, created: list[bool], mp: pytest.MonkeyPatch, *, flashinfer: bool = False, kv_cache_dtype: str = "auto"
+    model_id: str, tmp: Path, created: list[bool], mp: pytest.MonkeyPatch, *, flashinfer: bool = False, kv_cache_dtype: str = "auto",
+    config: dict | None = None,
 ) -> VllmModel:
     import torch
 
@@ -117,7 +118,7 @@ def _build(
     )
     from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
 
-    config = {**_builtin_configs()[model_id], **_LAYER_EXTRAS}
+    config = {**(config or _builtin_configs()[model_id]), **_LAYER_EXTRAS}
     (tmp / "config.json").write_text(json.dumps(config))
     vllm_config = EngineArgs(
         model=str(tmp), max_model_len=-1, load_format="dummy", skip_tokenizer_init=True, enforce_eager=True,
@@ -334,3 +335,124 @@ def test_defaults_mirror_vllm(vllm_available):
 
     option = inspect.signature(fit_length_command).parameters["gpu_memory_utilization"].default
     assert option.default == DEFAULT_GPU_MEMORY_UTILIZATION
+
+
+# -- randomized differential test: custom DeepSeek-V4-shaped configs against vLLM 0.32's own planner -------
+
+RANDOM_SEED = 20261130
+RANDOM_CONFIGS = 10  # valid layouts, each planned at POINTS_PER_CONFIG random settings
+POINTS_PER_CONFIG = 30
+
+
+def _random_config(rng, index: int) -> dict:
+    """A DeepSeek-V4-shaped config: the Flash config with another layer count, compression pattern,
+    sliding window and maximum length (at least one ratio-4 layer: the layouts fit-length models)."""
+    base = dict(_builtin_configs()[MODELS[index % 2]])
+    layers = rng.randint(3, 24)
+    ratios = [rng.choice((0, 4, 128, 4, 128)) for _ in range(layers)]
+    if 4 not in ratios:
+        ratios[rng.randrange(layers)] = 4
+    base.update(
+        num_hidden_layers=layers, compress_ratios=ratios + [0] * base["num_nextn_predict_layers"],
+        sliding_window=rng.choice((64, 128, 256)), max_position_embeddings=rng.choice((65_536, 262_144, 1_048_576)),
+    )
+    return base
+
+
+def _random_point(rng, num_layers: int) -> dict:
+    memory = int(2 ** rng.uniform(24, 35))  # 16 MiB .. 32 GiB
+    return dict(
+        memory=memory, mnbt=rng.choice((256, 1024, 2048, 4096, 8192, 16384)), async_scheduling=rng.random() < 0.7,
+        pp=rng.choice((1, 1, 2, 3)) if num_layers >= 3 else 1, mtp=rng.random() < 0.3,
+        length=rng.choice((-1, -1, -1, 4096, 131_072)),
+    )
+
+
+def _ours_on_config(path: Path, point: dict):
+    from dsv4ctl.planning import FitRequest, plan_fit
+
+    return plan_fit(FitRequest(
+        model=str(path), kv_cache_memory_bytes=point["memory"], max_num_batched_tokens=point["mnbt"],
+        async_scheduling=point["async_scheduling"], pipeline_parallel_size=point["pp"],
+        num_speculative_tokens=1 if point["mtp"] else 0, max_model_len=point["length"], vllm_version="0.32.0",
+    ))
+
+
+def _theirs_on_config(model: VllmModel, point: dict) -> VllmAnswer:
+    from vllm.distributed.utils import get_pp_indices
+
+    num_layers = model.vllm_config.model_config.hf_config.num_hidden_layers
+    workers = []
+    for rank in range(point["pp"]):
+        start, end = get_pp_indices(num_layers, rank, point["pp"])
+        stage = {n: s for n, s in model.specs.items() if start <= int(n.split(".")[2]) < end}
+        if point["mtp"] and rank == point["pp"] - 1:
+            stage.update(model.mtp_specs)
+        workers.append(stage)
+    return vllm_plan(model, point["memory"], point["mnbt"], worker_specs=workers, pp=point["pp"],
+                     async_scheduling=point["async_scheduling"], max_model_len=point["length"])
+
+
+def test_randomized_differential_against_vllm(vllm_env):
+    """Seeded: >= 300 points over memory, batched tokens, async on/off, PP, MTP and explicit lengths on custom
+    DeepSeek-V4-shaped configs (plus layouts vLLM refuses). Every point agrees, or both refuse for the same reason."""
+    import random
+
+    tmp_factory, created, mp = vllm_env
+    rng = random.Random(RANDOM_SEED)
+    counts = {"agree": 0, "both_refuse": 0, "mismatch": 0}
+    mismatches = []
+    for index in range(RANDOM_CONFIGS):
+        config = _random_config(rng, index)
+        tmp = tmp_factory.mktemp(f"random-{index}")
+        mp.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+        model = _build("custom", tmp, created, mp, config=config)
+        for _ in range(POINTS_PER_CONFIG):
+            point = _random_point(rng, config["num_hidden_layers"])
+            if point["length"] > model.model_max:
+                point["length"] = -1
+            theirs = _theirs_on_config(model, point)
+            mine = _ours_on_config(tmp / "config.json", point)
+            if theirs.error is not None and not mine.fits:
+                same = mine.refusal.split(" GiB KV")[0].split(":")[0] == theirs.error.split(" GiB KV")[0].split(":")[0]
+                counts["both_refuse" if same else "mismatch"] += 1
+                if not same:
+                    mismatches.append((index, point, mine.refusal, theirs.error))
+                continue
+            got = (mine.autofit_max_model_len if point["length"] == -1 else point["length"], mine.fits,
+                   mine.num_blocks if mine.fits else 0)
+            want = (theirs.autofit, theirs.error is None, theirs.num_blocks)
+            if got == want:
+                counts["agree"] += 1
+            else:
+                counts["mismatch"] += 1
+                mismatches.append((index, point, got, want))
+
+    # Layouts vLLM refuses: both refuse, with vLLM's compressor reason where vLLM gives one.
+    from dsv4ctl.errors import InputError
+    from dsv4ctl.planning import load_geometry
+
+    for head_dim, index_head_dim in ((256, 128), (512, 64)):
+        config = {**_builtin_configs()[MODELS[0]], "head_dim": head_dim, "index_head_dim": index_head_dim}
+        tmp = tmp_factory.mktemp(f"refused-{head_dim}-{index_head_dim}")
+        mp.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+        with pytest.raises(ValueError, match="Unsupported head_dim for fused quant\\+cache") as theirs:
+            _build("custom", tmp, created, mp, config=config)
+        with pytest.raises(InputError) as mine:
+            load_geometry(tmp / "config.json")
+        assert str(theirs.value) in mine.value.message
+        counts["both_refuse"] += 1
+    # No compression-ratio-4 layer (no indexer): vLLM's FlashMLA layout cannot group it; fit-length refuses it.
+    config = {**_builtin_configs()[MODELS[0]]}
+    config["compress_ratios"] = [128 if r == 4 else r for r in config["compress_ratios"]]
+    tmp = tmp_factory.mktemp("refused-no-indexer")
+    mp.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    model = _build("custom", tmp, created, mp, config=config)
+    with pytest.raises(NotImplementedError, match="page size is not divisible"):
+        vllm_plan(model, 16 * GiB, 8192)
+    with pytest.raises(InputError, match="no layer with compression ratio 4"):
+        load_geometry(tmp / "config.json")
+    counts["both_refuse"] += 1
+    print(f"randomized differential: {counts}")
+    assert not mismatches, mismatches[:5]
+    assert counts["agree"] + counts["both_refuse"] >= 300
