@@ -246,7 +246,7 @@ def diagnose_command(
 def fit_length_command(
     model: str = typer.Argument(..., help="deepseek-ai/DeepSeek-V4-Flash, deepseek-ai/DeepSeek-V4-Pro, a checkpoint dir or config.json.", autocompletion=_complete_model),
     kv_cache_memory: str | None = typer.Option(None, "--kv-cache-memory", "--kv-cache-memory-bytes", metavar="SIZE", help="KV memory per GPU, as vLLM's --kv-cache-memory-bytes (9.81GiB, 10G = 10 GiB, 10533407294 bytes; a bare number below 1 MiB is refused as a forgotten unit). Default: predict."),
-    gpus: str | None = typer.Option(None, "--gpus", metavar="SNAPSHOT", help="GPU snapshot JSON (`dsv4ctl gpus --save`). Default: ask NVML when a prediction needs GPUs."),
+    gpus: list[str] | None = typer.Option(None, "--gpus", metavar="SNAPSHOT", help="GPU snapshot JSON (`dsv4ctl gpus --save`); repeat for several nodes (the tightest GPU binds). Default: ask NVML when a prediction needs GPUs."),
     from_log: str | None = typer.Option(None, "--from-log", metavar="LOG", help="Calibrate from a previous vLLM startup log (Available KV cache memory, Model loading, graphs)."),
     max_model_len: str = typer.Option("auto", "--max-model-len", help="Check this explicit length too (vLLM syntax: 1048576, 1M, 512k, auto)."),
     gpu_memory_utilization: float = typer.Option(0.92, "--gpu-memory-utilization", help="As vLLM (0.32 default 0.92)."),
@@ -300,7 +300,7 @@ def fit_length_command(
         margin=parse_margin(margin),
         weights_bytes_per_rank=parse_memory_flag(weights_memory, what="--weights-memory") if weights_memory else None,
         non_kv_overhead_bytes=parse_memory_flag(overhead, what="--overhead") if overhead else None,
-        gpus=gpus,
+        gpus=(gpus[0] if len(gpus) == 1 else tuple(gpus)) if gpus else None,
         from_log=from_log,
         vllm_version=vllm_version,
     )

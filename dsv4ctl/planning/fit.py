@@ -92,7 +92,7 @@ class FitRequest:
     margin: Margin = field(default_factory=Margin)
     weights_bytes_per_rank: int | None = None  # overrides the checkpoint's safetensors size
     non_kv_overhead_bytes: int | None = None  # None: estimate (or measured from the log)
-    gpus: str | None = None  # snapshot JSON path; None: read NVML when a prediction needs GPUs
+    gpus: str | tuple[str, ...] | None = None  # snapshot JSON path(s), one per node; None: NVML when a prediction needs GPUs
     from_log: str | None = None  # a previous startup log of the same model
     vllm_version: str | None = None  # whose planner to mirror; None: installed vLLM, else the log's, else newest known
 
@@ -185,6 +185,12 @@ class FitResult:
     notes: tuple[str, ...]
     vllm_flags: tuple[str, ...]
     version: VersionChoice = field(default_factory=lambda: choose_vllm_version())
+    nodes: tuple[dict[str, Any], ...] = ()  # one entry per --gpus snapshot when several were given
+
+    @property
+    def tightest_gpu(self) -> GpuMemoryPrediction | None:
+        """The GPU with the least predicted KV memory (the one that limits the plan)."""
+        return min(self.gpus, key=lambda g: g.available_kv_bytes) if self.gpus else None
     safe_length: SafeLength | None = None  # the recommendation explained (dsv4ctl.planning.safe_length)
 
     @property
@@ -244,6 +250,8 @@ class FitResult:
             "num_speculative_tokens": self.request.num_speculative_tokens,
             "gpu_memory_utilization": self.request.gpu_memory_utilization,
             "gpus": [g.to_json() for g in self.gpus],
+            "tightest_gpu": self.tightest_gpu.to_json() if self.tightest_gpu else None,
+            "nodes": list(self.nodes),
             "log": self.log.to_json() if self.log else None,
             "what_if": [row.to_json() for row in self.what_if],
             "warnings": list(self.warnings),
@@ -519,6 +527,10 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None, ge
     _validate(request)
     if geometry is None:
         geometry = load_geometry(request.model)
+    if snapshot is None and isinstance(request.gpus, (tuple, list)):
+        if len(request.gpus) > 1:
+            return _plan_nodes(request, tuple(request.gpus), timeline, geometry)
+        request = replace(request, gpus=request.gpus[0] if request.gpus else None)
     warnings: list[str] = []
     notes: list[str] = []
 
@@ -755,6 +767,43 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None, ge
         safe_length=safe,
         version=version,
     )
+
+
+def _plan_nodes(request: FitRequest, paths: tuple[str, ...], timeline: Any, geometry: Dsv4Geometry) -> FitResult:
+    """Several nodes (a snapshot each): plan every node, answer with the tightest one and name its GPU.
+
+    vLLM gives every worker of an engine the smallest block count, so the node that fits the least binds;
+    a refusal on any node binds first."""
+    from dsv4ctl.gpu import load_snapshot
+
+    results = []
+    for path in paths:
+        snap = load_snapshot(path)
+        result = plan_fit(replace(request, gpus=path), snapshot=snap, timeline=timeline, geometry=geometry)
+        results.append((path, snap, result))
+
+    def tightness(item: tuple[str, Any, FitResult]) -> tuple:
+        _, _, r = item
+        return (r.fits, r.autofit_max_model_len, r.kv_cache_memory_bytes)
+
+    path, snap, tightest = min(results, key=tightness)
+    nodes = []
+    for p, sn, r in results:
+        gpu = r.tightest_gpu
+        nodes.append({
+            "snapshot": p, "hostname": getattr(sn, "hostname", None), "fits": r.fits,
+            "autofit_max_model_len": r.autofit_max_model_len, "kv_cache_memory_bytes": r.kv_cache_memory_bytes,
+            "tightest_gpu": {"cuda_index": gpu.cuda_index, "name": gpu.name} if gpu else None,
+            "binding": p == path,
+        })
+    gpu = tightest.tightest_gpu
+    where = f"cuda:{gpu.cuda_index} ({gpu.name}) of {path}" if gpu else path
+    host = getattr(snap, "hostname", None)
+    note = (
+        f"{len(paths)} nodes planned; the tightest is {where}{f' on {host}' if host else ''}: "
+        f"{format_gib(tightest.kv_cache_memory_bytes)} KV per GPU, auto-fit {format_tokens(tightest.autofit_max_model_len)}"
+    )
+    return replace(tightest, nodes=tuple(nodes), notes=(*tightest.notes, note))
 
 
 def _vllm_flags(request: FitRequest, max_model_len: int, mnbt: int, async_on: bool) -> list[str]:

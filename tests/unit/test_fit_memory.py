@@ -230,3 +230,40 @@ def test_little_free_memory_above_the_budget_is_a_warning(cli, tmp_path):
     data = json.loads(cli("fit-length", FLASH, "--gpus", str(path), "--kv-cache-memory", "20GiB", "--json").stdout)
     assert data["fits"] is True
     assert any("above the --gpu-memory-utilization budget" in w for w in data["warnings"])
+
+
+# -- several nodes: a snapshot each, the tightest GPU binds and is named ---------------------------------
+
+
+def test_several_snapshots_plan_with_the_tightest_gpu(tmp_path, cli):
+    from dataclasses import replace as dc_replace
+
+    from fitkit import H200_FREE, builtin_config, h200, make_checkpoint, snapshot
+
+    from dsv4ctl.gpu import save_snapshot
+    from dsv4ctl.planning import FitRequest, plan_fit
+
+    GiB = 1 << 30
+    ckpt = make_checkpoint(tmp_path / "flash", builtin_config(), [{"model.layers.0.attn.wq_b.weight": 8 * GiB}])
+    roomy = snapshot(*(h200(i) for i in range(2)))
+    # Node b: cuda:1 is a smaller card (its total and free are 40 GiB lower).
+    small = dc_replace(h200(1, free=H200_FREE - 40 * GiB), total_bytes=h200(1).total_bytes - 40 * GiB)
+    tight = dc_replace(snapshot(h200(0), small), hostname="node-b")
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    save_snapshot(roomy, a)
+    save_snapshot(tight, b)
+    req = dict(model=str(ckpt), tensor_parallel_size=2, gpu_memory_utilization=0.2, vllm_version="0.32.0")
+    alone_a = plan_fit(FitRequest(**req, gpus=str(a)))
+    alone_b = plan_fit(FitRequest(**req, gpus=str(b)))
+    assert alone_b.kv_cache_memory_bytes < alone_a.kv_cache_memory_bytes
+    both = plan_fit(FitRequest(**req, gpus=(str(a), str(b))))
+    assert both.kv_cache_memory_bytes == alone_b.kv_cache_memory_bytes
+    assert both.autofit_max_model_len == alone_b.autofit_max_model_len
+    assert both.tightest_gpu.cuda_index == 1
+    assert [n["binding"] for n in both.nodes] == [False, True]
+    assert any("the tightest is cuda:1 (NVIDIA H200)" in n and "node-b" in n for n in both.notes)
+
+    res = cli("fit-length", str(ckpt), "-tp", "2", "--gpu-memory-utilization", "0.2", "--gpus", str(a), "--gpus", str(b), "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["tightest_gpu"]["cuda_index"] == 1 and len(doc["nodes"]) == 2
