@@ -69,13 +69,24 @@ def attempt_number() -> int:
 
 def plan_only(flags: list[str], options: ServeOptions) -> PreflightDecision:
     """`--dry-run`: parse with vLLM's parser and decide; start nothing."""
+    from dsv4ctl.errors import EngineUnavailableError
+    from dsv4ctl.serve.preflight import parse_planning_flags
     from dsv4ctl.serve.vllm_entry import parse_serve_flags
 
-    namespace = parse_serve_flags(flags)  # nothing is launched: the environment stays as it is
-    return decide(
+    note = None
+    try:
+        namespace = parse_serve_flags(flags)  # nothing is launched: the environment stays as it is
+    except EngineUnavailableError as exc:
+        # Planning on a machine without vLLM: read the flags the plan needs; vLLM's own checks run at start.
+        namespace = parse_planning_flags(flags)
+        note = f"{exc.message}: the planning flags were read without vLLM's parser; vLLM checks the rest when it starts"
+    decision = decide(
         namespace, flags, keep_auto=options.keep_auto, pin_length=options.pin_length, fixes=options.fixes,
         vllm_version=options.vllm_version,
     )
+    if note:
+        decision.notes.insert(0, note)
+    return decision
 
 
 def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> ServeResult:

@@ -290,3 +290,82 @@ def fit_request_from(
     if spec is not None:
         values["num_speculative_tokens"] = speculative_tokens(spec)  # only MTP is planned; others raise
     return FitRequest(**values)
+
+
+# -- `serve --dry-run` where vLLM is not installed (operators plan on a laptop) ----------------------------
+
+# The vLLM serve flags the plan reads (vLLM's names and spellings, 0.27-0.33); every other flag is kept as given.
+_PLANNING_FLAGS: tuple[tuple[tuple[str, ...], str, str], ...] = (
+    (("--max-model-len",), "max_model_len", "length"),
+    (("--kv-cache-memory-bytes",), "kv_cache_memory_bytes", "int"),
+    (("--gpu-memory-utilization",), "gpu_memory_utilization", "float"),
+    (("--kv-cache-dtype",), "kv_cache_dtype", "str"),
+    (("--block-size",), "block_size", "int"),
+    (("--max-num-batched-tokens",), "max_num_batched_tokens", "int"),
+    (("--max-num-seqs",), "max_num_seqs", "int"),
+    (("--tensor-parallel-size", "-tp"), "tensor_parallel_size", "int"),
+    (("--pipeline-parallel-size", "-pp"), "pipeline_parallel_size", "int"),
+    (("--data-parallel-size", "-dp"), "data_parallel_size", "int"),
+    (("--data-parallel-size-local", "-dpl"), "data_parallel_size_local", "int"),
+    (("--attention-backend",), "attention_backend", "str"),
+    (("--speculative-config",), "speculative_config", "json"),
+)
+_PLANNING_SWITCHES = {
+    "--enable-expert-parallel": ("enable_expert_parallel", True), "-ep": ("enable_expert_parallel", True),
+    "--async-scheduling": ("async_scheduling", True), "--no-async-scheduling": ("async_scheduling", False),
+}
+
+
+def parse_planning_flags(flags: list[str]) -> argparse.Namespace:
+    """The planning inputs of a `vllm serve` command line, read without vLLM (for `serve --dry-run` on a
+    machine where vLLM is not installed). Values are read as vLLM's parser reads them (`1M`, `10G`, `auto`);
+    anything else is left for vLLM. Raises UsageError for a value vLLM's parser would reject."""
+    import json
+
+    from dsv4ctl.errors import UsageError
+    from dsv4ctl.units import parse_vllm_int
+
+    values: dict[str, Any] = {"model": None}
+    by_name = {name: (dest, kind) for names, dest, kind in _PLANNING_FLAGS for name in names}
+    index = 0
+    while index < len(flags):
+        token = flags[index]
+        name, eq, inline = token.partition("=")
+        key = name.replace("_", "-") if name.startswith("--") else name
+        if key in _PLANNING_SWITCHES and not eq:
+            dest, value = _PLANNING_SWITCHES[key]
+            values[dest] = value
+        elif key in by_name:
+            dest, kind = by_name[key]
+            if eq:
+                raw = inline
+            elif index + 1 < len(flags):
+                index += 1
+                raw = flags[index]
+            else:
+                raise UsageError(f"{name} needs a value")
+            try:
+                if kind == "length":
+                    values[dest] = parse_vllm_int(raw, what=name, allow_auto=True)
+                elif kind == "int":
+                    values[dest] = parse_vllm_int(raw, what=name)
+                elif kind == "float":
+                    values[dest] = float(raw)
+                elif kind == "json":
+                    values[dest] = json.loads(raw)
+                else:
+                    values[dest] = raw
+            except (ValueError, json.JSONDecodeError):
+                raise UsageError(f"{name}: invalid value {raw!r}") from None
+        elif not token.startswith("-") and values["model"] is None and (index == 0 or not flags[index - 1].startswith("-")):
+            values["model"] = token
+        index += 1
+    if not values["model"]:
+        raise UsageError("no MODEL given", hint="dsv4ctl serve MODEL [flags...]")
+    defaults = dict(
+        max_model_len=None, kv_cache_memory_bytes=None, gpu_memory_utilization=None, kv_cache_dtype=None, block_size=None,
+        max_num_batched_tokens=None, max_num_seqs=None, tensor_parallel_size=None, pipeline_parallel_size=None,
+        data_parallel_size=None, data_parallel_size_local=None, enable_expert_parallel=None, async_scheduling=None,
+        attention_backend=None, speculative_config=None,
+    )
+    return argparse.Namespace(**{**defaults, **values})

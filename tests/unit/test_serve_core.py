@@ -392,3 +392,47 @@ def test_serve_version_and_pin_options_need_their_partners(cli):
     assert res.exit_code == 2 and "--dry-run" in res.stderr
     res = cli("serve", "some/model", "--pin-length", "--keep-auto")
     assert res.exit_code == 2
+
+
+# -- serve --dry-run without vLLM installed ----------------------------------------------------------------
+
+
+def test_planning_flags_are_read_like_vllms_parser():
+    ns = preflight.parse_planning_flags([
+        "m", "--port", "8000", "-tp", "8", "--max_model_len=1M", "--kv-cache-memory-bytes", "10G",
+        "--no-async-scheduling", "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}', "-ep",
+    ])
+    assert ns.model == "m" and ns.tensor_parallel_size == 8 and ns.max_model_len == 1_048_576
+    assert ns.kv_cache_memory_bytes == 10 << 30 and ns.async_scheduling is False and ns.enable_expert_parallel
+    assert ns.speculative_config == {"method": "mtp", "num_speculative_tokens": 1}
+    assert preflight.parse_planning_flags(["m", "--max-model-len", "auto"]).max_model_len == -1
+    from dsv4ctl.errors import UsageError
+
+    with pytest.raises(UsageError):
+        preflight.parse_planning_flags(["m", "-tp", "eight"])
+
+
+def test_dry_run_without_vllm_plans_with_the_chosen_release(cli, monkeypatch):
+    from dsv4ctl.errors import EngineUnavailableError
+    from dsv4ctl.planning import versions
+    from dsv4ctl.serve import vllm_entry
+
+    def no_vllm(flags):
+        raise EngineUnavailableError("vLLM is not installed in this Python environment")
+
+    monkeypatch.setattr(vllm_entry, "parse_serve_flags", no_vllm)
+    monkeypatch.setattr(versions, "installed_vllm_version", lambda: None)
+    flags = ["deepseek-ai/DeepSeek-V4-Flash", "-tp", "8", "--max-model-len", "auto", "--kv-cache-memory-bytes", "10533407294",
+             "--max-num-batched-tokens", "8192"]
+    res = cli("serve", *flags, "--dry-run", "--json", "--vllm-version", "0.28.0", "--fixes", "none")
+    assert res.exit_code == 0, res.output
+    decision = json.loads(res.stdout)["serve_preflight"]
+    assert decision["vllm_version_planned"] == "0.28.0" and decision["basis"] == "exact"
+    assert decision["plan"]["autofit_max_model_len"] == 852_992
+    assert decision["action"] == "keep-auto"  # 0.28 has no stale-length crash
+    assert any("without vLLM's parser" in n for n in decision["notes"])
+    assert decision["vllm_argv"] == ["vllm", "serve", *flags]
+    res = cli("serve", *flags, "--dry-run", "--vllm-version", "0.29.0", "--fixes", "none")
+    assert res.exit_code == 0, res.output
+    assert res.stdout.startswith("vllm serve deepseek-ai/DeepSeek-V4-Flash -tp 8 --max-model-len ")  # pinned on 0.29 without the fix
+    assert "--max-model-len auto" not in res.stdout
