@@ -26,6 +26,11 @@ from dsv4ctl.planning.kv_specs import DSV4_BLOCK_SIZE, KvLayoutChoice, LayerKvSp
 from dsv4ctl.planning.versions import VersionChoice, choose_vllm_version
 from dsv4ctl.planning.memory import (
     DEFAULT_NON_KV_OVERHEAD_BYTES,
+    NON_KV_OVERHEAD_SPREAD_BYTES,
+    UNIFIED_MEMORY_SPREAD_BYTES,
+    KvMemoryEstimate,
+    KvTerm,
+    combine_terms,
     GpuMemoryPrediction,
     check_startup_memory,
     weights_per_rank,
@@ -186,6 +191,8 @@ class FitResult:
     vllm_flags: tuple[str, ...]
     version: VersionChoice = field(default_factory=lambda: choose_vllm_version())
     nodes: tuple[dict[str, Any], ...] = ()  # one entry per --gpus snapshot when several were given
+    available_kv: KvMemoryEstimate | None = None  # the limiting GPU's KV memory: value, range, basis, terms
+    autofit_range: tuple[int, int] | None = None  # auto-fit at the range's low and high ends
 
     @property
     def tightest_gpu(self) -> GpuMemoryPrediction | None:
@@ -251,6 +258,8 @@ class FitResult:
             "gpu_memory_utilization": self.request.gpu_memory_utilization,
             "gpus": [g.to_json() for g in self.gpus],
             "tightest_gpu": self.tightest_gpu.to_json() if self.tightest_gpu else None,
+            "available_kv_bytes": self.available_kv.to_json() if self.available_kv else None,
+            "autofit_range": list(self.autofit_range) if self.autofit_range else None,
             "nodes": list(self.nodes),
             "log": self.log.to_json() if self.log else None,
             "what_if": [row.to_json() for row in self.what_if],
@@ -588,6 +597,7 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None, ge
 
     # KV memory per worker.
     gpu_predictions: list[GpuMemoryPrediction] = []
+    replica: list[GpuMemoryPrediction] = []  # the binding replica's GPUs (predicted memory only)
     refusal: str | None = None
     pp = request.pipeline_parallel_size
     tp = request.tensor_parallel_size
@@ -616,6 +626,7 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None, ge
         # DP replicas are independent engines; the tightest one binds. Workers of one replica: tp*pp.
         per_replica = [gpu_predictions[i : i + tp * pp] for i in range(0, len(gpu_predictions), tp * pp)]
         tightest = min(per_replica, key=lambda reps: min(g.available_kv_bytes for g in reps))
+        replica = list(tightest)
         worker_memory = [g.available_kv_bytes for g in tightest]
         if min(worker_memory) <= 0 and refusal is None:
             worst = min(tightest, key=lambda g: g.available_kv_bytes)
@@ -665,9 +676,27 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None, ge
     elif auto_plan.error:
         refusal = refusal or auto_plan.error
 
-    # Recommendation: the one safe-length rule (auto-fit again with the margin off every worker).
+    # The KV memory's range and basis; the recommendation is computed from the low end.
+    available_kv = _kv_estimate(request, source, kv_memory, log_cal, replica[auto_plan.limiting_pp_rank] if replica else None, devices)
+    below = max(0, available_kv.value - available_kv.low)
+    above = max(0, available_kv.high - available_kv.value)
+    autofit_range = None
+    if below or above:
+        autofit_range = (
+            _autofit_len(plan([max(m - below, 0) for m in positive_memory], length=model_max, auto=True, tokens_in_flight=in_flight)),
+            _autofit_len(plan([m + above for m in positive_memory], length=model_max, auto=True, tokens_in_flight=in_flight)),
+        )
+    if available_kv.basis == "estimated":
+        notes.append(
+            f"KV memory per GPU {format_gib(available_kv.value)} is an estimate: {format_gib(max(available_kv.low, 0))}–"
+            f"{format_gib(available_kv.high)} ({format_gib(available_kv.width)} wide, auto-fit "
+            f"{format_tokens(autofit_range[0])}–{format_tokens(autofit_range[1])}); the recommendation uses the low end; "
+            f"{available_kv.narrow}"
+        )
+
+    # Recommendation: the one safe-length rule (auto-fit again with the margin off every worker), from the low end.
     safe = safe_length(
-        lambda cut, tokens: _autofit_len(plan([max(m - cut, 0) for m in positive_memory], length=model_max, auto=True, tokens_in_flight=tokens)),
+        lambda cut, tokens: _autofit_len(plan([max(m - cut - below, 0) for m in positive_memory], length=model_max, auto=True, tokens_in_flight=tokens)),
         kv_memory_bytes=kv_memory, model_max=model_max, max_num_batched_tokens=mnbt, async_scheduling=async_on,
         pipeline_parallel_size=pp, margin=_as_margin(request.margin),
     )
@@ -766,6 +795,53 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None, ge
         vllm_flags=tuple(flags),
         safe_length=safe,
         version=version,
+        available_kv=available_kv,
+        autofit_range=autofit_range,
+    )
+
+
+def _kv_estimate(
+    request: FitRequest, source: str, kv_memory: int, log_cal: LogCalibration | None, gpu: GpuMemoryPrediction | None,
+    devices: Any,
+) -> KvMemoryEstimate:
+    """The limiting GPU's available KV memory as vLLM's worker computes it, term by term, with basis and range."""
+    if source == "given":
+        term = KvTerm("kv_cache_memory", kv_memory, kv_memory, kv_memory, "exact", "--kv-cache-memory(-bytes)")
+        return KvMemoryEstimate(kv_memory, kv_memory, kv_memory, "exact", (term,))
+    if source == "log" or gpu is None:
+        half = GiB // 200  # vLLM logs the figure rounded to 0.01 GiB
+        where = log_cal.path if log_cal is not None else "the startup log"
+        term = KvTerm("kv_cache_memory", kv_memory, kv_memory - half, kv_memory + half - 1, "measured",
+                      f"{where}: \"Available KV cache memory\" (rounded to 0.01 GiB)")
+        return KvMemoryEstimate(kv_memory, term.low, term.high, "measured", (term,),
+                                "--kv-cache-memory-bytes with the logged figure makes it exact")
+    req = gpu.requested_bytes
+    requested = KvTerm(
+        "requested", req, req, req, "measured",
+        f"ceil(CUDA total {format_gib(gpu.cuda_total_bytes)} x --gpu-memory-utilization {request.gpu_memory_utilization:g}), "
+        f"cuda:{gpu.cuda_index} {gpu.name} ({'snapshot ' + str(request.gpus) if request.gpus else 'NVML'})",
+    )
+    w = gpu.weights_bytes
+    weights = KvTerm("weights", w, w, w, "exact" if request.weights_bytes_per_rank is not None else "checkpoint",
+                     "--weights-memory" if request.weights_bytes_per_rank is not None
+                     else "the checkpoint's safetensors headers, split by TP/PP/EP")
+    o = gpu.overhead_bytes
+    if request.non_kv_overhead_bytes is not None:
+        overhead = KvTerm("non_kv_overhead", o, o, o, "exact", "--overhead")
+    else:
+        overhead = KvTerm(
+            "non_kv_overhead", o, max(0, o - NON_KV_OVERHEAD_SPREAD_BYTES), o + NON_KV_OVERHEAD_SPREAD_BYTES, "estimated",
+            "activation peak, non-torch memory and the CUDA-graph estimate: 6 GiB +/- 4 GiB "
+            "(vllm#54677: the same launch needed ~4 GiB/GPU more on 0.28.0 than on 0.26.0)",
+        )
+    subtracted = [weights, overhead]
+    if devices and any(getattr(d, "is_unified_memory", False) for d in devices):
+        u = UNIFIED_MEMORY_SPREAD_BYTES
+        subtracted.append(KvTerm("unified_memory_swing", 0, -u, u, "estimated",
+                                 "unified memory follows host memory (upstream report: 9.81 vs 12.3 GiB on two starts)"))
+    return combine_terms(
+        requested, subtracted,
+        "--from-log LOG (a startup's measured KV memory), --overhead SIZE or --kv-cache-memory SIZE narrows it",
     )
 
 

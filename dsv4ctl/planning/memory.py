@@ -29,6 +29,12 @@ CUDA_CONTEXT_BYTES = 600 * MiB
 # and sparse-attention prefill workspaces at max_num_batched_tokens), NCCL/cuBLAS/DeepGEMM buffers and
 # the CUDA-graph estimate. An estimate; `--from-log` replaces it with the measured figure.
 DEFAULT_NON_KV_OVERHEAD_BYTES = 6 * GiB
+# Its range. Evidence for the width (../shared/research/vllm-available-kv-memory.md): vllm#54677 reports the same
+# DeepSeek-V4-Flash TP4 launch needing ~4 GiB/GPU more non-KV memory on vLLM 0.28.0 than on 0.26.0, so the
+# estimate is read as 6 GiB +/- 4 GiB. On unified-memory GPUs the budget itself moves with host memory: the upstream
+# stale-length report saw 9.81 GiB available on one start and 12.3 GiB on the next (2.5 GiB), added on both sides.
+NON_KV_OVERHEAD_SPREAD_BYTES = 4 * GiB
+UNIFIED_MEMORY_SPREAD_BYTES = 5 * GiB // 2
 
 
 @dataclass(frozen=True)
@@ -119,3 +125,52 @@ def weights_per_rank(
     if load_mtp and pp_rank == pipeline_parallel_size - 1:
         per_rank += weights.mtp_bytes // tensor_parallel_size
     return per_rank
+
+
+@dataclass(frozen=True)
+class KvTerm:
+    """One term of the available-KV arithmetic, with its basis and range."""
+
+    name: str  # "requested" | "weights" | "non_kv_overhead" | "unified_memory_swing" | "kv_cache_memory"
+    value: int
+    low: int
+    high: int
+    basis: str  # "exact" (a flag) | "measured" (NVML, a log) | "checkpoint" | "estimated"
+    source: str  # where the number comes from, in words
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "value": self.value, "low": self.low, "high": self.high, "basis": self.basis,
+                "source": self.source}
+
+
+@dataclass(frozen=True)
+class KvMemoryEstimate:
+    """Available KV memory per GPU (the limiting GPU) as a value with a range and the basis of its least sure term."""
+
+    value: int
+    low: int
+    high: int
+    basis: str
+    terms: tuple[KvTerm, ...]
+    narrow: str | None = None  # what would narrow the range (None when it is exact)
+
+    @property
+    def width(self) -> int:
+        return self.high - self.low
+
+    def to_json(self) -> dict[str, Any]:
+        return {"value": self.value, "low": self.low, "high": self.high, "basis": self.basis,
+                "terms": [t.to_json() for t in self.terms], "narrow": self.narrow}
+
+
+_BASIS_ORDER = ("exact", "checkpoint", "measured", "calibrated", "estimated")
+
+
+def combine_terms(requested: KvTerm, subtracted: list[KvTerm], narrow: str | None) -> KvMemoryEstimate:
+    """available = requested − Σ subtracted; low uses every subtracted term's high end."""
+    value = requested.value - sum(t.value for t in subtracted)
+    low = requested.low - sum(t.high for t in subtracted)
+    high = requested.high - sum(t.low for t in subtracted)
+    terms = (requested, *subtracted)
+    basis = max((t.basis for t in terms), key=_BASIS_ORDER.index)
+    return KvMemoryEstimate(value, low, high, basis, terms, narrow if high != low else None)

@@ -47,6 +47,17 @@ def render_fit(result: FitResult, console: Console) -> None:
         f"{format_tokens(result.num_blocks)} blocks",
         subsequent_indent=HANG,
     )
+    kv = result.available_kv
+    if kv is not None and kv.width > 0:
+        span = (
+            f", auto-fit {_tokens(result.autofit_range[0])}–{_tokens(result.autofit_range[1])}" if result.autofit_range else ""
+        )
+        terms = "; ".join(f"{t.name} {format_gib(t.value)} ({t.basis})" for t in kv.terms)
+        print_prose(
+            console,
+            f"  range {format_gib(max(kv.low, 0))}–{format_gib(kv.high)} ({kv.basis}{span}): {terms}",
+            subsequent_indent=HANG + "  ",
+        )
     if result.gpus:
         console.print(_gpu_table(result))
     if result.log is not None:

@@ -267,3 +267,38 @@ def test_several_snapshots_plan_with_the_tightest_gpu(tmp_path, cli):
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["tightest_gpu"]["cuda_index"] == 1 and len(doc["nodes"]) == 2
+
+
+# -- available KV memory: value, range, basis per term; the recommendation from the low end ---------------
+
+
+def test_predicted_memory_is_an_estimate_with_a_range(checkpoint):
+    from dsv4ctl.planning.memory import NON_KV_OVERHEAD_SPREAD_BYTES
+
+    snap = snapshot(*(h200(i) for i in range(8)))
+    # A tight budget, so the range moves the auto-fit (utilization 0.24 leaves ~10 GiB for KV).
+    req = FitRequest(model=str(checkpoint), tensor_parallel_size=8, gpu_memory_utilization=0.24, max_num_batched_tokens=8192)
+    result = plan_fit(req, snapshot=snap)
+    kv = result.available_kv
+    assert kv.basis == "estimated" and kv.value == result.kv_cache_memory_bytes
+    assert (kv.value - kv.low, kv.high - kv.value) == (NON_KV_OVERHEAD_SPREAD_BYTES, NON_KV_OVERHEAD_SPREAD_BYTES)
+    assert {t.name: t.basis for t in kv.terms} == {"requested": "measured", "weights": "checkpoint", "non_kv_overhead": "estimated"}
+    low_fit, high_fit = result.autofit_range
+    assert low_fit < result.autofit_max_model_len <= high_fit
+    # The recommendation is what the low end recommends (the same rule on the low end's memory).
+    at_low = plan_fit(FitRequest(model=FLASH, kv_cache_memory_bytes=kv.low, max_num_batched_tokens=8192))
+    assert result.recommended_max_model_len <= at_low.autofit_max_model_len
+    assert result.recommended_max_model_len < plan_fit(
+        FitRequest(model=FLASH, kv_cache_memory_bytes=kv.value, max_num_batched_tokens=8192)).recommended_max_model_len
+    doc = result.to_json()["available_kv_bytes"]
+    assert set(doc) >= {"value", "low", "high", "basis"} and doc["basis"] == "estimated" and "--from-log" in doc["narrow"]
+    # --overhead makes that term exact: the range closes.
+    exact = plan_fit(FitRequest(model=str(checkpoint), tensor_parallel_size=8, non_kv_overhead_bytes=6 << 30), snapshot=snap)
+    assert exact.available_kv.low == exact.available_kv.high and exact.autofit_range is None
+
+
+def test_given_memory_is_exact():
+    result = plan_fit(FitRequest(model=FLASH, kv_cache_memory_bytes=10 << 30))
+    kv = result.available_kv
+    assert (kv.basis, kv.low, kv.high) == ("exact", kv.value, kv.value)
+    assert result.to_json()["available_kv_bytes"]["basis"] == "exact"
