@@ -38,15 +38,13 @@ from dsv4ctl.logs.records import EXC_RE, FRAME_RE, ErrorAssembler, ErrorRecord, 
 from dsv4ctl.logs.starts import StartSplitter
 from dsv4ctl.logs.signatures import AFFECTED_STALE, BY_ID, CATALOGUE, FIXED_STALE, Signature
 from dsv4ctl.logs.timeline import LineRef, StartupTimeline, StartupTracker
-from dsv4ctl.units import cdiv, format_tokens, round_up
+from dsv4ctl.planning.safe_length import SafeLength, safe_length_for_log, safe_length_scaled
+from dsv4ctl.units import GiB, cdiv, format_tokens, round_up
 
 # DeepSeek-V4 constants the arithmetic uses (vllm/models/deepseek_v4/sparse_mla.py):
 C128A_COMPRESS_RATIO = 128  # the HCA layers' compress_ratio, whose metadata the assertion checks
 C128A_TOPK_ALIGNMENT = 128  # _C128A_TOPK_ALIGNMENT
 DSV4_BLOCK_SIZE = 256  # the only KV block size DeepSeek-V4's sparse-MLA kernels accept
-# The explicit --max-model-len we recommend stays this fraction below the length the log says fits,
-# rounded down to a whole block (docs/diagnose.md, "The recommended --max-model-len").
-SAFE_MARGIN = 0.02
 
 VERDICT_EXIT = {
     "healthy": ExitCode.OK,
@@ -60,10 +58,29 @@ HIT_CAP = 2 * MAX_EVIDENCE
 RECORD_CAP = 256
 
 
-def safe_max_model_len(fits: int) -> int:
-    """An explicit --max-model-len strictly below `fits`: 2 % margin, rounded down to 256 tokens."""
-    target = min(int(fits * (1 - SAFE_MARGIN)), fits - DSV4_BLOCK_SIZE)
-    return max(DSV4_BLOCK_SIZE, (target // DSV4_BLOCK_SIZE) * DSV4_BLOCK_SIZE)
+def safe_length_from_log(tl: StartupTimeline, fits: int) -> SafeLength:
+    """The explicit --max-model-len to recommend when the log says `fits` tokens fit: the one safe-length
+    rule of fit-length and serve (dsv4ctl.planning.safe_length), planned from the log's KV memory and the
+    launch's own scheduling flags; scaled from `fits` when dsv4ctl cannot plan the model."""
+    memory = int(tl.available_kv_gib * GiB) if tl.available_kv_gib and tl.available_kv_gib > 0 else None
+    if tl.model and memory:
+        args = {k: tl.serve_args[k] for k in _PLAN_ARGS if k in tl.serve_args}
+        for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+            value = getattr(tl, name)
+            if value and name not in args:
+                args[name] = value
+        if tl.kv_cache_dtype and "kv_cache_dtype" not in args:
+            args["kv_cache_dtype"] = tl.kv_cache_dtype
+        planned = safe_length_for_log(tl.model, memory, **args)
+        if planned is not None and planned.ceiling > 0:
+            return planned
+    return safe_length_scaled(fits, memory, tl.max_model_len)
+
+
+# The launch's flags the planner takes (vLLM's EngineArgs names, as in `non-default args`).
+_PLAN_ARGS = ("max_num_batched_tokens", "max_num_seqs", "async_scheduling", "kv_cache_dtype", "block_size",
+              "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "enable_expert_parallel",
+              "attention_backend")
 
 
 def c128a_capacity(reduced_len: int) -> int:
@@ -594,6 +611,19 @@ def _full_capture(tl: StartupTimeline, hit: _Hit) -> bool:
     return bool(tl.cudagraph_mode and "FULL" in tl.cudagraph_mode)
 
 
+def _add_safe(d: dict[str, Any], tl: StartupTimeline, fits: int) -> None:
+    safe = safe_length_from_log(tl, fits)
+    if safe.length > 0:
+        d["safe_len"] = safe.length
+        d["safe_length"] = safe.to_json()
+    if safe.knobs:
+        # Past the cliff: the setting that recovers what the margin costs, with the length it gives.
+        k = safe.knobs[0]
+        d["knob_action"] = (
+            f"Keep more context with the same memory ({format_tokens(k.length)} becomes safe, {k.cost}): {k.flags}"
+        )
+
+
 def _command_parts(tl: StartupTimeline, log: str) -> dict[str, Any]:
     """What suggested commands are built from: the model and log (only when known: a command with a
     placeholder would not run) and the launch's own flags (`_…` keys stay out of the JSON details)."""
@@ -620,9 +650,8 @@ def _derive(sig_id: str, hits: list[_Hit], a: _Analyzer, tl: StartupTimeline, lo
             to_len=af.to_len,
             memory=af.memory_text or "memory not stated",
             memory_gib=af.memory_gib,
-            safe_len=safe_max_model_len(af.to_len),
-            safe_margin=SAFE_MARGIN,
         )
+        _add_safe(d, tl, af.to_len)
     if sig_id == "stale_max_model_len":
         d.update(affected=AFFECTED_STALE, fixed=FIXED_STALE, vllm_version=tl.vllm_version)
         status = stale_bug_status(tl.vllm_version)
@@ -639,7 +668,7 @@ def _derive(sig_id: str, hits: list[_Hit], a: _Analyzer, tl: StartupTimeline, lo
                 f"{C128A_COMPRESS_RATIO} = {format_tokens(req)}"
             )
         elif tl.max_concurrency_tokens:
-            d["safe_len"] = safe_max_model_len(tl.max_concurrency_tokens)
+            _add_safe(d, tl, tl.max_concurrency_tokens)
     if sig_id == "kv_cache_insufficient":
         text = " ".join(msgs)
         if m := re.search(r"max seq len \(([0-9]+)\)", text):
@@ -654,7 +683,7 @@ def _derive(sig_id: str, hits: list[_Hit], a: _Analyzer, tl: StartupTimeline, lo
             d["kv_cache_tokens"] = int(m.group(1))
         fits = d.get("estimated_max_model_len") or d.get("kv_cache_tokens")
         if fits:
-            d["safe_len"] = safe_max_model_len(fits)
+            _add_safe(d, tl, fits)
         if "Cannot auto-fit" in text:
             d["reason"] = "not enough memory for even a single token"
         elif "No available memory" in text:
@@ -1159,7 +1188,7 @@ def _checklist(a: _Analyzer, tl: StartupTimeline, findings: list[Finding], pre_e
     # 5. explicit smaller length
     safe = None
     if tl.autofit is not None:
-        safe = safe_max_model_len(tl.autofit.to_len)
+        safe = safe_length_from_log(tl, tl.autofit.to_len).length or None
     if arg is not None and arg.lstrip("-").isdigit() and int(arg) > 0:
         ev = _ref_ev(refs.get("max_model_len_arg"))
         if tl.ready:
@@ -1201,7 +1230,7 @@ __all__ = [
     "ChecklistItem",
     "diagnose",
     "diagnose_lines",
-    "safe_max_model_len",
+    "safe_length_from_log",
     "c128a_capacity",
     "CHECKLIST_QUESTIONS",
 ]

@@ -71,6 +71,7 @@ CATALOGUE: tuple[Signature, ...] = (
         patterns=(r"max_model_len: reduced from [0-9,]+ to [0-9,]+",),
         actions=(
             "Pin the length explicitly so every start behaves the same: --max-model-len {safe_len}",
+            "{knob_action}",
             "See how much memory a longer context needs: dsv4ctl fit-length {model} --from-log {log}{_fit_flags}",
         ),
         source="vllm/v1/core/kv_cache_utils.py (0.27-0.32), v1/core/kv_cache_planning.py (0.33)",
@@ -92,6 +93,7 @@ CATALOGUE: tuple[Signature, ...] = (
         ),
         actions=(
             "Set an explicit length that fits, so auto-fit never runs: --max-model-len {safe_len}",
+            "{knob_action}",
             "Launch through dsv4ctl, which sets that length for you: dsv4ctl serve {model}{_serve_flags} --max-model-len {safe_len}",
             "Upgrade vLLM to {fixed} or later",
         ),
@@ -140,6 +142,7 @@ CATALOGUE: tuple[Signature, ...] = (
         ),
         actions=(
             "Use a length that fits: --max-model-len {safe_len}",
+            "{knob_action}",
             "Let vLLM choose the largest length that fits: --max-model-len auto",
             "Store the KV cache in fp8, half the memory of bf16: --kv-cache-dtype fp8",
             "Give the KV cache more memory: raise --gpu-memory-utilization, or add GPUs (tensor/pipeline parallel)",

@@ -84,7 +84,7 @@ class SafeLength:
 
     def line(self) -> str:
         """One line: the length, the margin, and what the margin costs in tokens."""
-        margin = f"a {format_gib(self.margin_bytes)} margin [{self.margin_rule}]"
+        margin = f"a {format_gib(self.margin_bytes)} margin [{self.margin_rule}]" if self.margin_bytes else f"a margin of {self.margin_rule}"
         if self.ceiling <= 0:
             return "no safe length: not one token of KV cache fits"
         if self.length <= 0:
@@ -213,3 +213,22 @@ def safe_length_for_log(
     except Dsv4ctlError:
         return None
     return result.safe_length
+
+
+def safe_length_scaled(ceiling: int, kv_memory_bytes: int | None, model_max: int | None = None) -> SafeLength:
+    """The same rule for a log whose model dsv4ctl cannot plan: the margin taken off the memory scales the
+    length the log says fits (KV per token is constant for full attention; an estimate otherwise, and said
+    so in the rule's description). Without the memory, the margin is 5 % of the length."""
+    rule = _DefaultMargin()
+    model_max = model_max or ceiling
+    if kv_memory_bytes and kv_memory_bytes > 0:
+        cut = rule.resolve(kv_memory_bytes)
+        share = max(0.0, 1 - cut / kv_memory_bytes)
+        described = rule.describe() + ", scaled to tokens (no planner for this model)"
+    else:
+        cut, share = 0, 1 - MARGIN_FRACTION
+        described = f"{MARGIN_FRACTION * 100:g}% of the length (the log does not state the KV memory)"
+    length = round_block_friendly(int(ceiling * share)) if ceiling > 0 else 0
+    if ceiling and length >= ceiling:
+        length = round_block_friendly(ceiling - 1)
+    return SafeLength(max(length, 0), ceiling, model_max, cut, described)

@@ -12,8 +12,10 @@ from rich.table import Table
 from rich.text import Text
 
 from dsv4ctl.logs.diagnose import Diagnosis, Finding
+from dsv4ctl.logs.signatures import BY_ID
 from dsv4ctl.logs.examples import Example
 from dsv4ctl.logs.timeline import StartupTimeline
+from dsv4ctl.render import cut_around, print_command, print_prose
 from dsv4ctl.units import format_tokens
 
 _VERDICT_STYLE = {"failed": "bold white on red", "healthy": "bold white on green", "inconclusive": "bold black on yellow"}
@@ -50,7 +52,8 @@ def render_diagnosis(d: Diagnosis, console: Console) -> None:
     if d.checklist:
         _checklist(console, d)
     if d.next_command:
-        console.print(Text.assemble(("Next: ", "bold"), (d.next_command, "bold cyan")))
+        console.print(Text("Next:", style="bold"))
+        print_command(console, d.next_command)
 
 
 def _starts(console: Console, d: Diagnosis, multi: bool) -> None:
@@ -95,10 +98,10 @@ def _finding(console: Console, f: Finding, multi: bool, heading: str | None, com
         title.append(f", line {f.line}", style="dim")
     title.append(")", style="dim")
     console.print(title)
-    console.print(Text("  " + f.meaning))
+    print_prose(console, f.meaning, indent="  ")
     details = f.details
     if "arithmetic" in details:
-        console.print(Text("  Why it asserts: " + details["arithmetic"], style="bold"))
+        print_prose(console, "Why it asserts: " + details["arithmetic"], indent="  ", subsequent_indent="    ")
     if details.get("attribution"):
         how = {
             "traced": "traced: the log shows the scheduler-metadata call with the fault",
@@ -115,6 +118,11 @@ def _finding(console: Console, f: Finding, multi: bool, heading: str | None, com
         console.print(Text(f"  Faulting kernel: {details['kernel']}"))
     if f.id == "cuda_oom" and details.get("phase"):
         console.print(Text(f"  Phase: {details['phase']}"))
+    safe = details.get("safe_length")
+    if safe and not compact:
+        print_prose(console, safe["line"][:1].upper() + safe["line"][1:], indent="  ", subsequent_indent="    ")
+        if safe.get("cliff_line"):
+            print_prose(console, "At the cliff: " + safe["cliff_line"], indent="  ", subsequent_indent="    ")
     if details.get("note"):
         console.print(Text("  Note: " + str(details["note"])))
     if details.get("startup_completed_later"):
@@ -127,12 +135,15 @@ def _finding(console: Console, f: Finding, multi: bool, heading: str | None, com
         ]
         console.print(Text(f"  vLLM {details.get('vllm_version')} {status} (affected {details['affected']}, fixed in {details['fixed']})."))
     limit = 3 if compact else len(f.evidence)
+    keep = BY_ID[f.id].patterns if f.id in BY_ID else ()
     for ev in f.evidence[:limit]:
         line = Text("    ")
         line.append(f"{_where(ev.source, ev.line, multi):>6}  ", style="cyan")
         if ev.process:
             line.append(f"({ev.process}) ", style="dim")
-        line.append(_clip(ev.text))
+        # Cut around what matters (the signature's words, else the numbers), never through it.
+        room = max(40, console.width - len(line.plain))
+        line.append(cut_around(_clip(ev.text, 4 * _TEXT_LIMIT), room, keep=keep))
         console.print(line, soft_wrap=True)
     if len(f.evidence) > limit:
         console.print(Text(f"    … {len(f.evidence) - limit} more line(s)", style="dim"))
@@ -142,10 +153,30 @@ def _finding(console: Console, f: Finding, multi: bool, heading: str | None, com
     if f.actions and not compact:
         console.print(Text("  What to do:", style="bold"))
         for i, action in enumerate(f.actions, 1):
-            console.print(Text(f"    {i}. {action}"), soft_wrap=True)
+            _action(console, f"    {i}. ", action)
     elif f.actions and f.severity != "info":
-        console.print(Text(f"  → {f.actions[0]}"), soft_wrap=True)
+        _action(console, "  → ", f.actions[0])
     console.print()
+
+
+_COMMAND_START = ("dsv4ctl ", "vllm ", "VLLM_", "pip ", "docker ", "hf ", "huggingface-cli ", "nvidia-smi", "dmesg")
+
+
+def _action(console: Console, lead: str, action: str) -> None:
+    """An action: its words wrapped with the indent kept; a command in it on a line of its own, whole."""
+    at = -1
+    for start in _COMMAND_START:
+        i = action.find(start)
+        if i >= 0 and (at < 0 or i < at):
+            at = i
+    flags = action.find(": --")  # "…: --max-model-len 841728": flags to paste, kept whole too
+    if flags >= 0 and (at < 0 or flags + 2 < at):
+        at = flags + 2
+    if at <= 0:
+        print_prose(console, action, indent=lead, subsequent_indent=" " * len(lead))
+        return
+    print_prose(console, action[:at].rstrip(), indent=lead, subsequent_indent=" " * len(lead))
+    print_command(console, action[at:], indent=" " * (len(lead) + 2))
 
 
 def _timeline_rows(tl: StartupTimeline) -> list[tuple[str, str]]:

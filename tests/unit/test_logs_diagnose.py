@@ -17,7 +17,7 @@ import pytest
 
 from dsv4ctl.errors import ExitCode
 from dsv4ctl.logs import prefilter
-from dsv4ctl.logs.diagnose import c128a_capacity, diagnose, diagnose_lines, safe_max_model_len
+from dsv4ctl.logs.diagnose import c128a_capacity, diagnose, diagnose_lines, safe_length_from_log
 from dsv4ctl.logs.reader import iter_log_lines
 from dsv4ctl.logs.signatures import BY_ID, CATALOGUE
 
@@ -137,12 +137,15 @@ def test_stale_example_prints_the_arithmetic_from_the_log(cli):
     # argument); the standalone results do.
     assert d["arithmetic"] == "capacity align_up(cdiv(980224, 128), 128) = 7,680 < requested 1048576 // 128 = 8,192"
     assert d["version_status"] == "affected" and d["vllm_version"] == "0.30.0"
-    assert d["safe_len"] == 960512 and d["safe_len"] % 256 == 0 and d["safe_len"] < 980224
-    assert any("--max-model-len 960512" in a for a in root["actions"])
+    # The one safe-length rule (fit-length's and serve's), planned from the log's 9.81 GiB and TP 2.
+    assert d["safe_len"] == 841728 and d["safe_len"] % 256 == 0 and d["safe_len"] < 980224
+    assert "costs" in d["safe_length"]["line"] and d["safe_length"]["cliff"] is True
+    assert any("--max-model-len 841728" in a for a in root["actions"])
+    assert any("--max-num-batched-tokens 4096" in a for a in root["actions"])  # the knob past the cliff
     assert any("0.31.0" in a for a in root["actions"])
     assert data["next_command"] == (
         "dsv4ctl serve deepseek-ai/DeepSeek-V4-Flash --trust-remote-code --tensor-parallel-size 2 "
-        "--gpu-memory-utilization 0.85 --kv-cache-dtype fp8 --max-model-len 960512"
+        "--gpu-memory-utilization 0.85 --kv-cache-dtype fp8 --max-model-len 841728"
     )
     answers = [c["answer"] for c in data["checklist"]]
     assert answers == ["yes", "yes", "yes", "yes", "not in log", "yes"]
@@ -156,7 +159,7 @@ def test_stale_numbers_are_derived_not_hard_coded(cli):
     assert d["capacity"] == c128a_capacity(1017856) == 8064
     assert d["requested"] == 8192
     assert d["arithmetic"] == "capacity align_up(cdiv(1017856, 128), 128) = 8,064 < requested 1048576 // 128 = 8,192"
-    assert d["safe_len"] == safe_max_model_len(1017856)
+    assert d["safe_len"] == safe_length_from_log(diagnose([FIXTURES / "stale_max_model_len_compose_v029.log"]).timeline, 1017856).length
     assert data["checklist"][0]["answer"] == "yes"  # 'max_model_len': 'auto'
 
 
@@ -170,13 +173,16 @@ def test_stale_without_the_reduction_still_names_the_cause(cli):
     assert data["next_command"] is None
 
 
-def test_safe_length_rule():
-    assert safe_max_model_len(980224) == 960512
-    assert safe_max_model_len(1000) == 512
-    assert safe_max_model_len(300) == 256  # never below one block
-    for fits in (300, 4096, 52732, 488704, 1048576):
-        safe = safe_max_model_len(fits)
-        assert safe % 256 == 0 and safe < fits or fits < 512
+def test_diagnose_recommends_the_length_fit_length_recommends(cli):
+    """One safe-length rule: diagnose's length for a log equals fit-length's for the same memory and flags."""
+    _, data = run_json(cli, "--example", "stale-max-model-len")
+    fit = json.loads(cli("fit-length", "deepseek-ai/DeepSeek-V4-Flash", "--kv-cache-memory", "9.81GiB", "-tp", "2",
+                         "--kv-cache-dtype", "fp8", "--json").stdout)
+    assert data["findings"][0]["details"]["safe_len"] == fit["recommended_max_model_len"] == 841728
+    # A model dsv4ctl cannot plan: the same memory margin, scaled to tokens from the length the log states.
+    _, real = run_json(cli, FIXTURES / "real_v032_cpu_kv_insufficient.log")
+    safe = real["findings"][0]["details"]
+    assert 0 < safe["safe_len"] < safe["estimated_max_model_len"] and safe["safe_len"] % 256 == 0
 
 
 def test_deepgemm_attribution_and_nccl_masking(cli):
@@ -211,7 +217,7 @@ def test_kv_cache_insufficient_uses_vllms_estimate(cli):
     d = data["findings"][0]["details"]
     assert (d["max_model_len"], d["needed_gib"], d["available_gib"]) == (1048576, 10.06, 8.02)
     assert d["estimated_max_model_len"] == 488704
-    assert d["safe_len"] == safe_max_model_len(488704)
+    assert 0 < d["safe_len"] < 488704
     _, real = run_json(cli, FIXTURES / "real_v032_cpu_kv_insufficient.log")
     assert real["findings"][0]["details"]["estimated_max_model_len"] == 65408  # real vLLM 0.32.0 output
     assert real["timeline"]["last_phase"] == "failed"
@@ -303,7 +309,7 @@ def test_human_report_leads_with_the_verdict(cli):
     assert lines[0].startswith(" FAILED ")
     out = result.stdout
     assert out.index("Root cause") < out.index("Startup timeline") < out.index("checklist") < out.index("Next:")
-    assert "7,680 < requested" in out and "--max-model-len 960512" in out
+    assert "7,680 < requested" in out and "--max-model-len 841728" in out
     flat = " ".join(out.split())  # the report may wrap the formula
     assert "align_up(cdiv(980224, 128), 128) = 7,680 < requested 1048576 // 128 = 8,192" in flat
     assert "980,224, 128" not in flat and "1,048,576 //" not in flat
