@@ -167,6 +167,9 @@ def decide(
     predicted = f"predicted {autofit:,} on vLLM {version}'s planner" if autofit > 0 else "predicted: not one token fits"
     if basis == ESTIMATED:
         predicted += " from an estimate of the KV memory (the non-KV overhead is estimated)"
+        if result.autofit_range and result.autofit_range[0] != result.autofit_range[1]:
+            low, high = result.autofit_range
+            predicted += f"; {low:,}–{high:,} across the estimate's range"
 
     def decision(action: str, length: int | None, reason: str, out_flags: list[str]) -> PreflightDecision:
         return PreflightDecision(model, requested, action, length, reason, out_flags, notes, plan, None, basis, stale_fix)
@@ -206,7 +209,7 @@ def decide(
             )
             reason = (
                 f"length {'auto' if requested == AUTO else 'not given'}: keeping --max-model-len auto ({why}); "
-                f"vLLM computes the length from the memory it measures, {predicted}"
+                f"vLLM fits the length to its own KV memory figure at start, {predicted}"
             )
             if requested == AUTO:
                 return decision(KEEP_AUTO, None, reason, list(flags))
