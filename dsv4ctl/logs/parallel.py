@@ -2,15 +2,18 @@
 
 Neither hyperscan nor `bytes.count` (the newline counting that gives line numbers) releases the GIL,
 so threads would not help. A large, seekable, uncompressed file is instead cut at line boundaries into
-N byte ranges (N = the usable CPUs, at most `MAX_WORKERS`). The calling process scans the first range
-itself while one child process per other range scans it with the same `prefilter.scan_source`. A
-child sends back only the interesting lines (numbered within its range) and its range's line count;
-the parent turns them into absolute line numbers with a running sum and yields every line in file
-order, so whatever consumes the lines sees exactly what the sequential scan yields.
+N byte ranges (N = the usable CPUs, at most `MAX_WORKERS`), and one child process per range scans it
+with the same `prefilter.scan_source`. A child sends back only the interesting lines (numbered within
+its range) and its range's line count; the parent turns them into absolute line numbers with a running
+sum and yields every line in file order, so whatever consumes the lines sees exactly what the
+sequential scan yields. The parent scans nothing itself: it analyses the lines of the first range while
+they arrive, so its analysis and the scan of every range overlap (when the parent scanned the first
+range, the analysis waited for that scan).
 
 Memory stays bounded: each process reads `CHUNK_BYTES` at a time, and a child whose range is full of
 interesting lines sends them in batches of at most `BATCH_BYTES`; the pipe then blocks it until the
-parent reaches its range.
+parent reaches its range. A child also says how far it has read every `CHILD_PROGRESS_BYTES`, for a
+progress display.
 
 Children are forked when that is safe (Linux, and only this one thread running: forking a process
 with other threads can copy a held lock), which costs milliseconds and reuses the compiled hyperscan
@@ -40,6 +43,7 @@ from dsv4ctl.logs.reader import CHUNK_BYTES
 PARALLEL_MIN_BYTES = 64 * 1024 * 1024
 MAX_WORKERS = 4
 BATCH_BYTES = 4 * 1024 * 1024
+CHILD_PROGRESS_BYTES = 64 * 1024 * 1024  # few enough messages for a pipe never to fill with them
 _BOUNDARY_READ = 64 * 1024
 # Overrides the number of scanning processes (1: always sequential).
 WORKERS_ENV = "DSV4CTL_DIAGNOSE_WORKERS"
@@ -179,24 +183,31 @@ def _end(proc, recv) -> None:
 def _scan_range_worker(
     path: str, start: int, end: int | None, engine: str, chunk_bytes: int, conn, parent_pid: int | None = None
 ) -> None:
-    """Child process: scan one range, send ("lines", [(lineno, raw)...], bytes read) batches, then
-    ("done", [...], lines, bytes read); bytes read: of the range, so far."""
+    """Child process: scan one range, send ("lines", [(lineno, raw)...], bytes read) batches and
+    ("progress", [], bytes read) now and then, then ("done", [...], lines, bytes read); bytes read: of
+    the range, so far."""
     _die_with_parent(os.getppid() if parent_pid is None else parent_pid)
     try:
         count: list[int] = []
         batch: list[tuple[int, str]] = []
         size = 0
-        read = [0]
+        read = [0, 0]  # bytes read, bytes read when the last message went
+
+        def progress(n: int) -> None:
+            read[0] = n
+            if n - read[1] >= CHILD_PROGRESS_BYTES:
+                read[1] = n
+                conn.send(("progress", [], n))
+
         with open(path, "rb") as f:
             stream = _RangeReader(f, start, end)
-            lines = prefilter.scan_source(
-                stream, engine=engine, chunk_bytes=chunk_bytes, line_count=count, progress=lambda n: read.__setitem__(0, n)
-            )
+            lines = prefilter.scan_source(stream, engine=engine, chunk_bytes=chunk_bytes, line_count=count, progress=progress)
             for lineno, raw in lines:
                 batch.append((lineno, raw))
                 size += len(raw) + 64
                 if size >= BATCH_BYTES:
                     conn.send(("lines", batch, read[0]))
+                    read[1] = read[0]
                     batch = []
                     size = 0
         conn.send(("done", batch, count[0], read[0]))
@@ -233,8 +244,8 @@ def scan_file_parallel(
 
     line_count: when given, the number of lines in the file is appended to it at the end (as by `scan_source`).
 
-    progress: when given, called with the bytes of the file whose lines were yielded so far (at most every
-    `prefilter.PROGRESS_BYTES` in the first range, after each batch of a child's range, once at the end)."""
+    progress: when given, called with the bytes of the file whose lines were yielded so far (after each
+    message of a child: a batch of lines, or every `CHILD_PROGRESS_BYTES` read; once at the end)."""
     engine = "hyperscan" if prefilter.use_hyperscan(engine) else "re"
     n = default_workers() if workers is None else max(1, workers)
     try:
@@ -248,7 +259,12 @@ def scan_file_parallel(
         if len(ranges) > 1:
             prefilter.prepare_big_scan(engine)  # once, here: forked children inherit it
         ctx = _context() if len(ranges) > 1 else None
-        for i, (start, end) in enumerate(ranges[1:], start=1):
+        if len(ranges) == 1:  # one process: this one
+            yield from prefilter.scan_source(
+                _RangeReader(f, 0, None), engine=engine, chunk_bytes=chunk_bytes, line_count=line_count, progress=progress
+            )
+            return
+        for i, (start, end) in enumerate(ranges):
             last = i == len(ranges) - 1
             recv, send = ctx.Pipe(duplex=False)
             proc = ctx.Process(
@@ -261,15 +277,11 @@ def scan_file_parallel(
             send.close()
             procs.append((proc, recv))
             _RUNNING.append((proc, recv))
-        count: list[int] = []
-        # The first range here, while the children scan theirs. A log that grows while it is read
-        # is read to its end, as the sequential scan does, by the process with the last range.
-        first_end = ranges[0][1] if len(ranges) > 1 else None
-        yield from prefilter.scan_source(
-            _RangeReader(f, 0, first_end), engine=engine, chunk_bytes=chunk_bytes, line_count=count, progress=progress
-        )
-        base = count[0]
-        for (proc, recv), (start, _end_of_range) in zip(procs, ranges[1:]):
+        # A log that grows while it is read is read to its end, as the sequential scan does, by the
+        # process with the last range.
+        base = 0
+        reported = -1
+        for (proc, recv), (start, _end_of_range) in zip(procs, ranges):
             while True:
                 try:
                     msg = recv.recv()  # type: ignore[attr-defined]
@@ -283,8 +295,9 @@ def scan_file_parallel(
                     raise InputError(msg[1])
                 for lineno, raw in msg[1]:
                     yield base + lineno, raw
-                if progress is not None:
-                    progress(start + msg[-1])
+                if progress is not None and start + msg[-1] > reported:
+                    reported = start + msg[-1]
+                    progress(reported)
                 if msg[0] == "done":
                     base += msg[2]
                     break
