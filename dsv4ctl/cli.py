@@ -265,6 +265,7 @@ def fit_length_command(
     weights_memory: str | None = typer.Option(None, "--weights-memory", metavar="SIZE", help="Weights per GPU when no checkpoint dir is given."),
     overhead: str | None = typer.Option(None, "--overhead", metavar="SIZE", help="Non-KV, non-weight memory per GPU (default estimate 6 GiB)."),
     vllm_version: str | None = typer.Option(None, "--vllm-version", metavar="X.Y.Z", help="Plan as this vLLM release does (0.27.1-0.33.0). Default: the installed vLLM, else --from-log's, else the newest known."),
+    no_calibration: bool = typer.Option(False, "--no-calibration", help="Ignore the KV memory earlier serve starts measured on this host and configuration."),
     json_output: bool = typer.Option(False, "--json", help="Print the answer as JSON."),
 ) -> None:
     """Predict vLLM's --max-model-len auto-fit for DeepSeek-V4 and recommend a safe explicit length.
@@ -303,6 +304,7 @@ def fit_length_command(
         gpus=(gpus[0] if len(gpus) == 1 else tuple(gpus)) if gpus else None,
         from_log=from_log,
         vllm_version=vllm_version,
+        no_calibration=no_calibration,
     )
     result = _plan_fit_or_say_what_replaces_the_gpus(plan_fit, request)
     if json_output:
@@ -514,6 +516,9 @@ def serve_command(
     vllm_version: Optional[str] = typer.Option(
         None, "--vllm-version", metavar="X.Y.Z", help="With --dry-run: plan as this vLLM release [default: the installed vLLM]."
     ),
+    no_calibration: bool = typer.Option(
+        False, "--no-calibration", help="Plan without the KV memory earlier starts measured on this host and configuration."
+    ),
     json_output: bool = typer.Option(False, "--json", help="With --dry-run: the decision as JSON on stdout."),
     vllm_help: Optional[str] = typer.Option(
         None, "--vllm-help", metavar="GROUP", help="Show vLLM's serve help for GROUP (`all`, a config group such as ModelConfig, or a search word)."
@@ -558,7 +563,7 @@ def serve_command(
         raise UsageError("--pin-length and --keep-auto contradict each other", hint="pick one")
     options = ServeOptions(
         log_file=log_file, keep_auto=keep_auto, retry=retry, fixes=fixes, dry_run=dry_run, pin_length=pin_length,
-        vllm_version=vllm_version,
+        vllm_version=vllm_version, no_calibration=no_calibration,
     )
     view = ServeConsole()
     for flag, size in memory_flags:  # stderr: how vLLM will read it (10G = 10 GiB, 10g = 10^9 bytes)

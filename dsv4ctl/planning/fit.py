@@ -100,6 +100,8 @@ class FitRequest:
     gpus: str | tuple[str, ...] | None = None  # snapshot JSON path(s), one per node; None: NVML when a prediction needs GPUs
     from_log: str | None = None  # a previous startup log of the same model
     vllm_version: str | None = None  # whose planner to mirror; None: installed vLLM, else the log's, else newest known
+    enforce_eager: bool = False  # vLLM's --enforce-eager (no CUDA graphs): part of a calibration's configuration
+    no_calibration: bool = False  # ignore calibration records (dsv4ctl.planning.calibration)
 
     @property
     def is_auto(self) -> bool:
@@ -595,6 +597,21 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None, ge
     async_on = True if request.async_scheduling is None else request.async_scheduling
     in_flight = max_concurrent_batches(async_on, request.pipeline_parallel_size) * mnbt
 
+    # A calibration record of this host and configuration replaces the estimate (planning/calibration.py).
+    calibration = None
+    if need_prediction and not request.no_calibration and devices:
+        from dsv4ctl.planning.calibration import CalibrationKey, find
+
+        calibration = find(CalibrationKey(
+            model=str(geometry.config_path or geometry.model), vllm_version=version.planned, gpu_name=devices[0].name,
+            cuda_total_bytes=devices[0].cuda_total_bytes, tensor_parallel_size=request.tensor_parallel_size,
+            pipeline_parallel_size=request.pipeline_parallel_size, data_parallel_size=request.data_parallel_size,
+            enable_expert_parallel=request.enable_expert_parallel, gpu_memory_utilization=float(request.gpu_memory_utilization),
+            max_num_batched_tokens=mnbt, max_num_seqs=max_num_seqs, kv_cache_dtype=layout.kv_cache_dtype,
+            attention_class=layout.attention_class, num_speculative_tokens=request.num_speculative_tokens,
+            enforce_eager=request.enforce_eager,
+        ))
+
     # KV memory per worker.
     gpu_predictions: list[GpuMemoryPrediction] = []
     replica: list[GpuMemoryPrediction] = []  # the binding replica's GPUs (predicted memory only)
@@ -609,6 +626,13 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None, ge
         worker_memory = [log_cal.available_kv_bytes] * (tp * pp)
         notes.append(
             "vLLM logs KV memory rounded to 0.01 GiB; the prediction can be a few blocks off near a boundary"
+        )
+    elif calibration is not None:
+        source = "calibrated"
+        worker_memory = [calibration.available_kv_bytes] * (tp * pp)
+        notes.append(
+            f"KV memory from the calibration record of {calibration.log} ({calibration.recorded_at}), the same host "
+            "configuration and vLLM release; --no-calibration predicts instead"
         )
     else:
         source = "predicted"
@@ -677,7 +701,10 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None, ge
         refusal = refusal or auto_plan.error
 
     # The KV memory's range and basis; the recommendation is computed from the low end.
-    available_kv = _kv_estimate(request, source, kv_memory, log_cal, replica[auto_plan.limiting_pp_rank] if replica else None, devices)
+    available_kv = _kv_estimate(
+        request, source, kv_memory, log_cal, replica[auto_plan.limiting_pp_rank] if replica else None, devices,
+        calibration.log if calibration is not None else None,
+    )
     below = max(0, available_kv.value - available_kv.low)
     above = max(0, available_kv.high - available_kv.value)
     autofit_range = None
@@ -802,18 +829,19 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None, ge
 
 def _kv_estimate(
     request: FitRequest, source: str, kv_memory: int, log_cal: LogCalibration | None, gpu: GpuMemoryPrediction | None,
-    devices: Any,
+    devices: Any, calibration_log: str | None = None,
 ) -> KvMemoryEstimate:
     """The limiting GPU's available KV memory as vLLM's worker computes it, term by term, with basis and range."""
     if source == "given":
         term = KvTerm("kv_cache_memory", kv_memory, kv_memory, kv_memory, "exact", "--kv-cache-memory(-bytes)")
         return KvMemoryEstimate(kv_memory, kv_memory, kv_memory, "exact", (term,))
-    if source == "log" or gpu is None:
+    if source in ("log", "calibrated") or gpu is None:
         half = GiB // 200  # vLLM logs the figure rounded to 0.01 GiB
-        where = log_cal.path if log_cal is not None else "the startup log"
-        term = KvTerm("kv_cache_memory", kv_memory, kv_memory - half, kv_memory + half - 1, "measured",
+        basis = "calibrated" if source == "calibrated" else "measured"
+        where = calibration_log if source == "calibrated" else (log_cal.path if log_cal is not None else "the startup log")
+        term = KvTerm("kv_cache_memory", kv_memory, kv_memory - half, kv_memory + half - 1, basis,
                       f"{where}: \"Available KV cache memory\" (rounded to 0.01 GiB)")
-        return KvMemoryEstimate(kv_memory, term.low, term.high, "measured", (term,),
+        return KvMemoryEstimate(kv_memory, term.low, term.high, basis, (term,),
                                 "--kv-cache-memory-bytes with the logged figure makes it exact")
     req = gpu.requested_bytes
     requested = KvTerm(

@@ -40,7 +40,8 @@ def render_fit(result: FitResult, console: Console) -> None:
         f" → {format_tokens(result.max_in_flight_tokens)} tokens in flight"
     )
     print_prose(console, sched, subsequent_indent=HANG)
-    source = {"given": "given", "predicted": "predicted from the GPUs", "log": "from the startup log"}[result.kv_cache_memory_source]
+    source = {"given": "given", "predicted": "predicted from the GPUs", "log": "from the startup log",
+              "calibrated": "calibrated: measured by an earlier start"}[result.kv_cache_memory_source]
     print_prose(
         console,
         f"KV memory per GPU: {format_gib(result.kv_cache_memory_bytes)} ({source}) = "

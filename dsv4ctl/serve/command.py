@@ -32,6 +32,7 @@ class ServeOptions:
     fixes: str | None = None
     dry_run: bool = False
     pin_length: bool = False  # pass the planned explicit length even where `auto` is safe
+    no_calibration: bool = False  # plan without the calibration records of earlier starts
     vllm_version: str | None = None  # --dry-run only: plan as this release (default: the installed vLLM)
 
 
@@ -82,7 +83,7 @@ def plan_only(flags: list[str], options: ServeOptions) -> PreflightDecision:
         note = f"{exc.message}: the planning flags were read without vLLM's parser; vLLM checks the rest when it starts"
     decision = decide(
         namespace, flags, keep_auto=options.keep_auto, pin_length=options.pin_length, fixes=options.fixes,
-        vllm_version=options.vllm_version,
+        vllm_version=options.vllm_version, no_calibration=options.no_calibration,
     )
     if note:
         decision.notes.insert(0, note)
@@ -102,7 +103,10 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
     refusal = None
     with ServeSession(log_file, view) as session:
         namespace = parse_serve_flags(flags)
-        decision = decide(namespace, flags, keep_auto=options.keep_auto, pin_length=options.pin_length, fixes=options.fixes)
+        decision = decide(
+            namespace, flags, keep_auto=options.keep_auto, pin_length=options.pin_length, fixes=options.fixes,
+            no_calibration=options.no_calibration,
+        )
         view.decision(decision)
         if decision.action == REFUSE:
             refusal = decision.refusal
@@ -111,6 +115,11 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
     outcome = session.outcome
     if refusal is not None:
         raise refusal
+    if decision.plan is not None:
+        from dsv4ctl.planning.calibration import record_from_serve
+
+        # The start measured the KV memory: remember it for this host and configuration.
+        record_from_serve(decision.plan, log_file, bool(getattr(namespace, "enforce_eager", False)))
     assert outcome is not None
     result = ServeResult(ExitCode.OK, decision, outcome, environment=environment)
     if outcome.status == INTERRUPTED:
@@ -161,4 +170,6 @@ def retry_argv(flags: list[str], options: ServeOptions, length: int, log_file: P
         argv += ["--fixes", options.fixes]
     if options.pin_length:
         argv += ["--pin-length"]
+    if options.no_calibration:
+        argv += ["--no-calibration"]
     return argv + set_max_model_len(flags, length)

@@ -47,6 +47,7 @@ REFUSE = "refuse"  # vLLM would refuse: stop before starting it
 # Bases of a decision: how sure the plan's KV budget is.
 EXACT = "exact"  # --kv-cache-memory-bytes (or VLLM_CPU_KVCACHE_SPACE on vLLM's CPU backend)
 ESTIMATED = "estimated"  # requested − weights − an overhead estimate
+CALIBRATED = "calibrated"  # measured by an earlier start of this host and configuration (planning/calibration.py)
 # Releases with the stale max_model_len crash after auto-fit shrank the length (dsv4ctl's fix covers it).
 STALE_LENGTH_RELEASES = ("0.29.0", "0.30.0")
 
@@ -109,6 +110,7 @@ def decide(
     pin_length: bool = False,
     fixes: str | None = None,
     vllm_version: str | None = None,
+    no_calibration: bool = False,
 ) -> PreflightDecision:
     """Decide the `--max-model-len` to launch with, from vLLM's parsed flags and this node.
 
@@ -150,6 +152,10 @@ def decide(
         from dsv4ctl.planning.fit import plan_fit
 
         request = fit_request_from(namespace, model, kv_cache_memory_bytes=kv_bytes, vllm_version=vllm_version)
+        if no_calibration:
+            import dataclasses
+
+            request = dataclasses.replace(request, no_calibration=True)
         result = plan_fit(request, snapshot=snapshot, geometry=geometry)
     except Dsv4ctlError as exc:  # e.g. TP×PP×DP needs more GPUs than this node has
         if exc.exit_code == ExitCode.DOES_NOT_FIT:
@@ -160,7 +166,7 @@ def decide(
     notes.extend(str(w) for w in result.warnings)
     recommended = int(result.recommended_max_model_len)
     autofit = int(result.autofit_max_model_len)
-    basis = EXACT if kv_bytes is not None else ESTIMATED
+    basis = EXACT if kv_bytes is not None else (CALIBRATED if result.kv_cache_memory_source == "calibrated" else ESTIMATED)
     version = result.version.planned
     stale_fix = stale_fix_active(fixes)
     auto_safe = stale_fix or version not in STALE_LENGTH_RELEASES
@@ -181,7 +187,7 @@ def decide(
             else "not even one token of KV cache fits: free memory, raise --gpu-memory-utilization or add GPUs"
         )
         err = Dsv4ctlError(f"vLLM would refuse this: {result.refusal}", hint=hint, exit_code=ExitCode.DOES_NOT_FIT)
-        if basis == EXACT or _refusal_is_measured(result, requested):
+        if basis in (EXACT, CALIBRATED) or _refusal_is_measured(result, requested):
             refused = _refuse(model, requested, flags, notes, plan, err)
             refused.basis, refused.stale_fix_active = basis, stale_fix
             return refused
@@ -261,7 +267,9 @@ def _refuse(
 
 
 # FitRequest fields that are dsv4ctl's own planning inputs, never vLLM flags.
-_DSV4CTL_ONLY_FIELDS = {"model", "margin", "weights_bytes_per_rank", "non_kv_overhead_bytes", "gpus", "from_log", "vllm_version"}
+_DSV4CTL_ONLY_FIELDS = {
+    "model", "margin", "weights_bytes_per_rank", "non_kv_overhead_bytes", "gpus", "from_log", "vllm_version", "no_calibration",
+}
 
 
 def fit_request_from(

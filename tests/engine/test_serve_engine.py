@@ -219,7 +219,7 @@ def test_dsv4ctl_serve_options_do_not_collide_with_vllm_flags():
     ours = {opt for param in command.params for opt in getattr(param, "opts", []) if opt.startswith("-")}
     vllm = vllm_flag_names()
     assert "--max-model-len" in vllm and "--kv-cache-memory-bytes" in vllm  # it is vLLM's real parser
-    assert {"--log-file", "--keep-auto", "--retry", "--fixes", "--dry-run", "--pin-length", "--vllm-version"} <= ours
+    assert {"--log-file", "--keep-auto", "--retry", "--fixes", "--dry-run", "--pin-length", "--vllm-version", "--no-calibration"} <= ours
     assert ours & vllm == set()
 
 
