@@ -22,10 +22,11 @@ selected (which must equal grep's count: same patterns, same lines). Timed: the 
 (`python -m dsv4ctl diagnose LOG --json`, the default install's engine) and, with `--engine`,
 `diagnose()` through the Python API with each engine. A big file is scanned by several processes
 (`dsv4ctl.logs.parallel`), so RSS is reported two ways: `peak_rss_mib`, the largest single process
-(exact, from wait4's rusage of the diagnosing process, which covers its waited children), and
-`tree_peak_rss_mib`, the
-sum over the whole process tree sampled every 20 ms with psutil (pages a forked child shares with its
-parent are counted in both). `--sequential-too` also times the one-process scan.
+(exact, from wait4's rusage of the diagnosing process, which covers its waited children),
+`tree_peak_rss_mib`, the sum over the whole process tree sampled every 20 ms with psutil (pages a
+forked child shares with its parent are counted in both), and `tree_peak_pss_mib`, the same sum of
+PSS (shared pages divided among the processes that share them: what the tree really holds).
+`--sequential-too` also times the one-process scan.
 Run it under `flock /tmp/dsv4ctl-heavy.lock` on a shared machine.
 """
 
@@ -111,7 +112,10 @@ print(json.dumps({"seconds_inside": elapsed, "peak_rss_bytes": rss, "children_pe
 
 
 class TreeRss:
-    """Samples the summed RSS of a process and all its descendants every few milliseconds (psutil)."""
+    """Samples the summed RSS and PSS of a process and all its descendants every few milliseconds (psutil).
+
+    RSS counts a page shared by a parent and its forked children in each of them; PSS (proportional set
+    size, Linux) divides it among them, so its sum is the memory the tree really holds."""
 
     def __init__(self, pid: int, interval: float = 0.02) -> None:
         import psutil
@@ -120,6 +124,7 @@ class TreeRss:
         self.root = psutil.Process(pid)
         self.interval = interval
         self.peak = 0
+        self.peak_pss = 0
         self.peak_processes = 0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -132,14 +137,16 @@ class TreeRss:
                 procs = [self.root] + self.root.children(recursive=True)
             except psutil.Error:
                 return
-            total = 0
+            total = pss = 0
             for p in procs:
                 try:
                     total += p.memory_info().rss
+                    pss += getattr(p.memory_full_info(), "pss", 0)
                 except psutil.Error:
                     pass
             if total > self.peak:
                 self.peak, self.peak_processes = total, len(procs)
+            self.peak_pss = max(self.peak_pss, pss)
             self.stop.wait(self.interval)
 
     def finish(self) -> None:
@@ -147,9 +154,10 @@ class TreeRss:
         self.thread.join()
 
 
-def _measure(cmd: list[str], env: dict[str, str]) -> tuple[str, int, float, int, int, int]:
+def _measure(cmd: list[str], env: dict[str, str]) -> tuple[str, int, float, int, int, int, int]:
     """Run `cmd`; returns (stdout, exit code, wall seconds, largest RSS of it and its waited children in
-    bytes (wait4), sampled peak of the process tree's summed RSS, processes in the tree at that peak)."""
+    bytes (wait4), sampled peak of the process tree's summed RSS, processes in the tree at that peak,
+    sampled peak of the tree's summed PSS)."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=REPO, env=env)
     sampler = TreeRss(proc.pid)
@@ -159,7 +167,7 @@ def _measure(cmd: list[str], env: dict[str, str]) -> tuple[str, int, float, int,
     proc.returncode = os.waitstatus_to_exitcode(status)
     proc.stdout.close()  # type: ignore[union-attr]
     sampler.finish()
-    return out, proc.returncode, wall, usage.ru_maxrss * 1024, sampler.peak, sampler.peak_processes
+    return out, proc.returncode, wall, usage.ru_maxrss * 1024, sampler.peak, sampler.peak_processes, sampler.peak_pss
 
 
 def run_diagnose(path: Path, engine: str, workers: int | None = None) -> dict:
@@ -167,23 +175,27 @@ def run_diagnose(path: Path, engine: str, workers: int | None = None) -> dict:
     env = dict(os.environ)
     if workers is not None:
         env["DSV4CTL_DIAGNOSE_WORKERS"] = str(workers)
-    out, code, wall, maxrss, tree, procs = _measure([sys.executable, "-c", DIAGNOSE_SNIPPET, str(path), engine], env)
+    out, code, wall, maxrss, tree, procs, pss = _measure([sys.executable, "-c", DIAGNOSE_SNIPPET, str(path), engine], env)
     if code != 0:
         raise SystemExit(f"diagnose failed with exit code {code}")
     data = json.loads(out.strip().splitlines()[-1])
-    data.update(seconds=wall, wait4_peak_rss_bytes=maxrss, tree_peak_rss_bytes=tree, tree_peak_processes=procs)
+    data.update(seconds=wall, wait4_peak_rss_bytes=maxrss, tree_peak_rss_bytes=tree, tree_peak_processes=procs,
+                tree_peak_pss_bytes=pss)
     return data
 
 
 def run_cli(path: Path) -> dict:
     """The command itself, `python -m dsv4ctl diagnose LOG --json` (Typer, Rich, JSON output included)."""
-    out, code, wall, maxrss, tree, procs = _measure([sys.executable, "-m", "dsv4ctl", "diagnose", str(path), "--json"], dict(os.environ))
+    out, code, wall, maxrss, tree, procs, pss = _measure(
+        [sys.executable, "-m", "dsv4ctl", "diagnose", str(path), "--json"], dict(os.environ)
+    )
     data = json.loads(out)
     if code != data["exit_code"]:
         raise SystemExit(f"dsv4ctl diagnose exited {code}, its JSON says {data['exit_code']}")
     return {
         "seconds": wall, "seconds_inside": None, "wait4_peak_rss_bytes": maxrss, "peak_rss_bytes": None,
         "children_peak_rss_bytes": None, "tree_peak_rss_bytes": tree, "tree_peak_processes": procs,
+        "tree_peak_pss_bytes": pss,
         "lines": data["lines_examined"], "verdict": data["verdict"], "findings": [f["id"] for f in data["findings"]],
     }
 
@@ -243,6 +255,7 @@ def bench_log(log: str, path: Path, size: int, engines: list[str], sequential_to
             # Sum over the whole process tree, sampled every 20 ms with psutil (may miss a shorter
             # peak; counts pages shared between a parent and its forked children twice).
             "tree_peak_rss_mib": mib(r["tree_peak_rss_bytes"]),
+            "tree_peak_pss_mib": mib(r["tree_peak_pss_bytes"]),
             "tree_peak_processes": r["tree_peak_processes"],
             "lines": r["lines"],
             "lines_match_grep": r["lines"] == grep_count,
@@ -298,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"  {engine}: {r['seconds']:.2f} s = {r['ratio_vs_grep']:.2f}x grep, "
                     f"peak RSS {r['peak_rss_mib']:.0f} MiB (largest process), {r['tree_peak_rss_mib']:.0f} MiB "
-                    f"(process tree, sampled), {r['lines']:,} lines "
+                    f"(process tree, sampled; PSS {r['tree_peak_pss_mib']:.0f} MiB), {r['lines']:,} lines "
                     f"({'same as grep' if r['lines_match_grep'] else 'DIFFERENT from grep'}), verdict {r['verdict']}"
                 )
     ok = True

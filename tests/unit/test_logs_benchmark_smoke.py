@@ -37,6 +37,7 @@ def test_benchmark_script_on_small_logs(tmp_path):
             assert result["verdict"] == EXPECTED_VERDICT[log], log
             assert result["ratio_vs_grep"] > 0 and result["peak_rss_mib"] > 0
             assert result["tree_peak_processes"] >= 1 and result["tree_peak_rss_mib"] > 0
+            assert 0 < result["tree_peak_pss_mib"] <= result["tree_peak_rss_mib"]
     assert data["logs_deleted"] is True
     assert list(tmp_path.iterdir()) == []
 
