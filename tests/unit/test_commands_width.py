@@ -65,15 +65,10 @@ def test_doctor_wraps_under_its_value_column(cli, width, tmp_path):
     assert _column0_starts(text) == _column0_starts(wide)
 
 
-DIAGNOSE_NEXT_WRAPS = pytest.mark.xfail(
-    reason="render/diagnose.py prints `Next:` through Rich's wrapping; render.print_command keeps it whole", strict=False
-)
-
-
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize(
     "example",
-    ["stale-max-model-len", "deepgemm-ima", pytest.param("kv-cache-insufficient", marks=DIAGNOSE_NEXT_WRAPS)],
+    ["stale-max-model-len", "deepgemm-ima", "kv-cache-insufficient", "healthy"],
 )
 def test_diagnose_next_command_whole(cli, width, example):
     doc = json.loads(cli("diagnose", "--example", example, "--json").stdout)

@@ -1,0 +1,36 @@
+"""One signature of the catalogue: a failure `diagnose` knows, as data (see dsv4ctl/logs/signatures.py).
+
+A module of its own so the catalogue's family modules (signatures_vllm, signatures_ecosystem) and the
+catalogue itself import it without importing each other.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Signature:
+    id: str
+    severity: str  # "critical" | "warning" | "info"
+    title: str
+    meaning: str
+    patterns: tuple[str, ...]
+    actions: tuple[str, ...]
+    role: str = "cause"
+    tier: int = 0
+    source: str = ""  # where the message text comes from: "pkg==version path/file.py:LINE; ..."
+    fatal: bool = False
+    next_command: str | None = None  # a template like `actions`
+    compiled: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "compiled", tuple(re.compile(p) for p in self.patterns))
+
+    def match(self, message: str) -> re.Match[str] | None:
+        for rx in self.compiled:
+            m = rx.search(message)
+            if m:
+                return m
+        return None
