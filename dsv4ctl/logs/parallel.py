@@ -10,10 +10,10 @@ sequential scan yields. The parent scans nothing itself: it analyses the lines o
 they arrive, so its analysis and the scan of every range overlap (when the parent scanned the first
 range, the analysis waited for that scan).
 
-Memory stays bounded: each process reads `CHUNK_BYTES` at a time, and a child whose range is full of
-interesting lines sends them in batches of at most `BATCH_BYTES`; the pipe then blocks it until the
-parent reaches its range. A child also says how far it has read every `CHILD_PROGRESS_BYTES`, for a
-progress display.
+Memory stays bounded: each process reads `prefilter.SCAN_CHUNK_BYTES` at a time, and a child whose
+range is full of interesting lines sends them in batches of at most `BATCH_BYTES`; the pipe then blocks
+it until the parent reaches its range. A child also says how far it has read every
+`CHILD_PROGRESS_BYTES`, for a progress display.
 
 Children are forked when that is safe (Linux, and only this one thread running: forking a process
 with other threads can copy a held lock), which costs milliseconds and reuses the compiled hyperscan
@@ -38,7 +38,6 @@ from typing import BinaryIO, Callable, Iterator
 
 from dsv4ctl.errors import InputError
 from dsv4ctl.logs import prefilter
-from dsv4ctl.logs.reader import CHUNK_BYTES
 
 PARALLEL_MIN_BYTES = 64 * 1024 * 1024
 MAX_WORKERS = 4
@@ -235,7 +234,7 @@ def scan_file_parallel(
     *,
     engine: str = "auto",
     workers: int | None = None,
-    chunk_bytes: int = CHUNK_BYTES,
+    chunk_bytes: int = prefilter.SCAN_CHUNK_BYTES,
     line_count: list[int] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[int, str]]:

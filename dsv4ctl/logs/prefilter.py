@@ -34,7 +34,11 @@ import re
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
-from dsv4ctl.logs.reader import CHUNK_BYTES, MAX_LINE_BYTES, decode, iter_spans
+from dsv4ctl.logs.reader import MAX_LINE_BYTES, decode, iter_spans
+
+# The scan reads 2 MiB at a time: hyperscan, the newline count and the line lookups then pass over data
+# still in the CPU's cache (on a 100 MiB serving log: 0.054 s with 2 MiB reads, 0.060-0.089 s with 8 MiB).
+SCAN_CHUNK_BYTES = 2 << 20
 
 # Keep each entry a literal or a simple class-based regex that cannot cross a newline. Entries start
 # with an upper-case letter, `_`, `-`, `(` or `[` where possible: the `re` fallback skips positions whose
@@ -456,7 +460,7 @@ def scan_source(
     stream: BinaryIO,
     *,
     engine: str = "auto",
-    chunk_bytes: int = CHUNK_BYTES,
+    chunk_bytes: int = SCAN_CHUNK_BYTES,
     line_count: list[int] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[int, str]]:
