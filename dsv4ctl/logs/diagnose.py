@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable
 from dsv4ctl.errors import ExitCode
 from dsv4ctl.logs import deployment, parallel, prefilter
 from dsv4ctl.logs.reader import LogLine, Source, close_source, open_source, parse_line, source_list, source_name
-from dsv4ctl.logs.records import EXC_RE, FRAME_RE, ErrorAssembler, ErrorRecord, generic_error, kernel_of
+from dsv4ctl.logs.records import EXC_RE, FRAME_RE, ErrorAssembler, ErrorRecord, generic_error, kernel_of, log_error
 from dsv4ctl.logs.starts import StartSplitter
 from dsv4ctl.logs.signatures import AFFECTED_STALE, BY_ID, CATALOGUE, FIXED_STALE, Signature
 from dsv4ctl.logs.timeline import LineRef, StartupTimeline, StartupTracker
@@ -348,10 +348,13 @@ class _Analyzer:
                 self.traced_deepgemm.append((seq, line))
         if "dsv4ctl fixes:" in msg and _STALE_FIX_RE.search(msg):
             self.stale_fix_active = True
+        inside = self.assembler.inside(line)
         for rec in self.assembler.feed(line, seq, order):
             self._add_record(rec)
         if line.level in _ERROR_LEVELS and not EXC_RE.match(msg) and not FRAME_RE.match(msg):
             rec = generic_error(line)
+            if rec is None and line.level is not None and not inside and msg and not msg.startswith("Traceback"):
+                rec = log_error(line)
             if rec is not None:
                 rec.seq, rec.order = seq, order
                 self._add_record(rec)
@@ -766,6 +769,8 @@ def _conclude(a: _Analyzer, sources: list[str]) -> Diagnosis:
         records[_window(a, r.seq)].append(r)
     # An interrupted start (Ctrl-C, SIGTERM: KeyboardInterrupt) did not fail.
     live_startup = [r for r in records["startup"] if not r.survived and not r.type.endswith("KeyboardInterrupt")]
+    # An ERROR line in words of its own names a cause once a failure is certain; it does not make one.
+    failing_startup = [r for r in live_startup if r.kind != "log_error"]
     dsv4 = _is_dsv4(tl)
 
     # Which window failed: the startup (an error ended it before ready), or the serving (after ready,
@@ -774,7 +779,7 @@ def _conclude(a: _Analyzer, sources: list[str]) -> Diagnosis:
     if not tl.ready:
         startup_sigs = [sid for sid in hits["startup"] if BY_ID[sid].role in ("cause", "symptom")
                         and BY_ID[sid].severity == "critical"]
-        if startup_sigs or live_startup:
+        if startup_sigs or failing_startup:
             phase = "startup"
     elif any(BY_ID[sid].fatal for sid in hits["serving"]) or any(r.fatal for r in records["serving"]):
         phase = "serving"
@@ -963,7 +968,7 @@ def _originating(records: list[ErrorRecord]) -> ErrorRecord | None:
     live = [r for r in records if not r.survived and r.type != "KeyboardInterrupt"]
     own = [r for r in live if not r.is_wrapper]
     if own:
-        return min(own, key=lambda r: (not (_is_worker(r.process) or r.kind == "coredump"), r.order))
+        return min(own, key=lambda r: (r.kind == "log_error", not (_is_worker(r.process) or r.kind == "coredump"), r.order))
     quoting = [r for r in live if r.quoted]
     if quoting:
         return min(quoting, key=lambda r: r.order)

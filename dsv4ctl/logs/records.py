@@ -242,6 +242,12 @@ def kernel_of(message: str) -> str | None:
 _ANY_GENERIC = re.compile("|".join(f"(?:{re.sub(r'[(][?]P<[a-z_]+>', '(?:', rx.pattern)})" for _, rx in GENERIC))
 
 
+def log_error(line: LogLine) -> ErrorRecord:
+    """An ERROR/CRITICAL log record that states an error in words of its own (no traceback, no known
+    wording): the weakest evidence, used for the root cause only when nothing stronger is in the log."""
+    return ErrorRecord(kind="log_error", line=line, text=line.message)
+
+
 def generic_error(line: LogLine) -> ErrorRecord | None:
     """The non-Python error a line states, or None."""
     msg = line.message
@@ -260,6 +266,11 @@ class ErrorAssembler:
 
     def __init__(self) -> None:
         self._open: dict[tuple[str, str | None], _Open] = {}
+
+    def inside(self, line: LogLine) -> bool:
+        """Whether `line` is part of a traceback being assembled (a frame, code or exception line)."""
+        cur = self._open.get((line.source, line.process))
+        return cur is not None and (cur.in_traceback or cur.chained)
 
     def feed(self, line: LogLine, seq: int, order: tuple = ()) -> list[ErrorRecord]:
         msg = line.message
