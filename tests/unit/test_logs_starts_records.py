@@ -345,3 +345,21 @@ def test_every_dsv4_fixture_adds_up_with_the_planner(path, tl):
         assert round(lo.max_concurrency, 2) - 0.01 <= tl.max_concurrency <= round(hi.max_concurrency, 2) + 0.01
     if any(f.id == "kv_cache_insufficient" for f in diagnose([path]).findings) and tl.autofit is None and explicit is None:
         assert at(hi_gib, None).max_model_len == 0 or at(hi_gib, None).error is not None
+
+
+def test_an_error_record_in_its_own_words_names_the_cause_when_only_wrappers_follow(tmp_path):
+    log = tmp_path / "engine.log"
+    log.write_text(
+        "(APIServer pid=1) INFO 10-21 09:00:02 [api_utils.py:330] vLLM server version 0.32.0, serving model m\n"
+        "(EngineCore_DP0 pid=2) ERROR 10-21 09:00:05 [gpu_worker.py:100] Could not reserve the workspace on cuda:0\n"
+        "(EngineCore_DP0 pid=2) ERROR 10-21 09:00:05 [core.py:1510] EngineCore failed to start.\n"
+        "Traceback (most recent call last):\n"
+        '  File "/v/vllm/v1/engine/utils.py", line 1432, in wait_for_engine_startup\n'
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {'EngineCore_DP0': 1}\n"
+    )
+    d = diagnose([log])
+    assert d.verdict == "failed" and d.root_cause.id == "unrecognized_error"
+    assert d.root_cause.evidence[0].text == "Could not reserve the workspace on cuda:0"
+    # Alone, such a line does not fail a start that is still loading.
+    log.write_text("\n".join(log.read_text().splitlines()[:2]) + "\n")
+    assert diagnose([log]).verdict == "inconclusive"
