@@ -390,8 +390,12 @@ class SourceOffsets:
         self.progress(self.done + n)  # type: ignore[misc]
 
 
-# A span with at least one candidate per this many bytes has its lines found with numpy (`_dense_lines`).
+# A span with at least one candidate per this many bytes has its lines found with numpy (`_dense_lines`),
+# once numpy is imported or this process has met `_DENSE_AFTER_LINES` such candidates (importing numpy,
+# 0.13 s, pays after some 20,000 lines: a serving log's startup at the top is not worth it).
 _DENSE_BYTES = 8 << 10
+_DENSE_AFTER_LINES = 20_000
+_dense_seen = 0
 
 
 def _sparse_lines(data: bytes, s0: int, e0: int, ends: list[int] | None, lineno_base: int):
@@ -436,6 +440,17 @@ def _sparse_lines(data: bytes, s0: int, e0: int, ends: list[int] | None, lineno_
         if search_from >= e0:
             break
     return counted + count_newlines(data, counted_to, e0)
+
+
+def _dense_numpy(candidates: int):
+    """numpy for a dense span of `candidates` candidates, or False while it does not pay (see `_DENSE_BYTES`)."""
+    global _dense_seen
+    if _np is None and _dense_seen >= _DENSE_AFTER_LINES:
+        return _import_numpy()
+    if not _np:
+        _dense_seen += candidates
+        return False
+    return _np
 
 
 def _dense_lines(np, data: bytes, s0: int, e0: int, ends: list[int]) -> tuple[list, int]:
@@ -488,7 +503,7 @@ def scan_source(
                 use_hs = hyperscan_available()
                 undecided = False
         ends = _candidates_hyperscan(data, s0, e0) if use_hs else None
-        np = _import_numpy() if ends and len(ends) * _DENSE_BYTES > e0 - s0 else False
+        np = _dense_numpy(len(ends)) if ends and len(ends) * _DENSE_BYTES > e0 - s0 else False
         if np is not False:  # many lines selected: find them with numpy instead of one by one
             lines, counted = _dense_lines(np, data, s0, e0, ends)
             for k, start, end, sure in lines:

@@ -478,13 +478,14 @@ def test_hyperscan_lines_one_by_one_or_with_numpy_equal_re(pieces, dense, chunk)
     data = b"".join(pieces)
     expected_count: list[int] = []
     expected = list(prefilter.scan_source(io.BytesIO(data), engine="re", chunk_bytes=chunk, line_count=expected_count))
-    old = prefilter._DENSE_BYTES
+    old = prefilter._DENSE_BYTES, prefilter._dense_seen
     prefilter._DENSE_BYTES = 1 << 40 if dense else 0  # every span found with numpy / none
+    prefilter._dense_seen = prefilter._DENSE_AFTER_LINES  # numpy pays
     try:
         count: list[int] = []
         got = list(prefilter.scan_source(io.BytesIO(data), engine="hyperscan", chunk_bytes=chunk, line_count=count))
     finally:
-        prefilter._DENSE_BYTES = old
+        prefilter._DENSE_BYTES, prefilter._dense_seen = old
     assert got == expected
     assert count == expected_count
 
@@ -528,3 +529,19 @@ def test_scanning_children_report_how_far_they_read(tmp_path, monkeypatch):
     seen = _reports(path, workers=2, chunk_bytes=1 << 20)
     assert seen == sorted(set(seen)) and seen[-1] == path.stat().st_size
     assert len(seen) >= 4  # reads of 4 MiB: one report within each ~6 MB range, one at each range's end
+
+
+def test_numpy_finds_dense_lines_only_after_many_of_them(monkeypatch):
+    import io
+
+    pytest.importorskip("hyperscan")
+    pytest.importorskip("numpy")
+    monkeypatch.setattr(prefilter, "_np", None)
+    monkeypatch.setattr(prefilter, "_dense_seen", 0)
+    startup = (EXAMPLES / "healthy.log").read_bytes()  # dense, but a few dozen lines
+    list(prefilter.scan_source(io.BytesIO(startup), engine="hyperscan"))
+    assert prefilter._np is None and 0 < prefilter._dense_seen < prefilter._DENSE_AFTER_LINES
+    errors = b"ERROR boom\n" * (prefilter._DENSE_AFTER_LINES * 2)
+    expected = list(prefilter.scan_source(io.BytesIO(errors), engine="re"))
+    assert list(prefilter.scan_source(io.BytesIO(errors), engine="hyperscan", chunk_bytes=64 << 10)) == expected
+    assert prefilter._np not in (None, False)  # imported once they were many
