@@ -244,6 +244,7 @@ def diagnose_command(
 
 @app.command("fit-length")
 def fit_length_command(
+    ctx: typer.Context,
     model: str = typer.Argument(..., help="deepseek-ai/DeepSeek-V4-Flash, deepseek-ai/DeepSeek-V4-Pro, a checkpoint dir or config.json.", autocompletion=_complete_model),
     kv_cache_memory: str | None = typer.Option(None, "--kv-cache-memory", "--kv-cache-memory-bytes", metavar="SIZE", help="KV memory per GPU, as vLLM's --kv-cache-memory-bytes (9.81GiB, 10G = 10 GiB, 10533407294 bytes; a bare number below 1 MiB is refused as a forgotten unit). Default: predict."),
     gpus: list[str] | None = typer.Option(None, "--gpus", metavar="SNAPSHOT", help="GPU snapshot JSON (`dsv4ctl gpus --save`); repeat for several nodes (the tightest GPU binds). Default: ask NVML when a prediction needs GPUs."),
@@ -305,6 +306,8 @@ def fit_length_command(
         from_log=from_log,
         vllm_version=vllm_version,
         no_calibration=no_calibration,
+        inherit_from_log=from_log is not None,
+        explicit=_given(ctx, num_speculative_tokens="speculative_config"),
     )
     result = _plan_fit_or_say_what_replaces_the_gpus(plan_fit, request)
     if json_output:
@@ -325,6 +328,14 @@ def fit_length_command(
         render_fit(result, out_console())
     if not result.fits:
         raise typer.Exit(int(ExitCode.DOES_NOT_FIT))
+
+
+def _given(ctx: typer.Context, **renamed: str) -> frozenset[str]:
+    """The options the operator typed (not defaults), by name; `renamed` maps a core field to its option."""
+    # By the source's name: Typer may carry its own copy of click's ParameterSource enum.
+    given = {name for name in ctx.params
+             if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")}
+    return frozenset(given | {field for field, option in renamed.items() if option in given})
 
 
 def _plan_fit_or_say_what_replaces_the_gpus(plan_fit: Any, request: Any) -> Any:

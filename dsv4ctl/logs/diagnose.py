@@ -62,7 +62,8 @@ def safe_length_from_log(tl: StartupTimeline, fits: int) -> SafeLength:
     """The explicit --max-model-len to recommend when the log says `fits` tokens fit: the one safe-length
     rule of fit-length and serve (dsv4ctl.planning.safe_length), planned from the log's KV memory and the
     launch's own scheduling flags; scaled from `fits` when dsv4ctl cannot plan the model."""
-    memory = int(tl.available_kv_gib * GiB) if tl.available_kv_gib and tl.available_kv_gib > 0 else None
+    # vLLM logs the memory rounded to 0.01 GiB: plan from the low end of that interval, as fit-length --from-log.
+    memory = int(round(tl.available_kv_gib * GiB) - 0.005 * GiB) if tl.available_kv_gib and tl.available_kv_gib > 0.005 else None
     if tl.model and memory:
         args = {k: tl.serve_args[k] for k in _PLAN_ARGS if k in tl.serve_args}
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):

@@ -102,6 +102,10 @@ class FitRequest:
     vllm_version: str | None = None  # whose planner to mirror; None: installed vLLM, else the log's, else newest known
     enforce_eager: bool = False  # vLLM's --enforce-eager (no CUDA graphs): part of a calibration's configuration
     no_calibration: bool = False  # ignore calibration records (dsv4ctl.planning.calibration)
+    # With from_log: take the launch's own flags from the log's `non-default args` for every field not
+    # named here (the CLI passes the flags the operator typed), so the plan is that deployment's.
+    inherit_from_log: bool = False
+    explicit: frozenset[str] = frozenset()
 
     @property
     def is_auto(self) -> bool:
@@ -138,6 +142,7 @@ class LogCalibration:
     autofit_to: int | None
     max_model_len: int | None
     vllm_version: str | None = None  # the version the log's banner names
+    serve_args: dict[str, Any] = field(default_factory=dict)  # the log's `non-default args`
     predicted_from_log: int | None = None  # our auto-fit for the logged memory, to compare with autofit_to
     predicted_range: tuple[int, int] | None = None  # auto-fit across the log's 0.01 GiB rounding interval
 
@@ -552,6 +557,9 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None, ge
         log_cal = read_log_calibration(request.from_log)
     else:
         log_cal = None
+    if log_cal is not None and request.inherit_from_log:
+        request, taken = inherit_log_flags(request, log_cal)
+        notes.extend(taken)
     if log_cal is not None and request.kv_cache_memory_bytes is None and log_cal.available_kv_bytes is None:
         raise InputError(
             f"{log_cal.path}: no \"Available KV cache memory\" line",
@@ -968,7 +976,32 @@ def _as_log_calibration(timeline: Any, path: str | None) -> LogCalibration:
         autofit_to=logged_to,
         max_model_len=getattr(timeline, "effective_max_model_len", None) or max_len,
         vllm_version=getattr(timeline, "vllm_version", None),
+        serve_args=dict(getattr(timeline, "serve_args", None) or {}),
     )
+
+
+# The log's `non-default args` (vLLM's EngineArgs names) that a FitRequest field takes as they are.
+_LOG_FIELDS = ("gpu_memory_utilization", "kv_cache_dtype", "block_size", "max_num_batched_tokens", "max_num_seqs",
+               "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "enable_expert_parallel",
+               "async_scheduling", "attention_backend")
+
+
+def inherit_log_flags(request: FitRequest, log_cal: LogCalibration) -> tuple[FitRequest, list[str]]:
+    """The request with the log's own flags for every field the operator did not give, and what was taken."""
+    args = log_cal.serve_args
+    taken: dict[str, Any] = {}
+    for name in _LOG_FIELDS:
+        if name in args and name not in request.explicit and args[name] is not None:
+            taken[name] = args[name]
+    if "speculative_config" in args and "num_speculative_tokens" not in request.explicit:
+        try:
+            taken["num_speculative_tokens"] = speculative_tokens(args["speculative_config"])
+        except Dsv4ctlError:
+            pass
+    if not taken:
+        return request, []
+    shown = ", ".join(f"{k}={v}" for k, v in taken.items())
+    return replace(request, **taken), [f"from {log_cal.path}'s non-default args: {shown}"]
 
 
 def read_log_calibration(path: str) -> LogCalibration:

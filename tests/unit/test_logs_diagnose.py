@@ -138,14 +138,14 @@ def test_stale_example_prints_the_arithmetic_from_the_log(cli):
     assert d["arithmetic"] == "capacity align_up(cdiv(980224, 128), 128) = 7,680 < requested 1048576 // 128 = 8,192"
     assert d["version_status"] == "affected" and d["vllm_version"] == "0.30.0"
     # The one safe-length rule (fit-length's and serve's), planned from the log's 9.81 GiB and TP 2.
-    assert d["safe_len"] == 841728 and d["safe_len"] % 256 == 0 and d["safe_len"] < 980224
+    assert d["safe_len"] == 840704 and d["safe_len"] % 256 == 0 and d["safe_len"] < 980224
     assert "costs" in d["safe_length"]["line"] and d["safe_length"]["cliff"] is True
-    assert any("--max-model-len 841728" in a for a in root["actions"])
+    assert any("--max-model-len 840704" in a for a in root["actions"])
     assert any("--max-num-batched-tokens 4096" in a for a in root["actions"])  # the knob past the cliff
     assert any("0.31.0" in a for a in root["actions"])
     assert data["next_command"] == (
         "dsv4ctl serve deepseek-ai/DeepSeek-V4-Flash --trust-remote-code --tensor-parallel-size 2 "
-        "--gpu-memory-utilization 0.85 --kv-cache-dtype fp8 --max-model-len 841728"
+        "--gpu-memory-utilization 0.85 --kv-cache-dtype fp8 --max-model-len 840704"
     )
     answers = [c["answer"] for c in data["checklist"]]
     assert answers == ["yes", "yes", "yes", "yes", "not in log", "yes"]
@@ -176,9 +176,13 @@ def test_stale_without_the_reduction_still_names_the_cause(cli):
 def test_diagnose_recommends_the_length_fit_length_recommends(cli):
     """One safe-length rule: diagnose's length for a log equals fit-length's for the same memory and flags."""
     _, data = run_json(cli, "--example", "stale-max-model-len")
-    fit = json.loads(cli("fit-length", "deepseek-ai/DeepSeek-V4-Flash", "--kv-cache-memory", "9.81GiB", "-tp", "2",
-                         "--kv-cache-dtype", "fp8", "--json").stdout)
-    assert data["findings"][0]["details"]["safe_len"] == fit["recommended_max_model_len"] == 841728
+    example = Path(__file__).resolve().parents[2] / "dsv4ctl" / "examples" / "stale-max-model-len.log"
+    fit = json.loads(cli("fit-length", "deepseek-ai/DeepSeek-V4-Flash", "--from-log", example, "--json").stdout)
+    assert data["findings"][0]["details"]["safe_len"] == fit["recommended_max_model_len"] == 840704
+    # fit-length --from-log plans the log's own deployment, and prints it.
+    assert "--tensor-parallel-size 2" in fit["vllm_command"] and "--gpu-memory-utilization 0.85" in fit["vllm_command"]
+    mine = json.loads(cli("fit-length", "deepseek-ai/DeepSeek-V4-Flash", "--from-log", example, "-tp", "4", "--json").stdout)
+    assert "--tensor-parallel-size 4" in mine["vllm_command"]  # a flag the operator types wins
     # A model dsv4ctl cannot plan: the same memory margin, scaled to tokens from the length the log states.
     _, real = run_json(cli, FIXTURES / "real_v032_cpu_kv_insufficient.log")
     safe = real["findings"][0]["details"]
@@ -309,7 +313,7 @@ def test_human_report_leads_with_the_verdict(cli):
     assert lines[0].startswith(" FAILED ")
     out = result.stdout
     assert out.index("Root cause") < out.index("Startup timeline") < out.index("checklist") < out.index("Next:")
-    assert "7,680 < requested" in out and "--max-model-len 841728" in out
+    assert "7,680 < requested" in out and "--max-model-len 840704" in out
     flat = " ".join(out.split())  # the report may wrap the formula
     assert "align_up(cdiv(980224, 128), 128) = 7,680 < requested 1048576 // 128 = 8,192" in flat
     assert "980,224, 128" not in flat and "1,048,576 //" not in flat
