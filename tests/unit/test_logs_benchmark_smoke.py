@@ -74,3 +74,15 @@ def test_production_logs_are_deterministic_and_hold_their_shares(tmp_path, scena
         engine_share = made["engine_lines"] / made["lines"]
         assert abs(engine_share - (0.25 if scenario == "engine-lines" else 0.0)) < 0.01
         assert data.count(b'"POST /v1/chat/completions HTTP/1.1" 200 OK') == made["requests"]
+
+
+def test_the_startup_benchmark_runs():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "startup_bench.py"), "--runs", "1", "--json"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert 90_000 <= data["log_bytes"] <= 100_000
+    assert set(data["seconds"]) == {"dsv4ctl diagnose", "minimal Typer + Rich app"}
+    assert data["ratio_of_medians"] > 0
