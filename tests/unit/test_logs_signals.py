@@ -106,3 +106,36 @@ def test_scanners_die_with_a_killed_diagnose(big_log):
                 p.kill()
         proc.stdout.close()
         proc.stderr.close()
+
+
+def _wait_blocked(p: psutil.Process, timeout: float = 60.0) -> None:
+    """Until `p` sleeps without using CPU for 0.3 s (blocked on its read: its handlers are in place)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        cpu = sum(p.cpu_times()[:2])
+        if p.status() == psutil.STATUS_SLEEPING and cpu == last:
+            return
+        last = cpu
+        time.sleep(0.3)
+    raise AssertionError("diagnose never settled on reading stdin")
+
+
+def test_sigterm_while_reading_stdin_exits_143():
+    # One process, blocked on a pipe that never ends: the signal still ends it, with its exit code.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dsv4ctl", "diagnose", "-"],
+        cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        proc.stdin.write(b"(APIServer pid=1) INFO 10-21 09:00:02 [api_utils.py:330] vLLM server version 0.32.0\n")
+        proc.stdin.flush()
+        _wait_blocked(psutil.Process(proc.pid))  # started, and waiting for more input
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 143, err.decode(errors="replace")
+        assert b"stopped by SIGTERM" in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
