@@ -77,6 +77,7 @@ PATTERNS: tuple[str, ...] = (
     "_tracker",
     # startup milestones
     "LLM server version",
+    "API server version",
     "█",
     "Initializing a V1 LLM engine",
     "-default args",

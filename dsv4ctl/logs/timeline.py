@@ -159,6 +159,8 @@ def _gib_in(text: str) -> float | None:
 _RE = {
     "banner": re.compile(r"vLLM server version (\S+?),? serving model (\S+)"),
     "logo_version": re.compile(r"█\s+version (\S+)"),
+    # Releases before the "serving model" banner: "vLLM API server version 0.6.3".
+    "api_banner": re.compile(r"vLLM API server version (\S+)"),
     "logo_model": re.compile(r"█\s+model   (\S+)"),
     "engine": re.compile(r"Initializing a V1 LLM engine \(v([^)]+)\) with config: (.*)"),
     "nondefault": re.compile(r"non-default args: (.*)"),
@@ -265,7 +267,7 @@ class StartupTracker:
                 tl.model = tl.model or m.group(2)
                 self._ref("vllm_version", line, overwrite=False)
             else:
-                m = R["logo_version"].search(msg)
+                m = R["logo_version"].search(msg) or R["api_banner"].search(msg)
                 if m and tl.vllm_version is None:
                     tl.vllm_version = m.group(1)
                     self._ref("vllm_version", line, overwrite=False)

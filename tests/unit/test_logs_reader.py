@@ -132,3 +132,17 @@ def test_scan_source_selects_exactly_the_matching_lines(engine):
         with open(path, "rb") as fh:
             got = list(prefilter.scan_source(fh, engine=engine, chunk_bytes=4096))
         assert got == expected, path.name
+
+
+def test_the_record_format_of_older_releases_without_the_opening_bracket():
+    from dsv4ctl.logs.reader import parse_line
+    from dsv4ctl.logs.timeline import StartupTracker
+
+    line = parse_line("INFO 05-01 12:00:01 api_server.py:712] vLLM API server version 0.6.3")
+    assert (line.level, line.timestamp, line.fileinfo, line.message) == (
+        "INFO", "05-01 12:00:01", "api_server.py:712", "vLLM API server version 0.6.3")
+    tracker = StartupTracker()
+    tracker.feed(line)
+    assert tracker.timeline.vllm_version == "0.6.3"
+    new = parse_line("(APIServer pid=1) ERROR 10-21 09:00:02 [core.py:1510] EngineCore failed to start.")
+    assert (new.level, new.fileinfo, new.message) == ("ERROR", "core.py:1510", "EngineCore failed to start.")
