@@ -69,7 +69,8 @@ _PROC_RE = re.compile("^" + _PROC_TAG + r"\s?")
 # The same tag at the end of a VLLM_LOGGING_PREFIX that precedes the record.
 _PROC_AT_END_RE = re.compile(_PROC_TAG + "$")
 # vLLM's format since 0.7 puts the location in brackets ("[kv_cache_utils.py:2477]"); older releases
-# (vllm/logger.py _FORMAT of the 0.6 series) wrote "kv_cache_utils.py:2477]" without the opening one.
+# wrote it without the opening one (vllm==0.6.3 vllm/logger.py:19:
+# _FORMAT = "%(levelname)s %(asctime)s %(filename)s:%(lineno)d] %(message)s").
 _RECORD = (
     r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+"
     r"(?P<ts>\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2})(?:[.,]\d+)?\s+"

@@ -159,7 +159,7 @@ def _gib_in(text: str) -> float | None:
 _RE = {
     "banner": re.compile(r"vLLM server version (\S+?),? serving model (\S+)"),
     "logo_version": re.compile(r"█\s+version (\S+)"),
-    # Releases before the "serving model" banner: "vLLM API server version 0.6.3".
+    # Releases before the "serving model" banner (vllm==0.6.3 vllm/entrypoints/openai/api_server.py:528).
     "api_banner": re.compile(r"vLLM API server version (\S+)"),
     "logo_model": re.compile(r"█\s+model   (\S+)"),
     "engine": re.compile(r"Initializing a V1 LLM engine \(v([^)]+)\) with config: (.*)"),
