@@ -63,8 +63,10 @@ _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\x1b[=>]")
 _ISO_TS_RE = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\s+")
 # docker compose: "vllm-1  | ", "vllm_1 | "; the service name has no spaces or parentheses.
 _COMPOSE_RE = re.compile(r"^[A-Za-z0-9][\w.-]{0,62}\s*\|\s?")
-# (EngineCore_DP0 pid=1234)  (RayWorkerWrapper pid=1234, ip=10.0.0.2)  (pid=1234)
-_PROC_TAG = r"\((?:([A-Za-z_][\w.:-]*)\s+)?pid=(\d+)(?:,\s*ip=[^)\s]*)?\)"
+# (EngineCore_DP0 pid=1234)  (RayWorkerWrapper pid=1234, ip=10.0.0.2)  (pid=1234)  and, before the
+# Worker_TP names, (VllmWorker rank=0 pid=1234) (vllm==0.9.2 vllm/v1/executor/multiproc_executor.py:346,
+# prefix format vllm/executor/multiproc_worker_utils.py:266); the rank stays part of the name.
+_PROC_TAG = r"\((?:([A-Za-z_][\w.:-]*(?:\s+rank=\d+)?)\s+)?pid=(\d+)(?:,\s*ip=[^)\s]*)?\)"
 _PROC_RE = re.compile("^" + _PROC_TAG + r"\s?")
 # The same tag at the end of a VLLM_LOGGING_PREFIX that precedes the record.
 _PROC_AT_END_RE = re.compile(_PROC_TAG + "$")

@@ -146,3 +146,10 @@ def test_the_record_format_of_older_releases_without_the_opening_bracket():
     assert tracker.timeline.vllm_version == "0.6.3"
     new = parse_line("(APIServer pid=1) ERROR 10-21 09:00:02 [core.py:1510] EngineCore failed to start.")
     assert (new.level, new.fileinfo, new.message) == ("ERROR", "core.py:1510", "EngineCore failed to start.")
+
+
+def test_the_worker_tag_of_older_releases_keeps_its_rank():
+    from dsv4ctl.logs.reader import parse_line
+
+    line = parse_line("(VllmWorker rank=1 pid=123) ERROR 05-06 10:00:00 [multiproc_executor.py:470] WorkerProc hit an exception.")
+    assert (line.process, line.pid, line.level, line.message) == ("VllmWorker rank=1", 123, "ERROR", "WorkerProc hit an exception.")
