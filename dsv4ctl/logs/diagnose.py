@@ -771,7 +771,7 @@ def _conclude(a: _Analyzer, sources: list[str]) -> Diagnosis:
     # An interrupted start (Ctrl-C, SIGTERM: KeyboardInterrupt) did not fail.
     live_startup = [r for r in records["startup"] if not r.survived and not r.type.endswith("KeyboardInterrupt")]
     # An ERROR line in words of its own names a cause once a failure is certain; it does not make one.
-    failing_startup = [r for r in live_startup if r.kind != "log_error"]
+    failing_startup = [r for r in live_startup if not r.weak]
     dsv4 = _is_dsv4(tl)
 
     # Which window failed: the startup (an error ended it before ready), or the serving (after ready,
@@ -969,7 +969,7 @@ def _originating(records: list[ErrorRecord]) -> ErrorRecord | None:
     live = [r for r in records if not r.survived and r.type != "KeyboardInterrupt"]
     own = [r for r in live if not r.is_wrapper]
     if own:
-        return min(own, key=lambda r: (r.kind == "log_error", not (_is_worker(r.process) or r.kind == "coredump"), r.order))
+        return min(own, key=lambda r: (r.weak, not (_is_worker(r.process) or r.kind == "coredump"), r.order))
     quoting = [r for r in live if r.quoted]
     if quoting:
         return min(quoting, key=lambda r: r.order)

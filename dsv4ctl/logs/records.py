@@ -141,7 +141,15 @@ class ErrorRecord:
         crashed process, an NCCL failure, or a wrapper saying the engine died."""
         if self.kind == "python":
             return self.is_wrapper or "CUDA error" in self.text
-        return self.kind in ("coredump", "cuda", "killed", "crash", "nccl", "cpp")
+        if self.kind == "nccl":
+            return "collective" in self.details  # the watchdog's time-out; a WARN line alone can be benign
+        return self.kind in ("coredump", "cuda", "killed", "crash", "cpp")
+
+    @property
+    def weak(self) -> bool:
+        """Names a cause once a failure is certain, but does not make one: an ERROR record in words of its
+        own, an NCCL WARN line (NCCL prints benign ones too)."""
+        return self.kind == "log_error" or (self.kind == "nccl" and "nccl_warn" in self.details)
 
     @property
     def quoted(self) -> str | None:

@@ -363,3 +363,15 @@ def test_an_error_record_in_its_own_words_names_the_cause_when_only_wrappers_fol
     # Alone, such a line does not fail a start that is still loading.
     log.write_text("\n".join(log.read_text().splitlines()[:2]) + "\n")
     assert diagnose([log]).verdict == "inconclusive"
+
+
+def test_a_benign_nccl_warn_neither_fails_a_loading_start_nor_a_serving_one(tmp_path):
+    head = (
+        "(APIServer pid=1) INFO 10-21 09:00:02 [api_utils.py:330] vLLM server version 0.32.0, serving model m\n"
+        "node1:123:456 [0] NCCL WARN NET/IB : No device found.\n"
+    )
+    log = tmp_path / "a.log"
+    log.write_text(head)
+    assert diagnose([log]).verdict == "inconclusive"
+    log.write_text(head + "INFO:     Application startup complete.\nnode1:123:456 [0] NCCL WARN NET/IB : No device found.\n")
+    assert diagnose([log]).verdict == "healthy"
