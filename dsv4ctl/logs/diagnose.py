@@ -1101,7 +1101,9 @@ def _summary(d: Diagnosis) -> str:
         where = f" on {tl.ready_url}" if tl.ready_url else ""
         return f"Startup completed{where}{nth}."
     phase = tl.last_phase or "no vLLM startup lines"
-    return f"No failure seen, but the log ends before the server was ready{nth} (last phase: {phase})."
+    waiting = next((f for f in d.findings if f.id == "engine_waiting"), None)
+    stalled = f"; processes were waiting on each other (line {waiting.line}): likely hung" if waiting else ""
+    return f"No failure seen, but the log ends before the server was ready{nth} (last phase: {phase}){stalled}."
 
 
 def _clip_text(text: str, limit: int) -> str:

@@ -130,6 +130,7 @@ PATTERNS: tuple[str, ...] = (
     "Aborted \\(core",
     "Bus error",
     "dsv4ctl fixes:",
+    "shared memory broadcast block",
     # catalogue: vllm
     # pydantic prints a ValueError raised in vLLM's config classes as "  Value error, <message> [type=value_error…"
     "Value error, ",

@@ -361,6 +361,26 @@ CATALOGUE: tuple[Signature, ...] = (
         source="vllm/v1/engine/core.py, v1/executor/multiproc_executor.py, v1/engine/utils.py",
     ),
     Signature(
+        id="engine_waiting",
+        severity="warning",
+        role="note",
+        title="vLLM's processes waited on each other for a long time",
+        meaning=(
+            "A process waited on the others to hand over work (vLLM's shared-memory broadcast queue), reported "
+            "once per {seconds}-second interval, {occurrences} time(s) here. vLLM prints this when some processes "
+            "hang, or while they do long work such as compiling or quantising; a log that ends here without the "
+            "server ready most likely hung."
+        ),
+        patterns=(r"No available shared memory broadcast block found in (?P<seconds>[0-9]+) seconds",),
+        actions=(
+            "Find the process that stopped progressing: the last lines of each Worker/EngineCore before this one",
+            "If a compile or capture was running, give it time; if it repeats for many minutes, rerun with "
+            "--enforce-eager to rule out compilation and CUDA-graph capture",
+        ),
+        source="vllm==0.32.0 vllm/distributed/device_communicators/shm_broadcast.py:109; "
+        "vllm==0.27.1 vllm/distributed/device_communicators/shm_broadcast.py:105",
+    ),
+    Signature(
         id="shutdown_noise",
         severity="info",
         role="noise",

@@ -44,6 +44,7 @@ EXPECTED = {
     "free_memory_below_utilization": ("failed", 3, "free_memory_below_utilization", []),
     "healthy_explicit_len": ("healthy", 0, None, []),
     "inconclusive_capture": ("inconclusive", 5, None, ["autofit_reduced"]),
+    "inconclusive_engine_waiting": ("inconclusive", 5, None, ["engine_waiting"]),
     "interleaved_multiprocess": ("failed", 3, "cuda_oom", ["engine_core_failed"]),
     "kv_cache_dtype_auto_bf16": ("healthy", 0, None, ["kv_cache_dtype_auto_bf16"]),
     "kv_cache_dtype_unsupported": ("failed", 3, "kv_cache_dtype_unsupported", []),
