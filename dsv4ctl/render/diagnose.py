@@ -111,9 +111,10 @@ def _finding(console: Console, f: Finding, multi: bool, heading: str | None, com
             how += "; only an NCCL 'unhandled cuda error' surfaced"
         if details.get("capture"):
             how += f" ({details['capture']})"
-        console.print(Text("  How it was identified: " + how))
+        print_prose(console, "How it was identified: " + how, indent="  ", subsequent_indent="    ")
     if f.id == "unrecognized_error" and details.get("chain"):
-        console.print(Text("  Chain (originating first): " + " → ".join(_clip(c, 80) for c in details["chain"])))
+        print_prose(console, "Chain (originating first): " + " → ".join(_clip(c, 80) for c in details["chain"]),
+                    indent="  ", subsequent_indent="    ")
     if details.get("kernel"):
         console.print(Text(f"  Faulting kernel: {details['kernel']}"))
     if f.id == "cuda_oom" and details.get("phase"):
@@ -124,7 +125,7 @@ def _finding(console: Console, f: Finding, multi: bool, heading: str | None, com
         if safe.get("cliff_line"):
             print_prose(console, "At the cliff: " + safe["cliff_line"], indent="  ", subsequent_indent="    ")
     if details.get("note"):
-        console.print(Text("  Note: " + str(details["note"])))
+        print_prose(console, "Note: " + str(details["note"]), indent="  ", subsequent_indent="    ")
     if details.get("startup_completed_later"):
         console.print(Text("  The startup completed afterwards, so this did not stop it.", style="dim"))
     if details.get("symptom_of"):
@@ -164,14 +165,12 @@ _COMMAND_START = ("dsv4ctl ", "vllm ", "VLLM_", "pip ", "docker ", "hf ", "huggi
 
 def _action(console: Console, lead: str, action: str) -> None:
     """An action: its words wrapped with the indent kept; a command in it on a line of its own, whole."""
+    # A command (or flags to paste) follows ": " and runs to the end of the action.
     at = -1
-    for start in _COMMAND_START:
-        i = action.find(start)
-        if i >= 0 and (at < 0 or i < at):
-            at = i
-    flags = action.find(": --")  # "…: --max-model-len 841728": flags to paste, kept whole too
-    if flags >= 0 and (at < 0 or flags + 2 < at):
-        at = flags + 2
+    for start in (*_COMMAND_START, "--"):
+        i = action.find(": " + start)
+        if i >= 0 and (at < 0 or i + 2 < at):
+            at = i + 2
     if at <= 0:
         print_prose(console, action, indent=lead, subsequent_indent=" " * len(lead))
         return
