@@ -545,3 +545,28 @@ def test_numpy_finds_dense_lines_only_after_many_of_them(monkeypatch):
     expected = list(prefilter.scan_source(io.BytesIO(errors), engine="re"))
     assert list(prefilter.scan_source(io.BytesIO(errors), engine="hyperscan", chunk_bytes=64 << 10)) == expected
     assert prefilter._np not in (None, False)  # imported once they were many
+
+
+def _reference_selection(data: bytes) -> list[tuple[int, str]]:
+    """Every line, decoded and capped, kept when `line_matches` says so: what any engine must select."""
+    from dsv4ctl.logs.reader import MAX_LINE_BYTES, decode
+
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    out = []
+    for i, line in enumerate(lines, start=1):
+        raw = decode(line[:MAX_LINE_BYTES])
+        if prefilter.line_matches(raw):
+            out.append((i, raw))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(pieces=st.lists(LONG_PIECES, max_size=40), engine=st.sampled_from(ENGINES))
+def test_every_engine_selects_what_line_matches_selects(pieces, engine):
+    # Lines not searched again (their match lies within the cap) must be exactly the lines line_matches keeps.
+    import io
+
+    data = b"".join(pieces)
+    assert list(prefilter.scan_source(io.BytesIO(data), engine=engine, chunk_bytes=1 << 20)) == _reference_selection(data)
