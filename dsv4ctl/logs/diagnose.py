@@ -25,9 +25,10 @@ How the root cause is chosen (not the last line):
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -72,10 +73,16 @@ def safe_length_from_log(tl: StartupTimeline, fits: int) -> SafeLength:
                 args[name] = value
         if tl.kv_cache_dtype and "kv_cache_dtype" not in args:
             args["kv_cache_dtype"] = tl.kv_cache_dtype
-        planned = safe_length_for_log(tl.model, memory, **args)
+        planned = _planned_safe_length(tl.model, memory, tuple(sorted(args.items())))
         if planned is not None and planned.ceiling > 0:
             return planned
     return safe_length_scaled(fits, memory, tl.max_model_len)
+
+
+@functools.lru_cache(maxsize=32)
+def _planned_safe_length(model: str, memory: int, args: tuple[tuple[str, Any], ...]) -> SafeLength | None:
+    """One planning per configuration: the starts of a crash loop repeat the same one."""
+    return safe_length_for_log(model, memory, **dict(args))
 
 
 # The launch's flags the planner takes (vLLM's EngineArgs names, as in `non-default args`).
@@ -313,6 +320,7 @@ class _Analyzer:
         self.last: LogLine | None = None
         self.log_lines = 0
         self.stale_fix_active = False
+        self.light = False  # an earlier start: its verdict and root cause only, no planning for the report
         self._unsettled: dict[tuple[str, str | None], list[ErrorRecord]] = {}
 
     @property
@@ -405,46 +413,69 @@ class _Analyzer:
 
 
 class _Pass:
-    """Routes every line to the analyzer of its start."""
+    """Routes every line to the analyzer of its start.
+
+    With one input, a start that a new one followed is concluded at once and only its summary is kept
+    (lines never go back to it), so memory stays bounded on a crash loop of any length; with several
+    inputs a further file's lines may belong to an earlier start, so every start stays open."""
 
     def __init__(self) -> None:
         self.splitter = StartSplitter()
-        self.analyzers: list[_Analyzer] = [_Analyzer(0)]
+        self.analyzers: dict[int, _Analyzer] = {0: _Analyzer(0)}
+        self.closed: list[StartSummary] = []
+        self.sources: set[str] = set()
         self.seq = 0
         self.lines_read = 0
+        self.log_lines = 0
 
     def feed(self, line: LogLine) -> None:
         self.seq += 1
+        self.sources.add(line.source)
         current = self.analyzers[self.splitter.current]
         index, opened = self.splitter.route(line, current.settled)
         if opened:
-            self.analyzers.append(_Analyzer(index))
+            if len(self.sources) == 1:
+                self._close(current)
+            self.analyzers[index] = _Analyzer(index)
         self.analyzers[index].feed(line, self.seq)
 
+    def _close(self, a: _Analyzer) -> None:
+        del self.analyzers[a.index]
+        a.finish()
+        self.log_lines += a.log_lines
+        if a.first is not None:
+            a.light = True
+            self.closed.append(_summary_of(a, _conclude(a, sorted(self.sources))))
+
     def conclude(self, sources: list[str]) -> "Diagnosis":
-        for a in self.analyzers:
+        open_starts = sorted(self.analyzers.values(), key=lambda a: a.index)
+        for a in open_starts:
             a.finish()
         lines_read = self.lines_read
-        if not any(a.log_lines for a in self.analyzers):
+        if not self.log_lines and not any(a.log_lines for a in open_starts):
             return _not_a_vllm_log(sources, lines_read, self.seq)
-        starts = [a for a in self.analyzers if a.first is not None] or self.analyzers[:1]
+        starts = [a for a in open_starts if a.first is not None] or open_starts[:1]
+        for a in starts[:-1]:
+            a.light = True
         results = [_conclude(a, sources) for a in starts]
         last = results[-1]
-        last.starts = [
-            StartSummary(
-                index=i,
-                first=_ev(a.first) if a.first else None,
-                last=_ev(a.last) if a.last else None,
-                verdict=d.verdict,
-                phase=d.phase,
-                root_cause=d.root_cause.id if d.root_cause else None,
-                vllm_version=d.timeline.vllm_version,
-            )
-            for i, (a, d) in enumerate(zip(starts, results))
-        ]
+        summaries = self.closed + [_summary_of(a, d) for a, d in zip(starts, results)]
+        last.starts = [replace(st, index=i) for i, st in enumerate(summaries)]
         last.lines_examined = self.seq
         last.lines_read = lines_read
         return last
+
+
+def _summary_of(a: _Analyzer, d: "Diagnosis") -> StartSummary:
+    return StartSummary(
+        index=a.index,
+        first=_ev(a.first) if a.first else None,
+        last=_ev(a.last) if a.last else None,
+        verdict=d.verdict,
+        phase=d.phase,
+        root_cause=d.root_cause.id if d.root_cause else None,
+        vllm_version=d.timeline.vllm_version,
+    )
 
 
 def diagnose(
@@ -615,7 +646,9 @@ def _full_capture(tl: StartupTimeline, hit: _Hit) -> bool:
     return bool(tl.cudagraph_mode and "FULL" in tl.cudagraph_mode)
 
 
-def _add_safe(d: dict[str, Any], tl: StartupTimeline, fits: int) -> None:
+def _add_safe(d: dict[str, Any], a: _Analyzer, tl: StartupTimeline, fits: int) -> None:
+    if a.light:
+        return
     safe = safe_length_from_log(tl, fits)
     if safe.length > 0:
         d["safe_len"] = safe.length
@@ -655,7 +688,7 @@ def _derive(sig_id: str, hits: list[_Hit], a: _Analyzer, tl: StartupTimeline, lo
             memory=af.memory_text or "memory not stated",
             memory_gib=af.memory_gib,
         )
-        _add_safe(d, tl, af.to_len)
+        _add_safe(d, a, tl, af.to_len)
     if sig_id == "stale_max_model_len":
         d.update(affected=AFFECTED_STALE, fixed=FIXED_STALE, vllm_version=tl.vllm_version)
         status = stale_bug_status(tl.vllm_version)
@@ -672,7 +705,7 @@ def _derive(sig_id: str, hits: list[_Hit], a: _Analyzer, tl: StartupTimeline, lo
                 f"{C128A_COMPRESS_RATIO} = {format_tokens(req)}"
             )
         elif tl.max_concurrency_tokens:
-            _add_safe(d, tl, tl.max_concurrency_tokens)
+            _add_safe(d, a, tl, tl.max_concurrency_tokens)
     if sig_id == "kv_cache_insufficient":
         text = " ".join(msgs)
         if m := re.search(r"max seq len \(([0-9]+)\)", text):
@@ -687,7 +720,7 @@ def _derive(sig_id: str, hits: list[_Hit], a: _Analyzer, tl: StartupTimeline, lo
             d["kv_cache_tokens"] = int(m.group(1))
         fits = d.get("estimated_max_model_len") or d.get("kv_cache_tokens")
         if fits:
-            _add_safe(d, tl, fits)
+            _add_safe(d, a, tl, fits)
         if "Cannot auto-fit" in text:
             d["reason"] = "not enough memory for even a single token"
         elif "No available memory" in text:
