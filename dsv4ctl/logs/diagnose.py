@@ -36,6 +36,7 @@ from dsv4ctl.errors import ExitCode
 from dsv4ctl.logs import deployment, parallel, prefilter
 from dsv4ctl.logs.reader import LogLine, Source, close_source, open_source, parse_line, source_list, source_name
 from dsv4ctl.logs.records import EXC_RE, FRAME_RE, ErrorAssembler, ErrorRecord, generic_error, kernel_of, log_error
+from dsv4ctl.logs.signature_index import SignatureIndex
 from dsv4ctl.logs.starts import StartSplitter
 from dsv4ctl.logs.signatures import AFFECTED_STALE, BY_ID, CATALOGUE, FIXED_STALE, Signature
 from dsv4ctl.logs.timeline import LineRef, StartupTimeline, StartupTracker
@@ -294,10 +295,8 @@ _ERROR_LEVELS = (None, "ERROR", "CRITICAL")
 _STALE_FIX_RE = re.compile(r"dsv4ctl fixes:.*\bstale-max-model-len applied")
 
 
-# One pass over a line decides whether any signature can match it (most selected lines: none).
-_ANY_SIGNATURE = re.compile(
-    "|".join(f"(?:{re.sub(r'[(][?]P<[A-Za-z_][A-Za-z0-9_]*>', '(?:', p)})" for sig in CATALOGUE for p in sig.patterns)
-)
+# Which signatures can match a line, in one pass over it (most selected lines: none).
+_INDEX = SignatureIndex(CATALOGUE)
 
 
 class _Analyzer:
@@ -372,9 +371,7 @@ class _Analyzer:
             if dumps:
                 dumps[-1].details["kernel"] = kernel
                 dumps[-1].details["kernel_line"] = line
-        if not _ANY_SIGNATURE.search(msg):
-            return
-        for sig in CATALOGUE:
+        for sig in _INDEX.candidates(msg):
             m = sig.match(msg)
             if m and self._count_hit(sig.id, seq):
                 groups = {k: v for k, v in m.groupdict().items() if v is not None}

@@ -320,7 +320,7 @@ class StartupTracker:
                 events.append(
                     self._event("weights_loaded", f"Weights loaded: {tl.weights_gib:.2f} GiB in {tl.weights_seconds:.1f} s", line)
                 )
-        if R["profiling"].search(msg) and tl.last_phase in (None, "starting", "loading_weights", "weights_loaded"):
+        if tl.last_phase in (None, "starting", "loading_weights", "weights_loaded") and R["profiling"].search(msg):
             events.append(self._event("profiling", "Profiling memory and compiling", line))
         if "Available KV cache memory" in msg:
             m = R["available_kv"].search(msg)
@@ -439,12 +439,12 @@ class StartupTracker:
         if "deep_gemm not found in site-packages" in msg:
             tl.deep_gemm_source = "vendored"
             self._ref("deep_gemm_source", line, overwrite=False)
-        if R["failed"].search(msg):
+        if ("fail" in msg or "died" in msg or "fatal" in msg) and R["failed"].search(msg):
             events.append(self._event("failed", _short(msg), line))
         elif msg.startswith("Traceback") and not tl.ready and R["traceback"].search(msg):
             if tl.last_phase != "failed":
                 events.append(self._event("failed", "Traceback (startup failing)", line))
-        if R["shutdown"].search(msg):
+        if ("hut" in msg or "Finished server" in msg or "KeyboardInterrupt" in msg) and R["shutdown"].search(msg):
             if tl.last_phase != "shutdown":
                 events.append(self._event("shutdown", "Shutting down", line))
         return events

@@ -375,3 +375,20 @@ def test_a_benign_nccl_warn_neither_fails_a_loading_start_nor_a_serving_one(tmp_
     assert diagnose([log]).verdict == "inconclusive"
     log.write_text(head + "INFO:     Application startup complete.\nnode1:123:456 [0] NCCL WARN NET/IB : No device found.\n")
     assert diagnose([log]).verdict == "healthy"
+
+
+def test_the_signature_index_finds_the_same_candidates_with_and_without_hyperscan():
+    from dsv4ctl.logs import signature_index
+    from dsv4ctl.logs.signatures import CATALOGUE
+
+    pytest.importorskip("hyperscan")
+    plain_index = signature_index.SignatureIndex(CATALOGUE)
+    fast = signature_index.SignatureIndex(CATALOGUE)
+    fast._db = fast._compile()
+    assert fast._db
+    messages = [line.message for path in sorted(FIXTURES.glob("*.log")) + sorted((FIXTURES / "catalogue").glob("*.log"))
+                for line in __import__("dsv4ctl.logs.reader", fromlist=["iter_log_lines"]).iter_log_lines([path])]
+    for msg in messages:
+        expected = [s.id for s in CATALOGUE if s.match(msg)]
+        assert [s.id for s in plain_index.candidates(msg) if s.match(msg)] == expected, msg
+        assert [s.id for s in fast.candidates(msg) if s.match(msg)] == expected, msg

@@ -1,0 +1,90 @@
+"""Which catalogue signatures can match a message, in one pass over it.
+
+Most lines the prefilter selects in a long serving log (request-time tracebacks, per-request ERROR
+lines) match no signature, and trying ~150 patterns one by one costs more than everything else the
+analysis does with a line. `SignatureIndex.candidates(message)` narrows them down:
+
+- first with one `re` alternation of every pattern (named groups made plain, since names repeat);
+- once a log has shown many selected lines (`HYPERSCAN_AFTER`), with a hyperscan database of the same
+  patterns in prefilter mode (a superset where hyperscan cannot express a pattern exactly), which scans
+  a message in about a microsecond. Compiling costs tens of milliseconds, so small logs never pay it.
+
+Either way each candidate is then confirmed with its own `re` patterns (`Signature.match`), so the
+findings are the same with or without hyperscan.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from dsv4ctl.logs.signature import Signature
+
+HYPERSCAN_AFTER = 4000  # selected lines before the hyperscan database is worth compiling
+_NAMED_GROUP = re.compile(r"[(][?]P<[A-Za-z_][A-Za-z0-9_]*>")
+
+
+def plain(pattern: str) -> str:
+    """The pattern with named groups made non-capturing (one alternation may not repeat a name)."""
+    return _NAMED_GROUP.sub("(?:", pattern)
+
+
+class SignatureIndex:
+    def __init__(self, catalogue: Sequence[Signature]) -> None:
+        self.catalogue = tuple(catalogue)
+        self._any = re.compile("|".join(f"(?:{plain(p)})" for sig in self.catalogue for p in sig.patterns))
+        self._seen = 0
+        self._db = None  # hyperscan database; False when it cannot be had
+        self._owner: list[int] = []  # pattern id -> index of its signature
+        self._always: tuple[Signature, ...] = ()  # signatures hyperscan could not take: always tried
+
+    def candidates(self, message: str) -> Sequence[Signature]:
+        self._seen += 1
+        if self._db is None and self._seen > HYPERSCAN_AFTER:
+            self._db = self._compile()
+        if self._db:
+            hits: set[int] = set()
+            try:
+                self._db.scan(message.encode("utf-8", "replace"), match_event_handler=lambda i, *_: hits.add(self._owner[i]))
+            except Exception:  # noqa: BLE001 - a failing scan falls back to `re`, never loses a finding
+                self._db = False
+            else:
+                return [self.catalogue[i] for i in sorted(hits)] + list(self._always) if hits else self._always
+        return self.catalogue if self._any.search(message) else ()
+
+    def _compile(self):
+        try:
+            import hyperscan
+        except ImportError:
+            return False
+        flags = _FLAGS(hyperscan)
+        owner = [index for index, sig in enumerate(self.catalogue) for _ in sig.patterns]
+        exprs = [plain(p).encode("utf-8") for sig in self.catalogue for p in sig.patterns]
+        db = _database(hyperscan, exprs, flags)
+        always: list[Signature] = []
+        if db is None:
+            # Some pattern hyperscan cannot take: find which, and try those signatures with `re` always.
+            keep = {i for i, e in enumerate(exprs) if _database(hyperscan, [e], flags) is not None}
+            bad = {owner[i] for i in range(len(exprs)) if i not in keep}
+            always = [self.catalogue[i] for i in sorted(bad)]
+            kept = [i for i in keep if owner[i] not in bad]
+            owner, exprs = [owner[i] for i in kept], [exprs[i] for i in kept]
+            db = _database(hyperscan, exprs, flags) if exprs else None
+            if db is None:
+                return False
+        self._owner = owner
+        self._always = tuple(always)
+        return db
+
+
+def _database(hyperscan, exprs: list[bytes], flags: int):
+    try:
+        db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs), flags=[flags] * len(exprs))
+        return db
+    except Exception:  # noqa: BLE001 - hyperscan's compile error: the caller decides
+        return None
+
+
+def _FLAGS(hyperscan) -> int:  # noqa: N802 - a constant of the imported module
+    return hyperscan.HS_FLAG_PREFILTER | hyperscan.HS_FLAG_SINGLEMATCH | hyperscan.HS_FLAG_UTF8
