@@ -107,7 +107,7 @@ elapsed = time.perf_counter() - t
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
 print(json.dumps({"seconds_inside": elapsed, "peak_rss_bytes": rss, "children_peak_rss_bytes": children,
-                  "lines": d.lines_examined, "verdict": d.verdict, "findings": [f.id for f in d.findings]}))
+                  "lines": d.lines_selected, "verdict": d.verdict, "findings": [f.id for f in d.findings]}))
 """
 
 
@@ -196,7 +196,7 @@ def run_cli(path: Path) -> dict:
         "seconds": wall, "seconds_inside": None, "wait4_peak_rss_bytes": maxrss, "peak_rss_bytes": None,
         "children_peak_rss_bytes": None, "tree_peak_rss_bytes": tree, "tree_peak_processes": procs,
         "tree_peak_pss_bytes": pss,
-        "lines": data["lines_examined"], "verdict": data["verdict"], "findings": [f["id"] for f in data["findings"]],
+        "lines": data["lines_selected"], "verdict": data["verdict"], "findings": [f["id"] for f in data["findings"]],
     }
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections import deque
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -36,7 +37,7 @@ from dsv4ctl.errors import ExitCode
 from dsv4ctl.logs import deployment, parallel, prefilter
 from dsv4ctl.logs.reader import LogLine, Source, close_source, open_source, parse_line, source_list, source_name
 from dsv4ctl.logs.records import EXC_RE, FRAME_RE, ErrorAssembler, ErrorRecord, generic_error, kernel_of, log_error
-from dsv4ctl.logs.signature_index import SignatureIndex
+from dsv4ctl.logs.signature_index import SignatureIndex, plain
 from dsv4ctl.logs.starts import StartSplitter
 from dsv4ctl.logs.signatures import AFFECTED_STALE, BY_ID, CATALOGUE, FIXED_STALE, Signature
 from dsv4ctl.logs.timeline import LineRef, StartupTimeline, StartupTracker
@@ -58,6 +59,7 @@ MAX_EVIDENCE = 6
 # the first HIT_CAP matches are kept, the rest are counted; likewise for exception lines.
 HIT_CAP = 2 * MAX_EVIDENCE
 RECORD_CAP = 256
+WEAK_RECORD_CAP = 32
 
 
 def safe_length_from_log(tl: StartupTimeline, fits: int) -> SafeLength:
@@ -233,6 +235,7 @@ class Diagnosis:
     phase: str | None = None
     starts: list[StartSummary] = field(default_factory=list)
     lines_read: int = 0
+    lines_selected: int = 0
 
     @property
     def summary(self) -> str:
@@ -266,6 +269,7 @@ class Diagnosis:
             "sources": self.sources,
             "lines_examined": self.lines_examined,
             "lines_read": self.lines_read,
+            "lines_selected": self.lines_selected,
             "starts": [st.to_json() for st in self.starts],
         }
 
@@ -298,6 +302,28 @@ _STALE_FIX_RE = re.compile(r"dsv4ctl fixes:.*\bstale-max-model-len applied")
 # Which signatures can match a line, in one pass over it (most selected lines: none).
 _INDEX = SignatureIndex(CATALOGUE)
 
+# While a start serves quietly, a raw line is analysed only when it can matter (see `_Pass.feed_raw`):
+# - a start or shutdown marker, or a sign that the server is going down (the wording of fatal catalogue
+#   signatures, wrappers that say the engine died, errors that are not Python's);
+_SERVING_ALERT_RE = re.compile(
+    "|".join(
+        (
+            r"server version|non-default args|Initializing a V1 LLM engine|█",
+            r"shutdown|Shutting down|Finished server process|KeyboardInterrupt",
+            # (phrases, not the process tags: "(EngineCore pid=…)" is on every engine line)
+            r"EngineCore failed|EngineCore encountered|Engine core initialization|EngineDead|WorkerProc|Worker proc",
+            r"died unexpectedly|fatal error|output_handler|RPC call|has died|were killed|killed due to|NODE_OUT_OF_MEMORY",
+            r"CUDA error|Cuda error|illegal memory|cudaErrorIllegalAddress|CUDBG|coredump|CUDA Exception",
+            r"NCCL|Watchdog|Check failed|paged_mqa_logits_metadata",
+            r"terminate called|Killed|Segmentation fault|Fatal Python|Aborted|Bus error|Errno 98",
+            r"out of memory|OutOfMemory",
+        )
+    )
+)
+# - the catalogue's request-level errors (a prompt too long, no chat template): warnings, analysed alone.
+_SERVING_REQUEST_RE = re.compile("|".join(f"(?:{plain(p)})" for sig in CATALOGUE if sig.role == "request" for p in sig.patterns) or "(?!)")
+HELD_LINES = 64  # held lines analysed when trouble starts: a traceback printed just before the sign
+
 
 class _Analyzer:
     """Everything one start of vLLM showed: the timeline, signature hits and error records."""
@@ -314,13 +340,19 @@ class _Analyzer:
         self.traced_deepgemm: list[tuple[int, LogLine]] = []
         self.progress_phase: str | None = None  # the last startup phase, ignoring failed/shutdown
         self.hit_counts: dict[tuple[str, bool, bool], int] = {}
-        self.record_count = 0
+        self.record_counts: dict[bool, int] = {}
         self.first: LogLine | None = None
         self.last: LogLine | None = None
         self.log_lines = 0
         self.stale_fix_active = False
         self.light = False  # an earlier start: its verdict and root cause only, no planning for the report
+        self.alert = False  # while serving, a sign that the server is going down was seen
         self._unsettled: dict[tuple[str, str | None], list[ErrorRecord]] = {}
+
+    @property
+    def quiet_serving(self) -> bool:
+        """Ready, not shutting down, no sign of trouble: most lines can change nothing now."""
+        return self.ready_seq is not None and self.shutdown_seq is None and not self.alert
 
     @property
     def settled(self) -> bool:
@@ -380,8 +412,11 @@ class _Analyzer:
     def _add_record(self, rec: ErrorRecord) -> None:
         if rec.line.level not in _ERROR_LEVELS:
             return  # a traceback logged at INFO/WARNING level: vLLM handled it
-        self.record_count += 1
-        if self.record_count > RECORD_CAP:
+        # Weak records (ERROR lines in words of their own) have a cap of their own: a log full of them
+        # never crowds out the traceback that holds the cause.
+        weak = rec.weak
+        self.record_counts[weak] = self.record_counts.get(weak, 0) + 1
+        if self.record_counts[weak] > (WEAK_RECORD_CAP if weak else RECORD_CAP):
             return
         self.records.append(rec)
         self._unsettled.setdefault((rec.line.source, rec.line.process), []).append(rec)
@@ -424,6 +459,29 @@ class _Pass:
         self.seq = 0
         self.lines_read = 0
         self.log_lines = 0
+        self._held: deque[tuple[str, str, int]] = deque(maxlen=HELD_LINES)
+        self.selected = 0  # lines the prefilter selected (analysed or held)
+
+    def feed_raw(self, raw: str, source: str, lineno: int, parsed: LogLine | None = None) -> None:
+        """A selected line as read. While the current start is serving quietly, lines that can change
+        nothing (request-time tracebacks, per-request ERROR lines) are held instead of parsed: only a
+        start or shutdown marker, a request-level error of the catalogue, or a sign that the server is
+        going down is analysed. At such a sign the last held lines are analysed first (a worker's
+        traceback printed just before), and the start is analysed in full from then on."""
+        self.selected += 1
+        a = self.analyzers.get(self.splitter.current)
+        if a is not None and a.quiet_serving:
+            if _SERVING_ALERT_RE.search(raw):
+                a.alert = True
+                held, self._held = self._held, deque(maxlen=HELD_LINES)
+                for item in held:
+                    self.feed(parse_line(*item))
+            elif not _SERVING_REQUEST_RE.search(raw):
+                self._held.append((raw, source, lineno))
+                return
+        # Held lines are those since the last analysed one, so a replay never goes back in time.
+        self._held.clear()
+        self.feed(parsed if parsed is not None else parse_line(raw, source, lineno))
 
     def feed(self, line: LogLine) -> None:
         self.seq += 1
@@ -450,7 +508,9 @@ class _Pass:
             a.finish()
         lines_read = self.lines_read
         if not self.log_lines and not any(a.log_lines for a in open_starts):
-            return _not_a_vllm_log(sources, lines_read, self.seq)
+            foreign = _not_a_vllm_log(sources, lines_read, self.seq)
+            foreign.lines_selected = self.selected
+            return foreign
         starts = [a for a in open_starts if a.first is not None] or open_starts[:1]
         for a in starts[:-1]:
             a.light = True
@@ -459,6 +519,7 @@ class _Pass:
         summaries = self.closed + [_summary_of(a, d) for a, d in zip(starts, results)]
         last.starts = [replace(st, index=i) for i, st in enumerate(summaries)]
         last.lines_examined = self.seq
+        last.lines_selected = self.selected
         last.lines_read = lines_read
         return last
 
@@ -506,14 +567,14 @@ def diagnose(
             for lineno, raw in parallel.scan_file_parallel(
                 source, engine=engine, workers=n_workers, progress=report, line_count=count
             ):
-                run.feed(parse_line(raw, name, lineno))
+                run.feed_raw(raw, name, lineno)
             run.lines_read += count[0] if count else 0
             continue
         stream = open_source(source)
         count: list[int] = []
         try:
             for lineno, raw in prefilter.scan_source(stream, engine=engine, line_count=count, progress=report):
-                run.feed(parse_line(raw, name, lineno))
+                run.feed_raw(raw, name, lineno)
         finally:
             close_source(source, stream)
         run.lines_read += count[0] if count else 0
@@ -530,7 +591,7 @@ def diagnose_lines(lines: Iterable[LogLine]) -> Diagnosis:
         if line.source not in sources:
             sources.append(line.source)
         if prefilter.line_matches(line.raw):
-            run.feed(line)
+            run.feed_raw(line.raw, line.source, line.lineno, line)
     run.lines_read = read
     return run.conclude(sources)
 

@@ -392,3 +392,38 @@ def test_the_signature_index_finds_the_same_candidates_with_and_without_hypersca
         expected = [s.id for s in CATALOGUE if s.match(msg)]
         assert [s.id for s in plain_index.candidates(msg) if s.match(msg)] == expected, msg
         assert [s.id for s in fast.candidates(msg) if s.match(msg)] == expected, msg
+
+
+def test_every_fatal_signature_line_wakes_a_quietly_serving_start():
+    """While a start serves quietly only lines that can change its verdict are analysed: every line a fatal
+    signature matches in any fixture, and every start or shutdown marker, must be among them."""
+    from dsv4ctl.logs import diagnose as core
+    from dsv4ctl.logs.reader import iter_log_lines
+    from dsv4ctl.logs.signatures import CATALOGUE
+    from dsv4ctl.logs.starts import marker_of
+
+    fatal = [s for s in CATALOGUE if s.fatal]
+    request = [s for s in CATALOGUE if s.role == "request"]
+    for path in sorted(FIXTURES.glob("*.log")) + sorted((FIXTURES / "catalogue").glob("*.log")) + sorted(EXAMPLES.glob("*.log")):
+        for line in iter_log_lines([path]):
+            if any(s.match(line.message) for s in fatal) or marker_of(line.message):
+                assert core._SERVING_ALERT_RE.search(line.raw), (path.name, line.lineno)
+            if any(s.match(line.message) for s in request):
+                assert core._SERVING_ALERT_RE.search(line.raw) or core._SERVING_REQUEST_RE.search(line.raw)
+
+
+def test_a_quietly_serving_start_analyses_only_what_can_matter(tmp_path):
+    ready = (FIXTURES / "request_error_while_serving.log").read_text()
+    noise = "".join(
+        f"(EngineCore pid=5090) ERROR 10-21 09:30:{i % 60:02d} [scheduler.py:2189] Unexpected: grammar rejected tokens [1] for request r{i}. Terminating request.\n"
+        for i in range(500)
+    )
+    log = tmp_path / "serving.log"
+    log.write_text(ready + noise)
+    d = diagnose([log])
+    assert d.verdict == "healthy" and d.lines_examined < 100
+    assert any(f.id == "prompt_too_long" for f in d.findings)
+    # A fault after the noise still fails the start, with the worker's own traceback as evidence.
+    log.write_text(ready + noise + (FIXTURES / "cuda_fault_while_serving.log").read_text().split("Application startup complete.\n", 1)[1])
+    d = diagnose([log])
+    assert (d.verdict, d.phase, d.root_cause.id) == ("failed", "serving", "cuda_illegal_memory_access")
