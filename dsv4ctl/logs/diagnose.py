@@ -31,7 +31,7 @@ from collections import deque
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from dsv4ctl.errors import ExitCode
 from dsv4ctl.logs import deployment, parallel, prefilter
@@ -39,9 +39,11 @@ from dsv4ctl.logs.reader import LogLine, Source, close_source, open_source, pars
 from dsv4ctl.logs.records import EXC_RE, FRAME_RE, ErrorAssembler, ErrorRecord, generic_error, kernel_of, log_error
 from dsv4ctl.logs.signature_index import SignatureIndex, plain
 from dsv4ctl.logs.starts import StartSplitter
+
+if TYPE_CHECKING:
+    from dsv4ctl.planning.safe_length import SafeLength
 from dsv4ctl.logs.signatures import AFFECTED_STALE, BY_ID, CATALOGUE, FIXED_STALE, Signature
 from dsv4ctl.logs.timeline import LineRef, StartupTimeline, StartupTracker
-from dsv4ctl.planning.safe_length import SafeLength, safe_length_for_log, safe_length_scaled
 from dsv4ctl.units import GiB, cdiv, format_tokens, round_up
 
 # DeepSeek-V4 constants the arithmetic uses (vllm/models/deepseek_v4/sparse_mla.py):
@@ -62,11 +64,13 @@ RECORD_CAP = 256
 WEAK_RECORD_CAP = 32
 
 
-def safe_length_from_log(tl: StartupTimeline, fits: int) -> SafeLength:
+def safe_length_from_log(tl: StartupTimeline, fits: int) -> "SafeLength":
     """The explicit --max-model-len to recommend when the log says `fits` tokens fit: the one safe-length
     rule of fit-length and serve (dsv4ctl.planning.safe_length), planned from the log's KV memory and the
     launch's own scheduling flags; scaled from `fits` when dsv4ctl cannot plan the model."""
     # vLLM logs the memory rounded to 0.01 GiB: plan from the low end of that interval, as fit-length --from-log.
+    from dsv4ctl.planning.safe_length import safe_length_scaled  # the planner only when a length is asked
+
     memory = int(round(tl.available_kv_gib * GiB) - 0.005 * GiB) if tl.available_kv_gib and tl.available_kv_gib > 0.005 else None
     if tl.model and memory:
         args = {k: tl.serve_args[k] for k in _PLAN_ARGS if k in tl.serve_args}
@@ -83,8 +87,10 @@ def safe_length_from_log(tl: StartupTimeline, fits: int) -> SafeLength:
 
 
 @functools.lru_cache(maxsize=32)
-def _planned_safe_length(model: str, memory: int, args: tuple[tuple[str, Any], ...]) -> SafeLength | None:
+def _planned_safe_length(model: str, memory: int, args: tuple[tuple[str, Any], ...]) -> "SafeLength | None":
     """One planning per configuration: the starts of a crash loop repeat the same one."""
+    from dsv4ctl.planning.safe_length import safe_length_for_log
+
     return safe_length_for_log(model, memory, **dict(args))
 
 

@@ -32,7 +32,7 @@ def plain(pattern: str) -> str:
 class SignatureIndex:
     def __init__(self, catalogue: Sequence[Signature]) -> None:
         self.catalogue = tuple(catalogue)
-        self._any = re.compile("|".join(f"(?:{plain(p)})" for sig in self.catalogue for p in sig.patterns))
+        self._any: re.Pattern[str] | None = None  # compiled at first use (tens of ms: not on --help)
         self._seen = 0
         self._db = None  # hyperscan database; False when it cannot be had
         self._owner: list[int] = []  # pattern id -> index of its signature
@@ -50,6 +50,8 @@ class SignatureIndex:
                 self._db = False
             else:
                 return [self.catalogue[i] for i in sorted(hits)] + list(self._always) if hits else self._always
+        if self._any is None:
+            self._any = re.compile("|".join(f"(?:{plain(p)})" for sig in self.catalogue for p in sig.patterns))
         return self.catalogue if self._any.search(message) else ()
 
     def _compile(self):

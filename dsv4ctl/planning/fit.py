@@ -684,11 +684,16 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None, ge
     stage_layers = _worker_layer_sets(specs, geometry, pp)
     worker_layers = [stage_layers[rank // tp] for rank in range(tp * pp)]
 
+    plans: dict[tuple, KvPlan] = {}  # the safe-length rule and the what-if table ask for the same plans again
+
     def plan(memory: list[int], *, length: int, auto: bool, tokens_in_flight: int) -> KvPlan:
-        return plan_kv_cache(
-            specs, worker_layers, memory, original_max_model_len=length, autofit=auto, max_in_flight_tokens=tokens_in_flight,
-            rules=rules,
-        )
+        key = (tuple(memory), length, auto, tokens_in_flight)
+        if key not in plans:
+            plans[key] = plan_kv_cache(
+                specs, worker_layers, memory, original_max_model_len=length, autofit=auto,
+                max_in_flight_tokens=tokens_in_flight, rules=rules,
+            )
+        return plans[key]
 
     positive_memory = [max(m, 0) for m in worker_memory]
     auto_plan = plan(positive_memory, length=model_max, auto=True, tokens_in_flight=in_flight)
