@@ -353,6 +353,7 @@ class _Analyzer:
         self.stale_fix_active = False
         self.light = False  # an earlier start: its verdict and root cause only, no planning for the report
         self.alert = False  # while serving, a sign that the server is going down was seen
+        self.ready_source: str | None = None
         self._unsettled: dict[tuple[str, str | None], list[ErrorRecord]] = {}
 
     @property
@@ -387,6 +388,7 @@ class _Analyzer:
                     rec.survived = True
             if ev.phase == "ready" and self.ready_seq is None:
                 self.ready_seq = seq
+                self.ready_source = line.source
             if ev.phase == "shutdown" and self.shutdown_seq is None:
                 self.shutdown_seq = seq
         if "paged_mqa_logits_metadata" in msg or "IndexerMetadataBuilder" in msg:
@@ -476,7 +478,9 @@ class _Pass:
         traceback printed just before), and the start is analysed in full from then on."""
         self.selected += 1
         a = self.analyzers.get(self.splitter.current)
-        if a is not None and a.quiet_serving:
+        # Only in the file that showed the start ready: another file of the same launch (the engine's own
+        # log after the API server's) still has its startup lines to tell.
+        if a is not None and a.quiet_serving and source == a.ready_source:
             if _SERVING_ALERT_RE.search(raw):
                 a.alert = True
                 held, self._held = self._held, deque(maxlen=HELD_LINES)

@@ -427,3 +427,16 @@ def test_a_quietly_serving_start_analyses_only_what_can_matter(tmp_path):
     log.write_text(ready + noise + (FIXTURES / "cuda_fault_while_serving.log").read_text().split("Application startup complete.\n", 1)[1])
     d = diagnose([log])
     assert (d.verdict, d.phase, d.root_cause.id) == ("failed", "serving", "cuda_illegal_memory_access")
+
+
+def test_a_second_file_of_the_launch_is_read_in_full_after_the_first_showed_it_ready(tmp_path):
+    lines = (EXAMPLES / "healthy.log").read_text().splitlines(keepends=True)
+    api = [ln for ln in lines if ln.startswith("(APIServer") or ln.startswith("INFO:")]
+    rest = [ln for ln in lines if ln not in api]
+    (tmp_path / "api.log").write_text("".join(api))
+    (tmp_path / "engine.log").write_text("".join(rest))
+    both = diagnose([tmp_path / "api.log", tmp_path / "engine.log"])
+    whole = diagnose([EXAMPLES / "healthy.log"])
+    assert both.verdict == "healthy" and len(both.starts) == 1
+    assert both.timeline.autofit is not None and both.timeline.autofit.to_len == whole.timeline.autofit.to_len
+    assert both.timeline.kv_cache_tokens == whole.timeline.kv_cache_tokens
