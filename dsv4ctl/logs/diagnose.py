@@ -37,7 +37,7 @@ from dsv4ctl.errors import ExitCode
 from dsv4ctl.logs import deployment, parallel, prefilter
 from dsv4ctl.logs.reader import LogLine, Source, close_source, open_source, parse_line, source_list, source_name
 from dsv4ctl.logs.records import EXC_RE, FRAME_RE, ErrorAssembler, ErrorRecord, generic_error, kernel_of, log_error
-from dsv4ctl.logs.signature_index import SignatureIndex, plain
+from dsv4ctl.logs.signature_index import LineSorter, SignatureIndex
 from dsv4ctl.logs.starts import StartSplitter
 
 if TYPE_CHECKING:
@@ -311,23 +311,20 @@ _INDEX = SignatureIndex(CATALOGUE)
 # While a start serves quietly, a raw line is analysed only when it can matter (see `_Pass.feed_raw`):
 # - a start or shutdown marker, or a sign that the server is going down (the wording of fatal catalogue
 #   signatures, wrappers that say the engine died, errors that are not Python's);
-_SERVING_ALERT_RE = re.compile(
-    "|".join(
-        (
-            r"server version|non-default args|Initializing a V1 LLM engine|█",
-            r"shutdown|Shutting down|Finished server process|KeyboardInterrupt",
-            # (phrases, not the process tags: "(EngineCore pid=…)" is on every engine line)
-            r"EngineCore failed|EngineCore encountered|Engine core initialization|EngineDead|WorkerProc|Worker proc",
-            r"died unexpectedly|fatal error|output_handler|RPC call|has died|were killed|killed due to|NODE_OUT_OF_MEMORY",
-            r"CUDA error|Cuda error|illegal memory|cudaErrorIllegalAddress|CUDBG|coredump|CUDA Exception",
-            r"NCCL|Watchdog|Check failed|paged_mqa_logits_metadata",
-            r"terminate called|Killed|Segmentation fault|Fatal Python|Aborted|Bus error|Errno 98",
-            r"out of memory|OutOfMemory",
-        )
-    )
+_SERVING_ALERT = (
+    r"server version", r"non-default args", r"Initializing a V1 LLM engine", r"█",
+    r"shutdown", r"Shutting down", r"Finished server process", r"KeyboardInterrupt",
+    # (phrases, not the process tags: "(EngineCore pid=…)" is on every engine line)
+    r"EngineCore failed", r"EngineCore encountered", r"Engine core initialization", r"EngineDead", r"WorkerProc",
+    r"Worker proc", r"died unexpectedly", r"fatal error", r"output_handler", r"RPC call", r"has died", r"were killed",
+    r"killed due to", r"NODE_OUT_OF_MEMORY",
+    r"CUDA error", r"Cuda error", r"illegal memory", r"cudaErrorIllegalAddress", r"CUDBG", r"coredump", r"CUDA Exception",
+    r"NCCL", r"Watchdog", r"Check failed", r"paged_mqa_logits_metadata",
+    r"terminate called", r"Killed", r"Segmentation fault", r"Fatal Python", r"Aborted", r"Bus error", r"Errno 98",
+    r"out of memory", r"OutOfMemory",
 )
 # - the catalogue's request-level errors (a prompt too long, no chat template): warnings, analysed alone.
-_SERVING_REQUEST_RE = re.compile("|".join(f"(?:{plain(p)})" for sig in CATALOGUE if sig.role == "request" for p in sig.patterns) or "(?!)")
+_SERVING_SORTER = LineSorter(_SERVING_ALERT, [p for sig in CATALOGUE if sig.role == "request" for p in sig.patterns])
 HELD_LINES = 64  # held lines analysed when trouble starts: a traceback printed just before the sign
 
 
@@ -481,12 +478,13 @@ class _Pass:
         # Only in the file that showed the start ready: another file of the same launch (the engine's own
         # log after the API server's) still has its startup lines to tell.
         if a is not None and a.quiet_serving and source == a.ready_source:
-            if _SERVING_ALERT_RE.search(raw):
+            kind = _SERVING_SORTER.sort(raw)
+            if kind == LineSorter.ALERT:
                 a.alert = True
                 held, self._held = self._held, deque(maxlen=HELD_LINES)
                 for item in held:
                     self.feed(parse_line(*item))
-            elif not _SERVING_REQUEST_RE.search(raw):
+            elif kind == LineSorter.SKIP:
                 self._held.append((raw, source, lineno))
                 return
         # Held lines are those since the last analysed one, so a replay never goes back in time.

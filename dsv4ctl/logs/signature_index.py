@@ -90,3 +90,45 @@ def _database(hyperscan, exprs: list[bytes], flags: int):
 
 def _FLAGS(hyperscan) -> int:  # noqa: N802 - a constant of the imported module
     return hyperscan.HS_FLAG_PREFILTER | hyperscan.HS_FLAG_SINGLEMATCH | hyperscan.HS_FLAG_UTF8
+
+
+class LineSorter:
+    """Sorts a raw line into SKIP, REQUEST or ALERT by the regex alternatives given for each (in that order
+    of precedence), in one pass: hyperscan once `HYPERSCAN_AFTER` lines were sorted (when installed),
+    Python's `re` before that and without it. Hyperscan may take a request pattern loosely (prefilter mode):
+    a line sorted REQUEST is only analysed, never lost."""
+
+    SKIP, REQUEST, ALERT = 0, 1, 2
+
+    def __init__(self, alert: Sequence[str], request: Sequence[str]) -> None:
+        self.alert = tuple(alert)
+        self.request = tuple(plain(p) for p in request)
+        self._alert_re = re.compile("|".join(self.alert))
+        self._request_re = re.compile("|".join(f"(?:{p})" for p in self.request) or "(?!)")
+        self._seen = 0
+        self._db = None
+
+    def sort(self, raw: str) -> int:
+        self._seen += 1
+        if self._db is None and self._seen > HYPERSCAN_AFTER:
+            self._db = self._compile()
+        if self._db:
+            found = [self.SKIP]
+            try:
+                self._db.scan(raw.encode("utf-8", "replace"), match_event_handler=lambda i, *_: found.append(self._kinds[i]))
+            except Exception:  # noqa: BLE001 - a failing scan falls back to `re`
+                self._db = False
+            else:
+                return max(found)
+        if self._alert_re.search(raw):
+            return self.ALERT
+        return self.REQUEST if self._request_re.search(raw) else self.SKIP
+
+    def _compile(self):
+        try:
+            import hyperscan
+        except ImportError:
+            return False
+        exprs = [p.encode("utf-8") for p in self.alert + self.request]
+        self._kinds = [self.ALERT] * len(self.alert) + [self.REQUEST] * len(self.request)
+        return _database(hyperscan, exprs, _FLAGS(hyperscan)) or False

@@ -406,10 +406,11 @@ def test_every_fatal_signature_line_wakes_a_quietly_serving_start():
     request = [s for s in CATALOGUE if s.role == "request"]
     for path in sorted(FIXTURES.glob("*.log")) + sorted((FIXTURES / "catalogue").glob("*.log")) + sorted(EXAMPLES.glob("*.log")):
         for line in iter_log_lines([path]):
+            kind = core._SERVING_SORTER.sort(line.raw)
             if any(s.match(line.message) for s in fatal) or marker_of(line.message):
-                assert core._SERVING_ALERT_RE.search(line.raw), (path.name, line.lineno)
+                assert kind == core.LineSorter.ALERT, (path.name, line.lineno)
             if any(s.match(line.message) for s in request):
-                assert core._SERVING_ALERT_RE.search(line.raw) or core._SERVING_REQUEST_RE.search(line.raw)
+                assert kind != core.LineSorter.SKIP, (path.name, line.lineno)
 
 
 def test_a_quietly_serving_start_analyses_only_what_can_matter(tmp_path):
@@ -440,3 +441,16 @@ def test_a_second_file_of_the_launch_is_read_in_full_after_the_first_showed_it_r
     assert both.verdict == "healthy" and len(both.starts) == 1
     assert both.timeline.autofit is not None and both.timeline.autofit.to_len == whole.timeline.autofit.to_len
     assert both.timeline.kv_cache_tokens == whole.timeline.kv_cache_tokens
+
+
+def test_the_line_sorter_sorts_alike_with_and_without_hyperscan():
+    from dsv4ctl.logs.signature_index import LineSorter
+
+    pytest.importorskip("hyperscan")
+    plain_sorter = LineSorter(["EngineDead", "NCCL"], [r"maximum context length is (?P<n>[0-9]+)"])
+    fast = LineSorter(plain_sorter.alert, [r"maximum context length is (?P<n>[0-9]+)"])
+    fast._db = fast._compile()
+    assert fast._db
+    for raw, kind in (("x EngineDeadError y", 2), ("NCCL WARN z", 2), ("the maximum context length is 42", 1),
+                      ("(EngineCore pid=1) ERROR grammar rejected", 0)):
+        assert plain_sorter.sort(raw) == fast.sort(raw) == kind, raw
