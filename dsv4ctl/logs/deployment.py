@@ -56,7 +56,8 @@ def _args(tl: StartupTimeline) -> dict[str, Any]:
     return out
 
 
-def _tokens(name: str, value: Any) -> list[str]:
+def flag_tokens(name: str, value: Any) -> list[str]:
+    """One launch argument back as command-line tokens (`--name value`, `--flag`, `--no-flag`, JSON)."""
     flag = "--" + name.replace("_", "-")
     if value is None:
         return []
@@ -83,7 +84,7 @@ def serve_flags(tl: StartupTimeline, drop: tuple[str, ...] = ("max_model_len",))
     for name, value in _args(tl).items():
         if name in _SKIP or name in drop:
             continue
-        tokens += _tokens(name, value)
+        tokens += flag_tokens(name, value)
     return _join(tokens)
 
 
@@ -93,7 +94,7 @@ def fit_length_flags(tl: StartupTimeline) -> str:
     tokens: list[str] = []
     for name in FIT_LENGTH_ARGS:
         if name in args:
-            tokens += _tokens(name, args[name])
+            tokens += flag_tokens(name, args[name])
     return _join(tokens)
 
 

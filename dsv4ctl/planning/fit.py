@@ -801,6 +801,8 @@ def plan_fit(request: FitRequest, snapshot: Any = None, timeline: Any = None, ge
             )
 
     flags = _vllm_flags(request, recommended if recommended > 0 else (explicit or autofit), mnbt, async_on)
+    if log_cal is not None and request.inherit_from_log:
+        flags += _log_only_flags(log_cal)
     return FitResult(
         geometry=geometry,
         request=request,
@@ -949,6 +951,19 @@ def _vllm_flags(request: FitRequest, max_model_len: int, mnbt: int, async_on: bo
     if request.num_speculative_tokens > 0:
         flags += ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": request.num_speculative_tokens})]
     return flags
+
+
+def _log_only_flags(log_cal: LogCalibration) -> list[str]:
+    """The log's other non-default args (the port, --trust-remote-code, a compilation config, …): the
+    printed `vllm serve` line is then that deployment's, changed only where the plan says."""
+    from dsv4ctl.logs.deployment import flag_tokens
+
+    planned = {*_LOG_FIELDS, "speculative_config", "max_model_len", "kv_cache_memory_bytes", "model", "model_tag"}
+    tokens: list[str] = []
+    for name, value in log_cal.serve_args.items():
+        if name not in planned:
+            tokens += flag_tokens(name, value)
+    return tokens
 
 
 # --------------------------------------------------------------------------------------------------

@@ -182,6 +182,7 @@ def test_diagnose_recommends_the_length_fit_length_recommends(cli):
     assert data["findings"][0]["details"]["safe_len"] == fit["recommended_max_model_len"] == 840704
     # fit-length --from-log plans the log's own deployment, and prints it.
     assert "--tensor-parallel-size 2" in fit["vllm_command"] and "--gpu-memory-utilization 0.85" in fit["vllm_command"]
+    assert fit["vllm_command"].endswith("--trust-remote-code")  # the log's other flags too
     mine = json.loads(cli("fit-length", "deepseek-ai/DeepSeek-V4-Flash", "--from-log", example, "-tp", "4", "--json").stdout)
     assert "--tensor-parallel-size 4" in mine["vllm_command"]  # a flag the operator types wins
     # A model dsv4ctl cannot plan: the same memory margin, scaled to tokens from the length the log states.
