@@ -32,19 +32,19 @@ MODELS = ("deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Pro")
 MEMORY_GRID = (5 * MiB, GiB // 2, 2 * GiB, 4 * GiB, int(7.5 * GiB), int(9.81 * GiB), int(12.3 * GiB), 16 * GiB, 24 * GiB)
 BATCHED_TOKENS_GRID = (2048, 8192)
 
+def _load_oracle_script():
+    """scripts/planner_oracle.py (no vLLM at import): the config extras live in one place."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "planner_oracle.py"
+    spec = importlib.util.spec_from_file_location("planner_oracle", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
 # What the attention layer reads from config.json beyond the KV geometry (values do not affect KV sizes).
-_LAYER_EXTRAS = {
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 10000.0,
-    "compress_rope_theta": 160000.0,
-    "rope_scaling": {"type": "yarn", "factor": 16, "original_max_position_embeddings": 65536,
-                     "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
-    "vocab_size": 129280,
-    "torch_dtype": "bfloat16",
-    "moe_intermediate_size": 2048,
-    "n_shared_experts": 1,
-    "num_experts_per_tok": 6,
-}
+_LAYER_EXTRAS = _load_oracle_script().LAYER_EXTRAS
 
 
 @dataclass
