@@ -171,27 +171,30 @@ GENERIC: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("coredump", re.compile(r"Detected an exception of type (?P<exception>CUDBG_EXCEPTION_\w+)")),
     # cuda-gdb on that core: "CUDA Exception: Warp Out-of-range Address"
     ("coredump", re.compile(r"^CUDA Exception: (?P<exception>.+)")),
-    # torch c10/cuda/CUDAException.h (C10_CUDA_CHECK): "CUDA error: an illegal memory access was encountered";
-    # torch 2.11 raises it as torch.AcceleratorError (same text), as captured on the H200.
+    # torch's CUDA check, as torch 2.11 printed it on the H200 (benchmarks/results/h200-2026-11-30/
+    # torch-2.11-fault-texts.txt): "torch.AcceleratorError: CUDA error: an illegal memory access was encountered".
     ("cuda", re.compile(r"CUDA error: (?P<cuda_error>[^.\n]+)")),
     # C++ extensions (FlashInfer, DeepGEMM, vLLM's CUDA_CHECK): "Cuda error <file>:<line> '<message>'"
     ("cuda", re.compile(r"Cuda error:? (?P<where>\S+?:[0-9]+) '(?P<cuda_error>[^']+)'")),
-    # glog / c10 CHECK: "Check failed: <condition>"
+    # c10's CHECK (torch==2.13.0 torch/include/c10/util/logging_is_not_google_glog.h:109): "Check failed: <condition>"
     ("cpp", re.compile(r"Check failed: (?P<condition>.+)")),
-    # libstdc++ verbose terminate handler: "terminate called after throwing an instance of 'c10::Error'"
+    # GCC libstdc++'s verbose terminate handler (not a Python package: its text as the runtime prints it):
+    # "terminate called after throwing an instance of 'c10::Error'"
     ("cpp", re.compile(r"terminate called after throwing an instance of '(?P<cpp_type>[^']+)'")),
-    # NCCL debug output: "<host>:<pid>:<tid> [<dev>] NCCL WARN <message>"
+    # NCCL's debug output (nvidia-nccl-cu13==2.30.7 libnccl.so.2, format "[%d] %s:%d NCCL WARN %s" after the
+    # host:pid:tid prefix): "node1:123:456 [0] NCCL WARN <message>"
     ("nccl", re.compile(r"NCCL WARN (?P<nccl_warn>.+)")),
     # torch c10d ProcessGroupNCCL.cpp: "[PG ID 0 PG GUID 0 Rank 1] Watchdog caught collective operation timeout: …"
     ("nccl", re.compile(r"Watchdog caught collective operation timeout: (?P<collective>.+)")),
-    # OS errors as Python and uvicorn print them: "[Errno 98] Address already in use",
-    # uvicorn/server.py: "[Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already in use"
+    # OS errors as Python prints them: "OSError: [Errno 98] Address already in use", and asyncio's bind error
+    # (CPython 3.11.7 asyncio/base_events.py:962): "[Errno 98] error while attempting to bind on address …"
     ("os", re.compile(r"\[Errno (?P<errno>[0-9]+)\] (?P<os_error>.+)")),
     # Processes killed: vLLM's monitor reports the exit code (-9 = SIGKILL, the kernel's OOM killer);
     # the shell prints "Killed" for a foreground process killed by SIGKILL.
     ("killed", re.compile(r"died unexpectedly \(exit code: (?P<exit_code>-9)\)")),
     ("killed", re.compile(r"^(?:\S+: line [0-9]+: +[0-9]+ )?Killed(?:\s+.*)?$")),
-    # CPython faulthandler / the shell: "Fatal Python error: Segmentation fault", "Segmentation fault (core dumped)"
+    # CPython's fatal-error handler and the shell (not Python packages: their texts as they print them):
+    # "Fatal Python error: Segmentation fault", "Segmentation fault (core dumped)"
     ("crash", re.compile(r"^Fatal Python error: (?P<fatal>.+)")),
     ("crash", re.compile(r"^(?:\S+: line [0-9]+: +[0-9]+ )?(?P<fatal>Segmentation fault|Aborted|Bus error)(?: +\(core dumped\))?")),
 )
