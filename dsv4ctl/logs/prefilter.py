@@ -131,6 +131,9 @@ PATTERNS: tuple[str, ...] = (
     "Bus error",
     "dsv4ctl fixes:",
     "shared memory broadcast block",
+    # exception classes whose names hold no "Error" (an untagged traceback's last line)
+    "OutOfResources",
+    "SystemExit",
     # catalogue: vllm
     # pydantic prints a ValueError raised in vLLM's config classes as "  Value error, <message> [type=value_error…"
     "Value error, ",

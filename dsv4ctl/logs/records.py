@@ -35,12 +35,14 @@ MAX_CHAIN = 8
 
 # A frame line of a Python traceback (CPython's traceback module).
 FRAME_RE = re.compile(r'^File "([^"]+)", line ([0-9]+), in (\S+)')
-# The exception line that ends a traceback: `module.Type: message` or a bare `Type`. Names end in the
-# suffixes Python's and the ecosystem's exception classes use (`…Error`, `…Exception`, `KeyboardInterrupt`,
-# `SystemExit`, ray's `RayTaskError(RuntimeError)`).
+# The exception line that ends a traceback: `module.Type: message` or a bare `Type`. Outside a traceback
+# only names with the suffixes exception classes use count (`…Error`, `…Exception`, `KeyboardInterrupt`,
+# `SystemExit`, ray's `RayTaskError(RuntimeError)`); inside one, any class name (`triton.runtime.errors.
+# OutOfResources: out of resource: …`): a code line of a frame never has the `Name: ` shape.
 EXC_RE = re.compile(
     r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failed|Warning)(?:\([\w.]+\))?)(?::\s?(.*))?$"
 )
+TB_EXC_RE = re.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:\([\w.]+\))?)(?::\s(.*)|:)?$")
 # CPython traceback.py: the two headers between the exceptions of a chain.
 # pydantic's ValidationError names the failing check on a line of its own below the exception line
 # ("1 validation error for ModelConfig" / "  Value error, <the validator's message> [type=value_error, …]"):
@@ -309,7 +311,7 @@ class ErrorAssembler:
         if CHAIN_RE.match(msg):
             cur.chained = True
             return out
-        if cur.in_traceback and (m := EXC_RE.match(msg)):
+        if cur.in_traceback and (m := EXC_RE.match(msg) or (cur.frames and TB_EXC_RE.match(msg))):
             cur.exception(ExceptionInfo(m.group(1), (m.group(2) or "").strip(), line, cur.last_frame))
             return out
         if not cur.in_traceback and cur.exceptions and DETAIL_RE.match(msg) and cur.exceptions[-1].detail is None:

@@ -454,3 +454,18 @@ def test_the_line_sorter_sorts_alike_with_and_without_hyperscan():
     for raw, kind in (("x EngineDeadError y", 2), ("NCCL WARN z", 2), ("the maximum context length is 42", 1),
                       ("(EngineCore pid=1) ERROR grammar rejected", 0)):
         assert plain_sorter.sort(raw) == fast.sort(raw) == kind, raw
+
+
+def test_an_exception_class_without_error_in_its_name_ends_a_traceback():
+    text = "\n".join([
+        "Traceback (most recent call last):",
+        '  File "/v/triton/runtime/autotuner.py", line 200, in run',
+        "    worker = WorkerProc(*args, **kwargs)",
+        "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 232448, Hardware limit: 101376.",
+        "INFO 10-21 09:00:00 [x.py:1] next",
+    ])
+    (rec,) = _assemble(text)
+    assert rec.type == "triton.runtime.errors.OutOfResources" and rec.line.lineno == 4
+    from dsv4ctl.logs import prefilter
+
+    assert prefilter.line_matches("triton.runtime.errors.OutOfResources: out of resource: shared memory")
