@@ -4,7 +4,8 @@ Most lines the prefilter selects in a long serving log (request-time tracebacks,
 lines) match no signature, and trying ~150 patterns one by one costs more than everything else the
 analysis does with a line. `SignatureIndex.candidates(message)` narrows them down:
 
-- first with one `re` alternation of every pattern (named groups made plain, since names repeat);
+- for a small log, every signature is simply tried (compiling one alternation costs about 50 ms);
+- then with one `re` alternation of every pattern (named groups made plain, since names repeat);
 - once a log has shown many selected lines (`HYPERSCAN_AFTER`), with a hyperscan database of the same
   patterns in prefilter mode (a superset where hyperscan cannot express a pattern exactly), which scans
   a message in about a microsecond. Compiling costs tens of milliseconds, so small logs never pay it.
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 
 from dsv4ctl.logs.signature import Signature
 
+ALTERNATION_AFTER = 500  # selected lines before the one `re` alternation is worth compiling (about 50 ms)
 HYPERSCAN_AFTER = 4000  # selected lines before the hyperscan database is worth compiling
 _NAMED_GROUP = re.compile(r"[(][?]P<[A-Za-z_][A-Za-z0-9_]*>")
 
@@ -50,6 +52,8 @@ class SignatureIndex:
                 self._db = False
             else:
                 return [self.catalogue[i] for i in sorted(hits)] + list(self._always) if hits else self._always
+        if self._seen <= ALTERNATION_AFTER:
+            return self.catalogue  # a small log: trying each signature costs less than compiling one alternation
         if self._any is None:
             self._any = re.compile("|".join(f"(?:{plain(p)})" for sig in self.catalogue for p in sig.patterns))
         return self.catalogue if self._any.search(message) else ()

@@ -28,6 +28,8 @@ vLLM 0.27.1 / 0.28.0 (`v1/core/kv_cache_utils.py` of those releases), mirrored b
 
 from __future__ import annotations
 
+import functools
+
 import math
 import re
 from collections import Counter
@@ -93,7 +95,16 @@ class KvGroup:
         return sum(s.page_size_bytes for s in self.specs)
 
     def max_pages(self, max_model_len: int, max_in_flight_tokens: int) -> int:
-        return max(s.max_pages(max_model_len, max_in_flight_tokens) for s in self.pages_spec)
+        return max(s.max_pages(max_model_len, max_in_flight_tokens) for s in self._page_shapes)
+
+    @functools.cached_property
+    def _page_shapes(self) -> tuple[LayerKvSpec, ...]:
+        """One spec per distinct page arithmetic (a group's layers mostly repeat one): the auto-fit search
+        asks for a request's pages dozens of times per plan."""
+        seen: dict[tuple, LayerKvSpec] = {}
+        for spec in self.pages_spec:
+            seen.setdefault((spec.kind, spec.block_size, spec.sliding_window, spec.extra_retained_tokens), spec)
+        return tuple(seen.values())
 
     @property
     def kind(self) -> str:
