@@ -263,7 +263,11 @@ def scan_file_parallel(
                 _RangeReader(f, 0, None), engine=engine, chunk_bytes=chunk_bytes, line_count=line_count, progress=progress
             )
             return
+        # This process scans the first range itself (while the children scan the others): one process fewer
+        # in memory, and on two cores no third process competing for them.
         for i, (start, end) in enumerate(ranges):
+            if i == 0:
+                continue
             last = i == len(ranges) - 1
             recv, send = ctx.Pipe(duplex=False)
             proc = ctx.Process(
@@ -278,9 +282,13 @@ def scan_file_parallel(
             _RUNNING.append((proc, recv))
         # A log that grows while it is read is read to its end, as the sequential scan does, by the
         # process with the last range.
-        base = 0
+        first: list[int] = []
+        yield from prefilter.scan_source(
+            _RangeReader(f, 0, ranges[0][1]), engine=engine, chunk_bytes=chunk_bytes, line_count=first, progress=progress
+        )
+        base = first[0]
         reported = -1
-        for (proc, recv), (start, _end_of_range) in zip(procs, ranges):
+        for (proc, recv), (start, _end_of_range) in zip(procs, ranges[1:]):
             while True:
                 try:
                     msg = recv.recv()  # type: ignore[attr-defined]
