@@ -972,20 +972,15 @@ def _window_findings(
     if fault_hits:
         first_fault = min(fault_hits, key=lambda h: h.order)
         traced_lines = [ln for seq, ln in a.traced_deepgemm if _window(a, seq) == window]
-        kernel_lines = [
-            r.details["kernel_line"] for r in records
-            if r.kind == "coredump" and "paged_mqa_logits_metadata" in str(r.details.get("kernel", ""))
-        ]
+        dumps = [r for r in records if r.kind == "coredump" and "paged_mqa_logits_metadata" in str(r.details.get("kernel", ""))]
         traced = bool(traced_lines)
         attributable = dsv4 and _full_capture(tl, first_fault)
         if traced or attributable:
             details = _derive("deepgemm_metadata_oob", fault_hits, a, tl, log)
             details["attribution"] = "traced" if traced else "attributable"
             details["masked_by_nccl"] = not ima
-            if kernel_lines:
-                details["kernel"] = next(
-                    str(r.details["kernel"]) for r in records if r.kind == "coredump" and "kernel" in r.details
-                )
+            if dumps:
+                details["kernel"] = dumps[0].details["kernel"]
             details["capture"] = tl.capture.desc + f" {tl.capture.n}/{tl.capture.total}" if tl.capture else None
             details["vllm_version"] = tl.vllm_version
             v = parse_version(tl.vllm_version)
@@ -997,14 +992,12 @@ def _window_findings(
             elif v is not None and v[:2] <= (0, 27):
                 details["note"] = f"vLLM {tl.vllm_version} vendors an unguarded DeepGEMM (≤ 0.27.x)."
             sig = BY_ID["deepgemm_metadata_oob"]
-            if kernel_lines:
+            f = _make(sig, [first_fault] + dg_hits, details, extra=traced_lines)
+            if dumps:
                 # The core dump names the faulting kernel: that line holds the cause.
-                f = _make(sig, [], details, extra=kernel_lines[:1])
-                f.evidence += [e for e in _make(sig, [first_fault] + dg_hits, details, extra=traced_lines).evidence
-                               if (e.source, e.line) != (f.evidence[0].source, f.evidence[0].line)]
-                f.evidence = f.evidence[:MAX_EVIDENCE]
-            else:
-                f = _make(sig, [first_fault] + dg_hits, details, extra=traced_lines)
+                kernel = _ev(dumps[0].details["kernel_line"])
+                rest = [e for e in f.evidence if (e.source, e.line) != (kernel.source, kernel.line)]
+                f.evidence = [kernel, *rest][:MAX_EVIDENCE]
             f.order = first_fault.order
             findings.append(f)
             by_id.pop("cuda_illegal_memory_access", None)
