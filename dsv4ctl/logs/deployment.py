@@ -36,7 +36,8 @@ FIT_LENGTH_ARGS = (
 )
 
 
-def _args(tl: StartupTimeline) -> dict[str, Any]:
+def launch_args(tl: StartupTimeline) -> dict[str, Any]:
+    """The launch's flags by vLLM's names: `non-default args`, else what the engine-config line says."""
     if tl.serve_args:
         return dict(tl.serve_args)
     # No non-default args line: what the engine config line says.
@@ -81,7 +82,7 @@ def _join(tokens: list[str]) -> str:
 def serve_flags(tl: StartupTimeline, drop: tuple[str, ...] = ("max_model_len",)) -> str:
     """The launch's flags for `vllm serve` / `dsv4ctl serve`, each prefixed by a space ("" when none)."""
     tokens: list[str] = []
-    for name, value in _args(tl).items():
+    for name, value in launch_args(tl).items():
         if name in _SKIP or name in drop:
             continue
         tokens += flag_tokens(name, value)
@@ -90,7 +91,7 @@ def serve_flags(tl: StartupTimeline, drop: tuple[str, ...] = ("max_model_len",))
 
 def fit_length_flags(tl: StartupTimeline) -> str:
     """The launch's flags that `dsv4ctl fit-length` takes (its `vllm serve` line then keeps them)."""
-    args = _args(tl)
+    args = launch_args(tl)
     tokens: list[str] = []
     for name in FIT_LENGTH_ARGS:
         if name in args:

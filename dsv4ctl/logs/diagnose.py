@@ -26,6 +26,7 @@ How the root cause is chosen (not the last line):
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections import deque
 import shlex
@@ -65,39 +66,35 @@ WEAK_RECORD_CAP = 32
 
 
 def safe_length_from_log(tl: StartupTimeline, fits: int) -> "SafeLength":
-    """The explicit --max-model-len to recommend when the log says `fits` tokens fit: the one safe-length
-    rule of fit-length and serve (dsv4ctl.planning.safe_length), planned from the log's KV memory and the
-    launch's own scheduling flags; scaled from `fits` when dsv4ctl cannot plan the model."""
-    # vLLM logs the memory rounded to 0.01 GiB: plan from the low end of that interval, as fit-length --from-log.
+    """The explicit --max-model-len to recommend when the log says `fits` tokens fit: what
+    `fit-length MODEL --from-log LOG` recommends (the one safe-length rule, planned from the log's KV
+    memory and the launch's own flags); scaled from `fits` when dsv4ctl cannot plan the model."""
     from dsv4ctl.planning.safe_length import safe_length_scaled  # the planner only when a length is asked
 
-    memory = int(round(tl.available_kv_gib * GiB) - 0.005 * GiB) if tl.available_kv_gib and tl.available_kv_gib > 0.005 else None
-    if tl.model and memory:
-        args = {k: tl.serve_args[k] for k in _PLAN_ARGS if k in tl.serve_args}
-        for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
-            value = getattr(tl, name)
-            if value and name not in args:
-                args[name] = value
-        if tl.kv_cache_dtype and "kv_cache_dtype" not in args:
-            args["kv_cache_dtype"] = tl.kv_cache_dtype
-        planned = _planned_safe_length(tl.model, memory, tuple(sorted(args.items())))
+    if tl.model and tl.available_kv_gib and tl.available_kv_gib > 0.005:
+        args = json.dumps(deployment.launch_args(tl), sort_keys=True, default=str)
+        planned = _planned_safe_length(tl.model, tl.available_kv_gib, tl.vllm_version, args)
         if planned is not None and planned.ceiling > 0:
             return planned
+    # vLLM logs the memory rounded to 0.01 GiB: the margin is taken from the low end of that interval.
+    memory = int(round(tl.available_kv_gib * GiB) - 0.005 * GiB) if tl.available_kv_gib and tl.available_kv_gib > 0.005 else None
     return safe_length_scaled(fits, memory, tl.max_model_len)
 
 
 @functools.lru_cache(maxsize=32)
-def _planned_safe_length(model: str, memory: int, args: tuple[tuple[str, Any], ...]) -> "SafeLength | None":
-    """One planning per configuration: the starts of a crash loop repeat the same one."""
-    from dsv4ctl.planning.safe_length import safe_length_for_log
+def _planned_safe_length(model: str, available_kv_gib: float, vllm_version: str | None, args: str) -> "SafeLength | None":
+    """fit-length's plan for a log's figures; one per configuration (the starts of a crash loop repeat one)."""
+    from dsv4ctl.errors import Dsv4ctlError
+    from dsv4ctl.planning.fit import FitRequest, LogCalibration, plan_fit
 
-    return safe_length_for_log(model, memory, **dict(args))
-
-
-# The launch's flags the planner takes (vLLM's EngineArgs names, as in `non-default args`).
-_PLAN_ARGS = ("max_num_batched_tokens", "max_num_seqs", "async_scheduling", "kv_cache_dtype", "block_size",
-              "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "enable_expert_parallel",
-              "attention_backend")
+    calibration = LogCalibration(
+        path="<log>", available_kv_bytes=int(round(available_kv_gib * GiB)), weights_bytes=None, graph_bytes=None,
+        autofit_from=None, autofit_to=None, max_model_len=None, vllm_version=vllm_version, serve_args=json.loads(args),
+    )
+    try:
+        return plan_fit(FitRequest(model=model, inherit_from_log=True), timeline=calibration).safe_length
+    except Dsv4ctlError:
+        return None
 
 
 def c128a_capacity(reduced_len: int) -> int:

@@ -975,6 +975,7 @@ def _as_log_calibration(timeline: Any, path: str | None) -> LogCalibration:
     """The fit-relevant figures of a `dsv4ctl.logs.timeline.StartupTimeline` (GiB as vLLM rounds them)."""
     if isinstance(timeline, LogCalibration):
         return timeline
+    from dsv4ctl.logs.deployment import launch_args
 
     def gib_bytes(value: Any) -> int | None:
         return None if value is None else int(round(float(value) * GiB))
@@ -996,7 +997,7 @@ def _as_log_calibration(timeline: Any, path: str | None) -> LogCalibration:
         autofit_to=logged_to,
         max_model_len=getattr(timeline, "effective_max_model_len", None) or max_len,
         vllm_version=getattr(timeline, "vllm_version", None),
-        serve_args=dict(getattr(timeline, "serve_args", None) or {}),
+        serve_args=launch_args(timeline),
     )
 
 
