@@ -197,7 +197,8 @@ def safe_length_for_log(
     available_kv_bytes: int,
     **vllm_args: Any,
 ) -> SafeLength | None:
-    """The safe length for a startup log's "Available KV cache memory" (for `diagnose`).
+    """The safe length for exactly `available_kv_bytes` of KV memory per GPU (a library entry point;
+    `diagnose` goes through fit-length's `--from-log` path, which also takes the log's rounding into account).
 
     `vllm_args` are the run's EngineArgs names as the log shows them (max_num_batched_tokens,
     async_scheduling, tensor_parallel_size, pipeline_parallel_size, kv_cache_dtype,
