@@ -1146,7 +1146,7 @@ def _settings(a: _Analyzer, tl: StartupTimeline) -> dict[str, Any]:
         "dsv4": _is_dsv4(tl),
         "tensor_parallel_size": tl.tensor_parallel_size,
         # The launch's own flags that suggested commands repeat: not a recommendation.
-        "carried": [x for x in (deployment.serve_flags(tl, drop=()), deployment.serve_flags(tl), deployment.fit_length_flags(tl)) if x],
+        "carried": [flags for key, flags in _command_parts(tl, "<log>").items() if key.startswith("_") and flags],
     }
 
 
