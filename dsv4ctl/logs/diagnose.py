@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from dsv4ctl.errors import ExitCode
 from dsv4ctl.logs import deployment, parallel, prefilter
 from dsv4ctl.logs.reader import LogLine, Source, close_source, open_source, parse_line, source_list, source_name
-from dsv4ctl.logs.records import EXC_RE, FRAME_RE, ErrorAssembler, ErrorRecord, generic_error, kernel_of, log_error
+from dsv4ctl.logs.records import ErrorAssembler, ErrorRecord, kernel_of
 from dsv4ctl.logs.signature_index import LineSorter, SignatureIndex
 from dsv4ctl.logs.starts import StartSplitter
 
@@ -345,6 +345,7 @@ class _Analyzer:
         self.last: LogLine | None = None
         self.log_lines = 0
         self.stale_fix_active = False
+        self.evidence_seen = False  # a signature matched or an error was recognised (in any grammar)
         self.light = False  # an earlier start: its verdict and root cause only, no planning for the report
         self.alert = False  # while serving, a sign that the server is going down was seen
         self.ready_source: str | None = None
@@ -390,17 +391,9 @@ class _Analyzer:
                 self.traced_deepgemm.append((seq, line))
         if "dsv4ctl fixes:" in msg and _STALE_FIX_RE.search(msg):
             self.stale_fix_active = True
-        inside = self.assembler.inside(line)
         for rec in self.assembler.feed(line, seq, order):
             self._add_record(rec)
-        if line.level in _ERROR_LEVELS and not EXC_RE.match(msg) and not FRAME_RE.match(msg):
-            rec = generic_error(line)
-            if rec is None and line.level is not None and not inside and msg and not msg.startswith("Traceback"):
-                rec = log_error(line)
-            if rec is not None:
-                rec.seq, rec.order = seq, order
-                self._add_record(rec)
-        if (kernel := kernel_of(msg)) is not None:
+        if (kernel := kernel_of(msg, coredump=line.process == "coredump")) is not None:
             dumps = [r for r in self.records if r.kind == "coredump" and "kernel" not in r.details]
             if dumps:
                 dumps[-1].details["kernel"] = kernel
@@ -410,10 +403,12 @@ class _Analyzer:
             if m and self._count_hit(sig.id, seq):
                 groups = {k: v for k, v in m.groupdict().items() if v is not None}
                 self.hits.append(_Hit(sig, line, seq, order, phase_before, capture_mode, groups))
+                self.evidence_seen = True
 
     def _add_record(self, rec: ErrorRecord) -> None:
         if rec.line.level not in _ERROR_LEVELS:
             return  # a traceback logged at INFO/WARNING level: vLLM handled it
+        self.evidence_seen = True
         # Weak records (ERROR lines in words of their own) have a cap of their own: a log full of them
         # never crowds out the traceback that holds the cause.
         weak = rec.weak
@@ -462,6 +457,7 @@ class _Pass:
         self.lines_read = 0
         self.log_lines = 0
         self._held: deque[tuple[str, str, int]] = deque(maxlen=HELD_LINES)
+        self.evidence_seen = False
         self.selected = 0  # lines the prefilter selected (analysed or held)
 
     def feed_raw(self, raw: str, source: str, lineno: int, parsed: LogLine | None = None) -> None:
@@ -503,6 +499,7 @@ class _Pass:
         del self.analyzers[a.index]
         a.finish()
         self.log_lines += a.log_lines
+        self.evidence_seen = self.evidence_seen or a.evidence_seen
         if a.first is not None:
             a.light = True
             self.closed.append(_summary_of(a, _conclude(a, sorted(self.sources))))
@@ -512,7 +509,7 @@ class _Pass:
         for a in open_starts:
             a.finish()
         lines_read = self.lines_read
-        if not self.log_lines and not any(a.log_lines for a in open_starts):
+        if not self.log_lines and not any(a.log_lines or a.evidence_seen for a in open_starts) and not self.evidence_seen:
             foreign = _not_a_vllm_log(sources, lines_read, self.seq)
             foreign.lines_selected = self.selected
             return foreign

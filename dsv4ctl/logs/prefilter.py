@@ -131,9 +131,20 @@ PATTERNS: tuple[str, ...] = (
     "Bus error",
     "dsv4ctl fixes:",
     "shared memory broadcast block",
-    # exception classes whose names hold no "Error" (an untagged traceback's last line)
+    # exception classes whose names hold no "Error" (an untagged traceback's last line), and classes of an
+    # exceptions module ("torch._dynamo.exc.Unsupported", "triton.runtime.errors.OutOfResources")
     "OutOfResources",
     "SystemExit",
+    "StopIteration",
+    "\\.exc\\.[A-Z]",
+    "\\.errors?\\.[A-Z]",
+    # what is left of a traceback in an excerpt (records.py): a bare AssertionError's `assert` statement, the
+    # short frame form ("sparse_mla.py:262 in _build_c128a_metadata"), C/C++ assertions, a program's "FATAL:"
+    "  assert ",
+    "\\.py:[0-9]+ in ",
+    "Assertion `",
+    "FATAL",
+    "Fatal error",
     # catalogue: vllm
     # pydantic prints a ValueError raised in vLLM's config classes as "  Value error, <message> [type=value_error…"
     "Value error, ",

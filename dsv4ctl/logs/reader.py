@@ -46,6 +46,8 @@ class LogLine:
     fileinfo: "kv_cache_utils.py:2477" from the log record (None if absent).
     message: the text with prefixes, ANSI codes and CR stripped.
     raw: the line as read (decoded, without its newline).
+    indent: the spaces before the message once the prefixes are off (a traceback's frame lines have 2,
+        their source lines 4 or more).
     """
 
     source: str
@@ -57,75 +59,161 @@ class LogLine:
     message: str
     raw: str
     timestamp: str | None = None
+    indent: int = 0
 
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\x1b[=>]")
-_ISO_TS_RE = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\s+")
-# docker compose: "vllm-1  | ", "vllm_1 | "; the service name has no spaces or parentheses.
-_COMPOSE_RE = re.compile(r"^[A-Za-z0-9][\w.-]{0,62}\s*\|\s?")
-# (EngineCore_DP0 pid=1234)  (RayWorkerWrapper pid=1234, ip=10.0.0.2)  (pid=1234)  and, before the
-# Worker_TP names, (VllmWorker rank=0 pid=1234) (vllm==0.9.2 vllm/v1/executor/multiproc_executor.py:346,
-# prefix format vllm/executor/multiproc_worker_utils.py:266); the rank stays part of the name.
-_PROC_TAG = r"\((?:([A-Za-z_][\w.:-]*(?:\s+rank=\d+)?)\s+)?pid=(\d+)(?:,\s*ip=[^)\s]*)?\)"
-_PROC_RE = re.compile("^" + _PROC_TAG + r"\s?")
-# The same tag at the end of a VLLM_LOGGING_PREFIX that precedes the record.
+# Colour codes whose ESC byte a copy-paste dropped ("[33m(raylet)[0m"): SGR sequences only.
+_SGR_BARE_RE = re.compile(r"\[[0-9]{1,3}(?:;[0-9]{1,3})*m")
+# Buildkite's timestamp marker, an APC sequence before each line ("\x1b_bk;t=1700000000000\x07").
+_BUILDKITE_RE = re.compile(r"\x1b?_bk;t=[0-9]+\x07?")
+_LEVELS = r"DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL"
+# The process tag: (EngineCore_DP0 pid=1234), (RayWorkerWrapper pid=1234, ip=10.0.0.2), (pid=1234) and,
+# before the Worker_TP names, (VllmWorker rank=0 pid=1234) (vllm==0.9.2 vllm/v1/executor/multiproc_executor.py:346,
+# prefix format vllm/executor/multiproc_worker_utils.py:266); the rank stays part of the name. A pasted pid may
+# be elided ("pid=...").
+_PROC_TAG = r"\((?:([A-Za-z_][\w.:-]*(?:\s+rank=\d+)?)\s+)?pid=(\d+|\.\.\.)(?:,\s*ip=[^)\s]*)?\)"
 _PROC_AT_END_RE = re.compile(_PROC_TAG + "$")
 # vLLM's format since 0.7 puts the location in brackets ("[kv_cache_utils.py:2477]"); older releases
 # wrote it without the opening one (vllm==0.6.3 vllm/logger.py:19:
-# _FORMAT = "%(levelname)s %(asctime)s %(filename)s:%(lineno)d] %(message)s").
+# _FORMAT = "%(levelname)s %(asctime)s %(filename)s:%(lineno)d] %(message)s"). Pastes elide the time ("...").
 _RECORD = (
     r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+"
-    r"(?P<ts>\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2})(?:[.,]\d+)?\s+"
+    r"(?:(?P<ts>\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}|\.\.\.)(?:[.,]\d+)?\s+|(?=\[))"
     r"\[?(?P<fileinfo>[^\]\s\[]+:\d+|[^\]\s]+(?=\]))\]\s?"
 )
 _RECORD_RE = re.compile("^" + _RECORD)
 # Same record with an arbitrary VLLM_LOGGING_PREFIX (or a foreign wrapper) in front.
 _RECORD_SEARCH_RE = re.compile(r"(?:^|\s|\))" + _RECORD)
 _RAY_REPEAT_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+
+# The wrappers around a line, peeled from its start one layer at a time (see `parse_line`). Each is
+# (name, regex); named groups carry what the layer says (process, pid, level, timestamp, fileinfo).
+_MONTHS = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+_LAYERS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # RFC 3339 / ISO 8601 (docker logs -t, kubectl --timestamps, GitHub Actions, CI systems), optionally the
+    # CRI log format's stream and tag (/var/log/containers: "<time> stdout F <line>").
+    ("timestamp", re.compile(
+        r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?: ?(?:Z|UTC|[+-]\d{2}:?\d{2}))?(?:\s+(?:stdout|stderr) [FP])?\s+")),
+    # The same in brackets, with SGLang's rank names ("[2025-08-05 09:34:54 TP0] "), and a time of day alone
+    # ("[19:25:48.404432] " before the CUDA driver's "coredump:" lines).
+    ("timestamp", re.compile(
+        r"^\[\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?: ?(?:Z|UTC|[+-]\d{2}:?\d{2}))?(?: [A-Z]{2,4}\d+)*\]\s*")),
+    ("timestamp", re.compile(r"^\[\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\]\s*")),
+    # journald / syslog: "Dec 01 13:42:51 host vllm[1234]: ", and the host and unit after an ISO time.
+    ("journald", re.compile(r"^" + _MONTHS + r" [ 0-9]\d \d{2}:\d{2}:\d{2} \S+ [^\s:\[]+(?:\[\d+\])?: ")),
+    # kubectl logs --prefix: "[pod/vllm-0/vllm] "
+    ("kubectl", re.compile(r"^\[(?:pod|deployment|statefulset|job|daemonset|replicaset|node)/[^\]\s]+\]\s")),
+    # torch.distributed's rank prefix: "[rank0]:", torchrun's "[default0]:"
+    ("rank", re.compile(r"^\[(?:rank|default)\d+\]:\s?")),
+    # c10's logging (torch==2.13.0 c10/util/Logging.cpp, glog-like): "[E822 16:31:16.131931664 ProcessGroupNCCL.cpp:632] "
+    ("glog", re.compile(
+        r"^\[(?P<glevel>[IWEF])(?P<gdate>\d{3,4}) (?P<gtime>\d{2}:\d{2}:\d{2})(?:\.\d+)?(?: +\d+)? (?P<gfile>[\w.+-]+:\d+)\]\s?")),
+    # glog itself: "E1201 12:00:00.123456  1234 file.cc:12] "
+    ("glog", re.compile(
+        r"^(?P<glevel>[IWEF])(?P<gdate>\d{4}) (?P<gtime>\d{2}:\d{2}:\d{2})\.\d+ +\d+ (?P<gfile>[\w.+-]+:\d+)\]\s?")),
+    # Ray's C++ components: "[2025-04-16 11:52:45,123 E 858 901] (raylet) node_manager.cc:123: "
+    ("glog", re.compile(
+        r"^\[\d{4}-\d{2}-\d{2} (?P<gtime>\d{2}:\d{2}:\d{2})[,.]\d+ (?P<glevel>[IWEFD]) \d+ \d+\]\s(?:\((?P<gproc>\w+)\)\s)?"
+        r"(?P<gfile>[\w.+-]+:\d+):\s?")),
+    # vLLM's (and Ray's) process tag
+    ("process", re.compile("^" + _PROC_TAG + r"\s?")),
+    # Ray's own processes: "(raylet) ", "(raylet, ip=10.0.0.2) ", "(autoscaler +2s) "
+    ("ray", re.compile(
+        r"^\((?P<rproc>raylet|gcs_server|autoscaler|monitor|dashboard|dashboard_agent|log_monitor|runtime_env_agent)"
+        r"(?:[, ][^)]*)?\)\s?")),
+    # The CUDA driver's core dump (CUDA_ENABLE_COREDUMP_ON_EXCEPTION=1): "coredump: "
+    ("coredump", re.compile(r"^coredump:\s?")),
+    # docker compose: "vllm-1  | ", "vllm_1 | "; the service name has no spaces or parentheses.
+    ("compose", re.compile(r"^[A-Za-z0-9][\w.-]{0,62}\s*\|\s?")),
+    # Python's logging formats: "<time> - INFO - file.py:12 - " (after the time), "ERROR:root:"
+    ("pylog", re.compile(r"^-\s+(?P<plevel>" + _LEVELS + r")\s+-\s+(?:(?P<pfile>[\w.+-]+:\d+)\s+-\s+)?")),
+)
+# After an ISO time, journald's short-iso format goes on with the host and the unit with its pid.
+_SYSLOG_TAIL_RE = re.compile(r"^\S+ [^\s:\[]+\[\d+\]: ")
+_PYLOG_BASIC_RE = re.compile(r"^(?P<level>" + _LEVELS + r"):[\w.]+:")
 # uvicorn's default format: "INFO:     Application startup complete."
 _UVICORN_RE = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+")
+_GLOG_LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL", "D": "DEBUG"}
 
 
 def strip_ansi(text: str) -> str:
-    return _ANSI_RE.sub("", text) if "\x1b" in text else text
+    if "\x1b" in text:
+        text = _ANSI_RE.sub("", text)
+    return text
+
+
+def _clean(raw: str) -> str:
+    """The line as it shows: colour codes (with or without their ESC byte) and Buildkite markers removed,
+    and of CR-separated redraws the last (CRLF, vLLM's multi-line records, tqdm)."""
+    text = raw
+    if "_bk;t=" in text:
+        text = _BUILDKITE_RE.sub("", text)
+    if "\x1b" in text:
+        text = _ANSI_RE.sub("", text)
+    if "m" in text and "[" in text and _SGR_BARE_RE.search(text):
+        text = _SGR_BARE_RE.sub("", text)
+    if "\r" in text:
+        parts = [p for p in text.split("\r") if p.strip()]
+        text = parts[-1] if parts else ""
+    return text.rstrip("\n")
 
 
 def parse_line(raw: str, source: str = "-", lineno: int = 0) -> LogLine:
-    """Parse one raw line (without its newline) into a `LogLine`. Never raises."""
-    text = raw
-    if "\x1b" in text:
-        text = strip_ansi(text)
-    if "\r" in text:
-        # CRLF, vLLM's multi-line records ("\r\n" + prefix) and tqdm redraws: keep the last segment.
-        parts = [p for p in text.split("\r") if p.strip()]
-        text = parts[-1] if parts else ""
-    text = text.rstrip("\n")
+    """Parse one raw line (without its newline) into a `LogLine`. Never raises.
+
+    The wrappers around a line are peeled from its start one layer at a time, in any order and
+    nesting (`_LAYERS`): timestamps (RFC 3339, bracketed, time of day, CRI), journald, kubectl's
+    --prefix, docker compose, torch's rank prefix, c10/glog and Ray's C++ records, vLLM's and Ray's
+    process tags, the core dump's "coredump:". Then vLLM's own record (`LEVEL MM-DD HH:MM:SS
+    [file.py:N]`, also behind an unknown prefix), uvicorn's and Python logging's formats."""
+    text = _clean(raw)
     process: str | None = None
     pid: int | None = None
     level: str | None = None
     fileinfo: str | None = None
     timestamp: str | None = None
 
-    m = _ISO_TS_RE.match(text)
-    if m:
-        text = text[m.end():]
-    m = _COMPOSE_RE.match(text)
-    if m and not text.startswith("(") and "|" in text[: m.end()]:
-        text = text[m.end():]
-        m = _ISO_TS_RE.match(text)
-        if m:
+    peeled: list[str] = []
+    while text and len(peeled) < 10:
+        for name, rx in _LAYERS:
+            m = rx.match(text)
+            if m is None:
+                continue
+            # docker compose's service name comes first (before any tag): "a | b" inside a message is text.
+            if name == "compose" and (text.startswith("(") or any(p not in ("timestamp",) for p in peeled)):
+                continue
+            gd = m.groupdict()
+            if name == "process":
+                if process is None or m.group(1):
+                    process = m.group(1) or process
+                    pid = int(m.group(2)) if m.group(2).isdigit() else pid
+            elif name == "ray":
+                process = process or gd["rproc"]
+            elif name == "coredump":
+                process = process or "coredump"
+            elif name == "glog":
+                level = level or _GLOG_LEVELS.get(gd["glevel"])
+                fileinfo = fileinfo or gd["gfile"]
+                if gd.get("gdate") and timestamp is None:
+                    timestamp = f"{int(gd['gdate'][:-2]):02d}-{gd['gdate'][-2:]} {gd['gtime']}"
+                process = process or gd.get("gproc")
+            elif name == "pylog":
+                level = level or ("WARNING" if gd["plevel"] == "WARN" else gd["plevel"])
+                fileinfo = fileinfo or gd["pfile"]
             text = text[m.end():]
-    # Up to two process tags: a stream prefix (<= 0.30) may wrap a record that carries its own.
-    for _ in range(2):
-        m = _PROC_RE.match(text)
-        if not m:
+            if name == "timestamp" and (t := _SYSLOG_TAIL_RE.match(text)) is not None:
+                text = text[t.end():]
+            peeled.append(name)
             break
-        if process is None or m.group(1):
-            process = m.group(1) or process
-            pid = int(m.group(2))
-        text = text[m.end():]
-    m = _RECORD_RE.match(text)
-    if m is None and ("[" in text) and any(lv in text for lv in ("INFO", "WARN", "ERROR", "DEBUG", "CRITICAL")):
+        else:
+            break
+        if level is not None:
+            break  # a record format was peeled: the message starts here
+    m = _RECORD_RE.match(text) if level is None else None
+    if m is None and level is None and ("[" in text or "]" in text) and any(
+        lv in text for lv in ("INFO", "WARN", "ERROR", "DEBUG", "CRITICAL")
+    ):
         m = _RECORD_SEARCH_RE.search(text)
         if m is not None and m.start() > 200:
             m = None
@@ -135,21 +223,24 @@ def parse_line(raw: str, source: str = "-", lineno: int = 0) -> LogLine:
             pm = _PROC_AT_END_RE.search(head)
             if pm and process is None:
                 process = pm.group(1)
-                pid = int(pm.group(2))
+                pid = int(pm.group(2)) if pm.group(2).isdigit() else None
     if m is not None:
         level = m.group("level")
         if level == "WARN":
             level = "WARNING"
-        timestamp = re.sub(r"\s+", " ", m.group("ts"))
+        ts = m.group("ts")
+        timestamp = None if ts in (None, "...") else re.sub(r"\s+", " ", ts)
         fileinfo = m.group("fileinfo")
         text = text[m.end():]
-    else:
-        um = _UVICORN_RE.match(text)
+    elif level is None:
+        um = _UVICORN_RE.match(text) or _PYLOG_BASIC_RE.match(text)
         if um:
             level = um.group("level")
             text = text[um.end():]
     if "repeated" in text:
         text = _RAY_REPEAT_RE.sub("", text)
+    stripped = text.strip()
+    indent = len(text) - len(text.lstrip(" \t")) if stripped else 0
     return LogLine(
         source=source,
         lineno=lineno,
@@ -157,9 +248,10 @@ def parse_line(raw: str, source: str = "-", lineno: int = 0) -> LogLine:
         pid=pid,
         level=level,
         fileinfo=fileinfo,
-        message=text.strip(),
+        message=stripped,
         raw=raw,
         timestamp=timestamp,
+        indent=indent,
     )
 
 
