@@ -239,6 +239,7 @@ class Diagnosis:
     starts: list[StartSummary] = field(default_factory=list)
     lines_read: int = 0
     lines_selected: int = 0
+    phase_basis: PhaseBasis | None = None
 
     @property
     def summary(self) -> str:
@@ -261,6 +262,7 @@ class Diagnosis:
         return {
             "verdict": self.verdict,
             "phase": self.phase,
+            "phase_basis": self.phase_basis.to_json() if self.phase_basis else None,
             "exit_code": int(self.exit_code),
             "summary": self.summary,
             "root_cause": self.root_cause.id if self.root_cause else None,
@@ -314,7 +316,7 @@ _SERVING_ALERT = (
     # (phrases, not the process tags: "(EngineCore pid=…)" is on every engine line)
     r"EngineCore failed", r"EngineCore encountered", r"Engine core initialization", r"EngineDead", r"WorkerProc",
     r"Worker proc", r"died unexpectedly", r"fatal error", r"output_handler", r"RPC call", r"has died", r"were killed",
-    r"killed due to", r"NODE_OUT_OF_MEMORY",
+    r"killed due to", r"NODE_OUT_OF_MEMORY", r"died or was killed",
     r"CUDA error", r"Cuda error", r"illegal memory", r"cudaErrorIllegalAddress", r"CUDBG", r"coredump", r"CUDA Exception",
     r"NCCL", r"Watchdog", r"Check failed", r"paged_mqa_logits_metadata",
     r"terminate called", r"Killed", r"Segmentation fault", r"Fatal Python", r"Aborted", r"Bus error", r"Errno 98",
@@ -322,7 +324,7 @@ _SERVING_ALERT = (
 )
 # - the catalogue's request-level errors (a prompt too long, no chat template): warnings, analysed alone.
 _SERVING_SORTER = LineSorter(_SERVING_ALERT, [p for sig in CATALOGUE if sig.role == "request" for p in sig.patterns])
-HELD_LINES = 64  # held lines analysed when trouble starts: a traceback printed just before the sign
+HELD_LINES = 256  # held lines analysed when trouble starts: a (long) traceback printed just before the sign
 
 
 class _Analyzer:
@@ -698,6 +700,21 @@ def _is_dsv4(tl: StartupTimeline) -> bool:
     return "deepseekv4" in text or "deepseek-v4" in text or "deepseek_v4" in text or tl.uses_fp8_ds_mla
 
 
+# The kernel of the DeepGEMM metadata fault. In the DeepGEMM vLLM vendors (vllm==0.27.1 and vllm==0.33.0
+# vllm/third_party/deep_gemm/include/deep_gemm/scheduler/sm90_paged_mqa_logits.cuh:11) it is the only function
+# of namespace deep_gemm::sched whose name starts "sm90_paged_mqa_lo" (the logits kernel itself is
+# sm90_fp8_paged_mqa_logits, outside it), so a name a log cut short ("deep_gemm::sched::sm90_paged_mqa_lo…") is it.
+_METADATA_KERNEL = "deep_gemm::sched::sm90_paged_mqa_logits_metadata"
+_METADATA_KERNEL_PREFIX = "deep_gemm::sched::sm90_paged_mqa_lo"
+
+
+def _is_metadata_kernel(kernel: str) -> bool:
+    if _METADATA_KERNEL in kernel:
+        return True
+    cut = kernel.rstrip("…")
+    return kernel.endswith("…") and cut.startswith(_METADATA_KERNEL_PREFIX) and _METADATA_KERNEL.startswith(cut)
+
+
 def _full_capture(tl: StartupTimeline, hit: _Hit) -> bool:
     if hit.phase != "capturing":
         return False
@@ -827,6 +844,52 @@ def _derive(sig_id: str, hits: list[_Hit], a: _Analyzer, tl: StartupTimeline, lo
     return d
 
 
+# When an excerpt has no ready line, the frames of its errors say whether vLLM was starting or serving
+# (vllm==0.32.0): the engine's loop (v1/engine/core.py:1547 run_busy_loop, :1603 _process_engine_step, :657 step,
+# :698 step_with_batch_queue, :1573 _process_input_queue; v1/worker/gpu_worker.py:1302 execute_model, :1295
+# sample_tokens, :1431 execute_dummy_batch) runs only once the engine is up; its start (v1/worker/gpu_worker.py:436
+# init_device, :587 load_model, :634 determine_available_memory, :853 initialize_from_config, :908
+# compile_or_warm_up_model; v1/worker/gpu_model_runner.py:6133 profile_run, :5508 _dummy_run, :6482 capture_model;
+# v1/engine/core.py:261 _initialize_kv_caches) comes before. A start function wins: legacy V0 profiles through
+# execute_model.
+SERVING_FUNCTIONS = frozenset({
+    "run_busy_loop", "_process_engine_step", "step", "step_with_batch_queue", "_process_input_queue",
+    "execute_model", "sample_tokens", "execute_dummy_batch",
+})
+STARTUP_FUNCTIONS = frozenset({
+    "init_device", "load_model", "determine_available_memory", "initialize_from_config", "compile_or_warm_up_model",
+    "profile_run", "_dummy_run", "_dummy_sampler_run", "capture_model", "_initialize_kv_caches",
+    "determine_num_available_blocks", "create_engine_config", "from_engine_args",
+})
+# Compile-time code of torch.compile (not the compiled graph running): an error raised there is a compile error.
+_COMPILE_FRAME_RE = re.compile(r"/torch/(?:_dynamo/|_inductor/(?!runtime/|output_code\.py))")
+
+
+@dataclass(frozen=True)
+class PhaseBasis:
+    """What the phase of a failure rests on: the ready line, the words of an error, or nothing (the default)."""
+
+    basis: str  # "ready_line" | "words" | "default"
+    line: Evidence | None = None
+    word: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"basis": self.basis, "line": self.line.to_json() if self.line else None, "word": self.word}
+
+
+def _phase_from_words(records: list[ErrorRecord], origin: ErrorRecord | None) -> tuple[str | None, PhaseBasis]:
+    """"serving" or "startup" as the frames of the originating error (else of any error) show it, with the line."""
+    for pool in ([origin] if origin is not None else [], records):
+        for rec in pool:
+            startup = rec.functions & STARTUP_FUNCTIONS
+            serving = rec.functions & SERVING_FUNCTIONS
+            if startup or serving:
+                phase = "startup" if startup else "serving"
+                word = sorted(startup or serving)[0]
+                return phase, PhaseBasis("words", _ev(rec.line), f"in {word}")
+    return None, PhaseBasis("default")
+
+
 def _window(a: _Analyzer, seq: int) -> str:
     if a.after_shutdown(seq):
         return "noise"
@@ -863,6 +926,10 @@ def _conclude(a: _Analyzer, sources: list[str]) -> Diagnosis:
         records[_window(a, r.seq)].append(r)
     # An interrupted start (Ctrl-C, SIGTERM: KeyboardInterrupt) did not fail.
     live_startup = [r for r in records["startup"] if not r.survived and not r.type.endswith("KeyboardInterrupt")]
+    # A request's error (a prompt too long, no chat template) is the server answering a request: it was up.
+    request_hits = [h for hs in hits["startup"].values() for h in hs if h.sig.role == "request"]
+    answered = [r for r in live_startup if any(r.spans(h.line) for h in request_hits)]
+    live_startup = [r for r in live_startup if not any(r is x for x in answered)]
     # An ERROR line in words of its own names a cause once a failure is certain; it does not make one.
     failing_startup = [r for r in live_startup if not r.weak]
     dsv4 = _is_dsv4(tl)
@@ -870,17 +937,25 @@ def _conclude(a: _Analyzer, sources: list[str]) -> Diagnosis:
     # Which window failed: the startup (an error ended it before ready), or the serving (after ready,
     # an error that takes the server down).
     phase: str | None = None
+    basis = PhaseBasis("default")
     if not tl.ready:
         startup_sigs = [sid for sid in hits["startup"] if BY_ID[sid].role in ("cause", "symptom")
                         and BY_ID[sid].severity == "critical"]
         if startup_sigs or failing_startup:
             phase = "startup"
+            # No ready line in the excerpt: the words of the errors say when it died.
+            worded, basis = _phase_from_words(live_startup, _originating(live_startup))
+            phase = worded or phase
     elif any(BY_ID[sid].fatal for sid in hits["serving"]) or any(r.fatal for r in records["serving"]):
         phase = "serving"
+        basis = PhaseBasis("ready_line", _ref_ev(tl.ready_ref))
 
     findings: list[Finding] = []
     root: Finding | None = None
-    if phase == "startup":
+    # The window that failed: before the ready line (all of an excerpt without one, whatever its words say
+    # of the phase), or after it.
+    failed_window = None if phase is None else ("serving" if tl.ready else "startup")
+    if failed_window == "startup":
         found, root = _window_findings(a, tl, log, hits["startup"], live_startup, dsv4, "startup")
         findings += found
     else:
@@ -891,7 +966,7 @@ def _conclude(a: _Analyzer, sources: list[str]) -> Diagnosis:
             for f in findings:
                 if f.severity == "critical":
                     f.details["startup_completed_later"] = True
-    if phase == "serving":
+    if failed_window == "serving":
         found, root = _window_findings(a, tl, log, hits["serving"], records["serving"], dsv4, "serving")
         findings += found
     elif tl.ready:
@@ -905,7 +980,13 @@ def _conclude(a: _Analyzer, sources: list[str]) -> Diagnosis:
             _make(BY_ID["kv_cache_dtype_auto_bf16"], [], {"kv_cache_dtype": "auto"}, extra=[_line_of(ref)] if ref else [])
         )
 
-    verdict = "failed" if phase else ("healthy" if tl.ready else "inconclusive")
+    if root is not None and phase is not None and BY_ID[root.id].phase:
+        phase = BY_ID[root.id].phase  # e.g. a port that could not be bound: the server never served
+    # Without a ready line, an excerpt that ends on the auto-fit report, or shows the server answering a
+    # request, shows no failure: healthy, with the warning.
+    autofit_only = tl.autofit is not None and tl.last_phase == "kv_cache" and "engine_waiting" not in hits["startup"]
+    up = tl.ready or bool(answered) or bool(request_hits) or autofit_only
+    verdict = "failed" if phase else ("healthy" if up else "inconclusive")
     if root is not None:
         root.is_root_cause = True
     settings = _settings(a, tl)
@@ -938,6 +1019,7 @@ def _conclude(a: _Analyzer, sources: list[str]) -> Diagnosis:
         next_command=next_command,
         sources=sources,
         phase=phase,
+        phase_basis=basis if phase else None,
     )
 
 
@@ -966,8 +1048,8 @@ def _window_findings(
     if fault_hits:
         first_fault = min(fault_hits, key=lambda h: h.order)
         traced_lines = [ln for seq, ln in a.traced_deepgemm if _window(a, seq) == window]
-        dumps = [r for r in records if r.kind == "coredump" and "paged_mqa_logits_metadata" in str(r.details.get("kernel", ""))]
-        traced = bool(traced_lines)
+        dumps = [r for r in records if r.kind == "coredump" and _is_metadata_kernel(str(r.details.get("kernel", "")))]
+        traced = bool(traced_lines) or bool(dumps)
         attributable = dsv4 and _full_capture(tl, first_fault)
         if traced or attributable:
             details = _derive("deepgemm_metadata_oob", fault_hits, a, tl, log)
@@ -1028,9 +1110,11 @@ def _window_findings(
     cause_hits += [h for h in fault_hits]
     origin = _originating(records)
     if origin is not None and not any(origin.spans(h.line) for h in cause_hits):
-        f = _unrecognized(origin)
-        findings.append(f)
-        causes.append(f)
+        quote = _quoting_wrapper(origin, records)
+        if quote is None or not any(quote.spans(h.line) for h in cause_hits):
+            f = _unrecognized(origin, quote)
+            findings.append(f)
+            causes.append(f)
 
     root: Finding | None = None
     if causes:
@@ -1049,33 +1133,63 @@ def _ends_in(record: ErrorRecord, function: str) -> bool:
 
 
 def _originating(records: list[ErrorRecord]) -> ErrorRecord | None:
-    """The error that started a failure: a process's own error before any wrapper that repeats it, a
-    worker's before the engine's, then the earliest; a wrapper that quotes the error when nothing else
-    is in the log."""
+    """The error that started a failure: a process's own error before any wrapper that repeats it, the
+    engine's and workers' before the API server's (which only reacts to the engine), then the earliest
+    across processes; a wrapper that quotes the error when nothing else is in the log, else the first
+    wrapper (what an excerpt holds of a worker that died: "WorkerProc hit an exception.")."""
     live = [r for r in records if not r.survived and r.type != "KeyboardInterrupt"]
     own = [r for r in live if not r.is_wrapper]
     if own:
-        return min(own, key=lambda r: (r.weak, not (_is_worker(r.process) or r.kind == "coredump"), r.order))
+        return min(own, key=lambda r: (r.weak, _is_frontend(r), r.order))
     quoting = [r for r in live if r.quoted]
     if quoting:
         return min(quoting, key=lambda r: r.order)
-    return None
+    return min(live, key=lambda r: (r.weak, r.order)) if live else None
 
 
-def _unrecognized(record: ErrorRecord) -> Finding:
-    sig = BY_ID["unrecognized_error"]
+def _is_frontend(record: ErrorRecord) -> bool:
+    """An error of the API server process, which at startup only reacts to the engine's."""
+    process = record.process or ""
+    return process.startswith(("APIServer", "ApiServer")) or bool(record.functions & {"run_server", "build_async_engine_client"})
+
+
+def _quoting_wrapper(origin: ErrorRecord, records: list[ErrorRecord]) -> ErrorRecord | None:
+    """A wrapper after an origin whose own exception line is cut off that quotes the exception
+    (`Worker failed with error '…'`): what the log says of the exception."""
+    if origin.complete:
+        return None
+    later = [r for r in records if r.quoted is not None and r is not origin and r.order >= origin.order]
+    return min(later, key=lambda r: r.order) if later else None
+
+
+def _unrecognized(record: ErrorRecord, quote: ErrorRecord | None = None) -> Finding:
+    """The finding for an originating error no signature explains: `unrecognized_error`, or
+    `compile_error` when its frames are torch.compile's own. `quote`: a wrapper that quotes the exception
+    whose own line the log lacks."""
     origin = record.origin
-    message = record.quoted or (origin.text if origin else record.text)
-    details: dict[str, Any] = {"exception": record.type, "message": message, "kind": record.kind}
+    message = (quote.quoted if quote else None) or record.quoted or (origin.text if origin else record.text)
+    exception = record.type
+    if quote is not None and quote.quoted:
+        exception = quote.quoted.split(":", 1)[0].strip() or exception
+    details: dict[str, Any] = {"exception": exception, "message": message, "kind": record.kind}
+    if origin is not None and origin.shown_by:
+        details["shown_by"] = origin.shown_by
     if len(record.exceptions) > 1:
         details["chain"] = [e.text for e in record.exceptions]
     details.update({k: v for k, v in record.details.items() if isinstance(v, (str, int, float))})
-    # The originating line first, then the rest of the chain and the innermost frame.
-    chain = [e.line for e in record.exceptions[1:]]
-    extra = [record.frames_line] if record.frames_line else []
-    f = _make(sig, [], details, extra=[record.line] + chain + extra)
-    f.evidence.sort(key=lambda e: (e.source, e.line))
-    f.evidence.sort(key=lambda e: (e.source, e.line) != (record.line.source, record.line.lineno))
+    compile_frame = next((f for f in reversed(record.frames) if _COMPILE_FRAME_RE.search(f.file)), None)
+    sig = BY_ID["compile_error"] if compile_frame is not None else BY_ID["unrecognized_error"]
+    if compile_frame is not None:
+        details["frame"] = f"{compile_frame.file}:{compile_frame.lineno} in {compile_frame.function}"
+    # The line that states the error first (the wrapper's quote when the exception line is cut off), then
+    # the rest: the assert statement of a bare AssertionError, the chain, the innermost frame.
+    own = record.evidence_lines()
+    first = [quote.line] if quote is not None else []
+    f = _make(sig, [], details, extra=first + own)
+    lead = first[0] if first else own[0]
+    rest = [e for e in f.evidence if (e.source, e.line) != (lead.source, lead.lineno)]
+    rest.sort(key=lambda e: (e.source, e.line))
+    f.evidence = [_ev(lead)] + rest
     f.order = record.order
     return f
 

@@ -70,6 +70,7 @@ PATTERNS: tuple[str, ...] = (
     "Unsupported architecture",
     "No valid attention backend",
     "To serve at least one request",
+    "stored in KV cache",
     "No available memory for the cache blocks",
     "Failed to load model",
     "BackendCompilerFailed",

@@ -93,6 +93,7 @@ WRAPPER_RE = re.compile(
 QUOTED_RE = re.compile(r"Worker failed with error '(.*)', please check the stack trace above")
 # `raise X(…)` as a frame's code line shows it: the type, and the string literals of its message.
 _RAISE_RE = re.compile(r"^raise ((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)\b\s*(?:\((.*))?$")
+_CALL_RE = re.compile(r"([A-Za-z_]\w*)\s*\(")
 _STRING_RE = re.compile(r"""(?:[rRbBuU]|[fF][rR]?|[rR][fF])?("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')""")
 
 
@@ -148,6 +149,7 @@ class ErrorRecord:
     survived: bool = False  # the same process went on starting up after it
     headline: LogLine | None = None  # the line logged just before its traceback
     frames: tuple[Frame, ...] = ()
+    functions: frozenset[str] = frozenset()  # every function its frames name, outermost to innermost, all chained
 
     def spans(self, line: LogLine) -> bool:
         """Whether `line` is one of this record's lines (same file and process, within its span)."""
@@ -251,7 +253,7 @@ GENERIC: tuple[tuple[str, re.Pattern[str]], ...] = (
     # torch c10d ProcessGroupNCCL.cpp: "[PG ID 0 PG GUID 0 Rank 1] Watchdog caught collective operation timeout: …"
     ("nccl", re.compile(r"Watchdog caught collective operation timeout: (?P<collective>.+)")),
     # OS errors as Python prints them: "OSError: [Errno 98] Address already in use", and asyncio's bind error
-    # (CPython 3.11.7 asyncio/base_events.py:962): "[Errno 98] error while attempting to bind on address …"
+    # (CPython 3.11.7 asyncio/base_events.py:1525): "[Errno 98] error while attempting to bind on address …"
     ("os", re.compile(r"\[Errno (?P<errno>[0-9]+)\] (?P<os_error>.+)")),
     # Processes killed: vLLM's monitor reports the exit code (-9 = SIGKILL, the kernel's OOM killer);
     # the shell prints "Killed" for a foreground process killed by SIGKILL.
@@ -522,6 +524,7 @@ class _Open:
         self.log_line: LogLine | None = None  # a pending ERROR line (see `ErrorAssembler.feed`)
         self.raise_lines: list[LogLine] = []
         self.had_traceback = False
+        self.functions: set[str] = set()
 
     @property
     def last_frame(self) -> Frame | None:
@@ -554,6 +557,8 @@ class _Open:
 
     def frame(self, frame: Frame) -> None:
         self.frames.append(frame)
+        if len(self.functions) < 4 * MAX_FRAMES:
+            self.functions.add(frame.function)
         self.raise_lines = []
         if len(self.frames) > MAX_FRAMES:
             del self.frames[:-MAX_FRAMES]
@@ -562,6 +567,10 @@ class _Open:
         last = self.frames[-1]
         if last.code is None:
             self.frames[-1] = Frame(last.file, last.lineno, last.function, last.line, line)
+            # The function this frame was calling is on the stack too, even when the excerpt ends here
+            # ("engine_core.run_busy_loop()").
+            if (call := _CALL_RE.search(line.message)) is not None and len(self.functions) < 4 * MAX_FRAMES:
+                self.functions.add(call.group(1))
             self.raise_lines = [line] if line.message.startswith("raise ") else []
         elif self.raise_lines and len(self.raise_lines) < MAX_RAISE_LINES:
             self.raise_lines.append(line)
@@ -602,6 +611,7 @@ class _Open:
         return ErrorRecord(
             kind="python", line=origin.detail or origin.line, text=text, exceptions=list(self.exceptions), seq=self.seq,
             order=self.order, first=self.first, end=end, headline=self.headline, frames=self.origin_frames,
+            functions=frozenset(self.functions),
         )
 
     def _inferred(self) -> ExceptionInfo:

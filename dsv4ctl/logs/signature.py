@@ -23,6 +23,7 @@ class Signature:
     source: str = ""  # where the message text comes from: "pkg==version path/file.py:LINE; ..."
     fatal: bool = False
     next_command: str | None = None  # a template like `actions`
+    phase: str | None = None  # the phase this error always belongs to ("startup": a port that could not be bound)
     compiled: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

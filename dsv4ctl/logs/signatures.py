@@ -261,9 +261,14 @@ CATALOGUE: tuple[Signature, ...] = (
         severity="critical",
         title="Port already in use",
         meaning="The API server could not bind its port: another server (often a previous vLLM) is listening on it.",
-        patterns=(r"Address already in use",),
+        patterns=(
+            r"Address already in use",
+            # asyncio's create_server, which uvicorn uses to bind (its strerror lower-cased)
+            r"error while attempting to bind on address .*: address already in use",
+        ),
         actions=("Stop the other server or pass another --port",),
-        source="OSError [Errno 98] from the API server socket",
+        source="OSError [Errno 98] from the API server socket; CPython 3.11.7 asyncio/base_events.py:1525",
+        phase="startup",  # a server that cannot bind its port never served, whatever it logged before
     ),
     Signature(
         id="cuda_illegal_memory_access",

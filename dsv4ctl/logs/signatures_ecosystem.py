@@ -345,6 +345,27 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
     ),
     Signature(
+        id="eco_ray_worker_system_error",
+        severity="critical",
+        tier=1,
+        fatal=True,
+        title="A Ray worker died of an unexpected system error",
+        meaning=(
+            "Ray's raylet saw a worker process (in vLLM an engine worker, RayWorkerWrapper) exit while it ran a "
+            "task, without an error of its own: killed by a signal or crashed. Ray itself names the likely "
+            "causes: the kernel's OOM killer (SIGKILL, host memory), `ray stop --force`, or a crash (SIGSEGV)."
+        ),
+        patterns=(
+            r"A worker died or was killed while executing a task by an unexpected system error",
+        ),
+        actions=(
+            "Check host memory on the worker's node: dmesg -T | grep -i -E 'killed process|out of memory'",
+            "Read the dead worker's own log on its node: ray logs worker-*.err (the Worker PID Ray names)",
+            "If it crashed (SIGSEGV), rerun once with --enforce-eager to rule out CUDA-graph capture",
+        ),
+        source="ray==2.60.0 ray/core/src/ray/raylet/raylet (the raylet binary's string table)",
+    ),
+    Signature(
         id="eco_ray_actor_died",
         severity="critical",
         tier=1,

@@ -104,6 +104,7 @@ EVIDENCE = {
     "eco_ray_oom_killed__kill": "worker(s) were killed due to the node running low on memory",
     "eco_ray_oom_killed__task_ray248": "Worker exit detail: Task was killed due to the node running low on memory.",
     "eco_ray_actor_died": "ActorDiedError: The actor died unexpectedly before finishing this task.",
+    "eco_ray_worker_system_error": "A worker died or was killed while executing a task by an unexpected system error.",
     "eco_ray_placement_group__timeout": "ValueError: Cannot provide a placement group requiring 8 GPUs",
     "eco_ray_placement_group__driver_node": "is not included in a placement group",
     "eco_ray_placement_group__no_gpu_on_driver": "ValueError: Current node has no GPU available. current_node_resource=",
