@@ -323,7 +323,14 @@ _SERVING_ALERT = (
     r"out of memory", r"OutOfMemory",
 )
 # - the catalogue's request-level errors (a prompt too long, no chat template): warnings, analysed alone.
-_SERVING_SORTER = LineSorter(_SERVING_ALERT, [p for sig in CATALOGUE if sig.role == "request" for p in sig.patterns])
+_REQUEST_SIGNATURES = tuple(sig for sig in CATALOGUE if sig.role == "request")
+_SERVING_SORTER = LineSorter(_SERVING_ALERT, [p for sig in _REQUEST_SIGNATURES for p in sig.patterns])
+
+
+def _request_signature(raw: str) -> Signature | None:
+    """The request-level signature a line the sorter calls REQUEST matches (its patterns have no anchors,
+    so they match the raw line as they match its message)."""
+    return next((sig for sig in _REQUEST_SIGNATURES if sig.match(raw)), None)
 HELD_LINES = 256  # held lines analysed when trouble starts: a (long) traceback printed just before the sign
 
 
@@ -439,6 +446,14 @@ class _Analyzer:
         self.hit_counts[key] = n
         return n <= HIT_CAP
 
+    def count_beyond_cap(self, sig_id: str) -> bool:
+        """Count one more match of `sig_id` without its line when HIT_CAP matches are held already."""
+        key = (sig_id, self.ready_seq is not None, self.shutdown_seq is not None)
+        if self.hit_counts.get(key, 0) < HIT_CAP:
+            return False
+        self.hit_counts[key] += 1
+        return True
+
     def occurrences(self, sig_id: str) -> int:
         return sum(n for (sid, _, _), n in self.hit_counts.items() if sid == sig_id)
 
@@ -481,6 +496,11 @@ class _Pass:
                     self.feed(parse_line(*item))
             elif kind == LineSorter.SKIP:
                 self._held.append((raw, source, lineno))
+                return
+            elif (sig := _request_signature(raw)) is not None and a.count_beyond_cap(sig.id):
+                # One more request answered with an error the start already holds HIT_CAP examples of:
+                # counted, not parsed (it can change no verdict, and its first lines are the evidence).
+                self._held.clear()
                 return
         # Held lines are those since the last analysed one, so a replay never goes back in time.
         self._held.clear()
