@@ -407,6 +407,13 @@ class _Analyzer:
             if dumps:
                 dumps[-1].details["kernel"] = kernel
                 dumps[-1].details["kernel_line"] = line
+            elif not any(r.kind == "coredump" for r in self.records):
+                # The faulting warp's stack without the exception line above it (an excerpt): the driver
+                # prints a kernel's stack in a core dump only for the warp that faulted.
+                rec = ErrorRecord(kind="coredump", line=line, text=msg, details={"kernel": kernel, "kernel_line": line})
+                rec.first = rec.end = line
+                rec.seq, rec.order = seq, order
+                self._add_record(rec)
         for sig in _INDEX.candidates(msg):
             m = sig.match(msg)
             if m and self._count_hit(sig.id, seq):
@@ -1065,12 +1072,12 @@ def _window_findings(
     nccl_cuda = [h for h in nccl if "unhandled cuda error" in h.line.message.lower() or "UnhandledCuda" in h.line.message]
     dg_hits = by_id.pop("deepgemm_metadata_oob", [])
     fault_hits = ima or nccl_cuda
-    if fault_hits:
-        first_fault = min(fault_hits, key=lambda h: h.order)
+    dumps = [r for r in records if r.kind == "coredump" and _is_metadata_kernel(str(r.details.get("kernel", "")))]
+    if fault_hits or dumps:
+        first_fault = min(fault_hits, key=lambda h: h.order) if fault_hits else None
         traced_lines = [ln for seq, ln in a.traced_deepgemm if _window(a, seq) == window]
-        dumps = [r for r in records if r.kind == "coredump" and _is_metadata_kernel(str(r.details.get("kernel", "")))]
         traced = bool(traced_lines) or bool(dumps)
-        attributable = dsv4 and _full_capture(tl, first_fault)
+        attributable = dsv4 and first_fault is not None and _full_capture(tl, first_fault)
         if traced or attributable:
             details = _derive("deepgemm_metadata_oob", fault_hits, a, tl, log)
             details["attribution"] = "traced" if traced else "attributable"
@@ -1088,13 +1095,13 @@ def _window_findings(
             elif v is not None and v[:2] <= (0, 27):
                 details["note"] = f"vLLM {tl.vllm_version} vendors an unguarded DeepGEMM (≤ 0.27.x)."
             sig = BY_ID["deepgemm_metadata_oob"]
-            f = _make(sig, [first_fault] + dg_hits, details, extra=traced_lines)
+            f = _make(sig, ([first_fault] if first_fault else []) + dg_hits, details, extra=traced_lines)
             if dumps:
                 # The core dump names the faulting kernel: that line holds the cause.
                 kernel = _ev(dumps[0].details["kernel_line"])
                 rest = [e for e in f.evidence if (e.source, e.line) != (kernel.source, kernel.line)]
                 f.evidence = [kernel, *rest][:MAX_EVIDENCE]
-            f.order = first_fault.order
+            f.order = first_fault.order if first_fault else dumps[0].order
             findings.append(f)
             by_id.pop("cuda_illegal_memory_access", None)
     # NCCL errors when a CUDA fault exists anywhere are its symptom.

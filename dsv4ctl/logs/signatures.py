@@ -77,7 +77,7 @@ CATALOGUE: tuple[Signature, ...] = (
         id="deepgemm_metadata_oob",
         fatal=True,
         severity="critical",
-        title="DeepGEMM paged-MQA scheduler metadata read out of bounds during CUDA-graph capture",
+        title="DeepGEMM paged-MQA scheduler metadata read out of bounds (the SM90 kernel FULL CUDA-graph capture trips)",
         meaning=(
             "DeepGEMM's SM90 paged-MQA metadata kernel (get_paged_mqa_logits_metadata, called by the "
             "DeepSeek-V4 indexer metadata builder) reads one int past its shared-memory buffer when every "
