@@ -1,0 +1,1444 @@
+#!/usr/bin/env python3
+"""Builds dsv4ctl/catalogue/message_index.json.gz: every message that vLLM 0.27.1-0.33.0 raises, asserts or
+logs at error level, plus those of the packages operators meet next to vLLM, each with its source.
+
+    python scripts/build_message_index.py                 # downloads into /work/wheels what is missing
+    python scripts/build_message_index.py --wheels DIR    # another download/unpack folder
+
+The project's rule holds for every entry: the text is taken from the installed source of the package that
+prints it (`pip download X==V --no-deps`), cited file:line. Layout under the wheels folder (the one the
+catalogue tests already use): src/vllm-<v>/vllm/..., other/<dist>-<v>/<pkg>/... . Wheels are deleted after
+unpacking unless --keep-wheels is given.
+
+What is read, and how
+- Python sources are parsed with `ast` (never a regex over source). Per statement:
+  `raise X(msg, ...)` (kind "raise"); `assert c, msg` ("assert"); `assert c` without a message ("assert_bare":
+  Python 3.11+ prints the failing statement's first source line above a bare AssertionError, so that line is
+  the template); `<logger>.error/exception/critical/fatal/error_once(...)` ("log"; a logger is a name bound by
+  init_logger()/getLogger()/get_logger(), or any name like logger, _logger, log, LOGGER, *_logger, logging);
+  torch's `torch._check*(cond, lambda: msg)` ("raise", with the exception torch raises for it).
+  Templates are built from str constants, f-strings, implicit and `+` concatenation, `"..." % args`,
+  `"...".format(...)` and the %-style args of logger calls. A message made of a variable alone
+  (`raise ValueError(msg)`) is followed to its assignment only when that assignment reaches the statement
+  for sure: the nearest preceding `msg = ...` in the same block or an enclosing block of the same function,
+  with no other binding of the name in between (counted as resolved_variable; huggingface_hub builds all
+  its HTTP errors that way); otherwise it gives no template (skipped_variable). A raise of a factory call
+  whose first argument is an exception class (`raise _format(GatedRepoError, message, response)`) is
+  recorded with that class and its second argument as the message.
+- torch's C++ headers (torch/include/{c10,ATen,torch/csrc}): a small C/C++ tokenizer (strings, comments,
+  macros) reads TORCH_CHECK*/TORCH_INTERNAL_ASSERT/C10_THROW_ERROR/TORCH_CHECK_WITH arguments (c10::str
+  concatenation), `throw T(...)` and `std::string err/msg = "..." + ...` message builds (kind "format").
+- safetensors' Rust extension: its sdist (pip download --no-binary; its metadata step needs maturin, so a
+  stand-in backend that writes only METADATA is put on PYTHONPATH for that one call) is tokenized the same
+  way for `X::new_err("..."/format!(...))` and `write!(f, ...)` (Display of SafeTensorError, kind "format");
+  a Rust entry is kept only when each of its literal pieces is found in the wheel's compiled
+  _safetensors_rust.abi3.so (counted as rust_unverified otherwise).
+- CUDA runtime / NCCL: libcudart.so.13's cudaGetErrorString(i) and libnccl.so.2's ncclGetErrorString(i),
+  called through ctypes over the enum range (pure table lookups, no GPU needed); kind "error_string".
+
+What is kept (vLLM): the parts met at startup and while serving: vllm/*.py (top level, less collect_env,
+scripts, version), config, engine, v1 (all of it), executor, worker, attention, compilation, distributed,
+entrypoints, inputs, multimodal, platforms, plugins, reasoning, renderers, tokenizers, tool_parsers,
+transformers_utils, utils, model_executor/*.py, model_executor/model_loader, model_executor/layers,
+model_executor/models/deepseek_v4*, models/deepseek_v4* and models/common. Left out: the other model
+implementations (hundreds of architectures nobody runs next to DeepSeek-V4), lora, benchmarks, profiler,
+usage, tracing, assets, and the vendored third_party/vllm_flash_attn code.
+Neighbours (versions the project cites): torch 2.14.1 (cuda, distributed less fsdp/rpc/pipelining/
+checkpoint/_shard, _dynamo, _inductor, fx, compiler, _subclasses, _functorch, _higher_order_ops, _library,
+multiprocessing, nn/modules, backends, utils/cpp_extension, the top-level modules, plus the C++ headers);
+huggingface_hub 2.4.0 (all but inference/cli/commands/templates); transformers 5.19.0 (top level, utils,
+models/auto, integrations; not the per-model code); ray 2.60.0 (core: top level, _private, _common, util,
+dag, experimental, runtime_env; not rllib/tune/train/data/serve/dashboard/autoscaler/llm); safetensors 0.8.0
+(the newest that vLLM 0.33.0's `safetensors>=0.6.2` allows when this was written); triton 3.8.0
+(torch 2.14.1 pins triton~=3.8.0); nvidia-cuda-runtime 13.0.96 and nvidia-nccl-cu13 2.30.7. Besides the
+sources, libtorch_cuda.so and Ray's raylet/gcs_server are unpacked (not read here) because the hand-written
+catalogue's tests look for their cited texts in them.
+Dropped everywhere: tests, testing, examples, docs, benchmarks and vendored third-party folders
+(third_party, thirdparty, _vendor, vendor), since operators do not meet their messages.
+
+Filter: a template whose literal text has fewer than 12 characters or fewer than 2 words (letters, 2+)
+identifies nothing and is dropped (skipped_short).
+
+Output: gzip (mtime 0) JSON, sorted, so two runs give identical bytes: a header (schema, generator command,
+package versions, counts per package/kind and per release, files that did not parse) and `entries`, rows
+of `fields`. One entry per (package, kind, exception, level, function, literal text): the same message in
+several releases is one entry even when a placeholder's expression was renamed (the template shown is the
+newest release's); its sources list each (file, line) with the releases that have the message there.
+`anchor` holds, per entry, the rarest whole word of its literal text (one per line that is specific on its
+own, for multi-line messages): the loader's lookup buckets. Per-entry redundancy is dropped: releases are
+listed once per source row, the literal length and chunks are derived by the loader from the template, and
+no column repeats a value that another one implies. For a log entry the line is the logger call's (what vLLM prints as [file.py:N]); for the others the
+line where the message expression starts; for the C libraries line 0 and the function is the lookup call.
+`flags` (vLLM only): the `--` flags of that release's EngineArgs fields (and of the config attributes that
+EngineArgs fields default from, e.g. cache_dtype -> --kv-cache-dtype, when that name has an underscore)
+named as a variable or as an attribute of self/cls/a config-like object in the assert condition, the
+innermost enclosing `if` test (with its elif chain) or the message's placeholders.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import ctypes
+import gzip
+import io
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from collections import Counter, defaultdict
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+SCHEMA = 1
+REPO = Path(__file__).resolve().parents[1]
+OUTPUT = REPO / "dsv4ctl" / "catalogue" / "message_index.json.gz"
+DEFAULT_WHEELS = Path("/work/wheels")
+
+VLLM_RELEASES = ("0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
+MIN_LITERAL_CHARS = 12
+MIN_WORDS = 2
+FIELDS = ("package", "kind", "exception", "level", "function", "template", "pattern", "anchor", "sources", "flags")
+PACKAGE_ORDER = ("vllm", "torch", "transformers", "huggingface_hub", "ray", "safetensors", "triton",
+                 "nvidia-cuda-runtime", "nvidia-nccl-cu13")
+
+EXCLUDED_PARTS = frozenset({"tests", "test", "testing", "examples", "docs", "benchmarks", "third_party",
+                            "thirdparty", "_vendor", "vendor", "vendored", "__pycache__"})
+
+VLLM_INCLUDE = (
+    "vllm/*.py", "vllm/config/", "vllm/engine/", "vllm/v1/", "vllm/executor/", "vllm/worker/",
+    "vllm/attention/", "vllm/compilation/", "vllm/distributed/", "vllm/entrypoints/", "vllm/inputs/",
+    "vllm/multimodal/", "vllm/platforms/", "vllm/plugins/", "vllm/reasoning/", "vllm/renderers/",
+    "vllm/tokenizers/", "vllm/tool_parsers/", "vllm/transformers_utils/", "vllm/utils/",
+    "vllm/model_executor/*.py", "vllm/model_executor/model_loader/", "vllm/model_executor/layers/",
+    "vllm/model_executor/models/deepseek_v4", "vllm/models/deepseek_v4", "vllm/models/common/",
+)
+VLLM_EXCLUDE = ("vllm/collect_env.py", "vllm/scripts.py", "vllm/_version.py", "vllm/version.py",
+                "vllm/vllm_flash_attn/")
+
+# name -> (distribution for pip, version, folder under other/, include prefixes, exclude prefixes)
+NEIGHBOURS = {
+    "torch": ("torch", "2.14.1", "torch-2.14.1", (
+        "torch/*.py", "torch/cuda/", "torch/distributed/", "torch/_dynamo/", "torch/_inductor/", "torch/fx/",
+        "torch/compiler/", "torch/_subclasses/", "torch/_functorch/", "torch/_higher_order_ops/",
+        "torch/_library/", "torch/multiprocessing/", "torch/nn/modules/", "torch/nn/functional.py",
+        "torch/backends/", "torch/utils/cpp_extension.py", "torch/utils/_triton.py", "torch/accelerator/",
+        "torch/_logging/", "torch/_prims_common/",
+    ), (
+        "torch/distributed/fsdp/", "torch/distributed/_composable/", "torch/distributed/rpc/",
+        "torch/distributed/pipelining/", "torch/distributed/checkpoint/", "torch/distributed/_shard/",
+        "torch/distributed/_sharded_tensor/", "torch/distributed/_sharding_spec/", "torch/distributed/optim/",
+        "torch/distributed/algorithms/", "torch/distributed/nn/", "torch/_inductor/fx_passes/serialized_patterns/",
+        "torch/_dynamo/polyfills/", "torch/fx/experimental/unification/", "torch/_decomp/",
+        "torch/_meta_registrations.py", "torch/_torch_docs.py", "torch/_tensor_docs.py", "torch/_storage_docs.py",
+        "torch/overrides.py", "torch/_lobpcg.py", "torch/functional.py", "torch/_linalg_utils.py",
+    )),
+    "huggingface_hub": ("huggingface_hub", "2.4.0", "huggingface_hub-2.4.0", ("huggingface_hub/",), (
+        "huggingface_hub/inference/", "huggingface_hub/cli/", "huggingface_hub/commands/",
+        "huggingface_hub/templates/",
+    )),
+    "transformers": ("transformers", "5.19.0", "transformers-5.19.0", (
+        "transformers/*.py", "transformers/utils/", "transformers/models/auto/", "transformers/integrations/",
+    ), ("transformers/utils/dummy_",)),
+    "ray": ("ray", "2.60.0", "ray-2.60.0", (
+        "ray/*.py", "ray/_private/", "ray/_common/", "ray/util/", "ray/dag/", "ray/experimental/",
+        "ray/runtime_env/",
+    ), (
+        "ray/util/dask/", "ray/util/spark/", "ray/util/joblib/", "ray/util/multiprocessing/",
+        "ray/util/collective/collective_group/torch_gloo", "ray/_private/runtime_env/agent/thirdparty_files",
+        "ray/experimental/rllib", "ray/util/sgd/",
+    )),
+    "safetensors": ("safetensors", "0.8.0", "safetensors-0.8.0", ("safetensors/",), ()),
+    "triton": ("triton", "3.8.0", "triton-3.8.0", ("triton/",), ("triton/tools/", "triton/_C/")),
+}
+CUDART = ("nvidia-cuda-runtime", "13.0.96", "nvidia-cuda-runtime-13.0.96", "nvidia/cu13/lib/libcudart.so.13")
+NCCL = ("nvidia-nccl-cu13", "2.30.7", "nvidia-nccl-cu13-2.30.7", "nvidia/nccl/lib/libnccl.so.2")
+# binaries unpacked too, not read here: the hand-written catalogue's tests look for its cited texts in them
+EXTRA_BINARIES = {"torch": ("torch/lib/libtorch_cuda.so",),
+                  "ray": ("ray/core/src/ray/raylet/raylet", "ray/core/src/ray/gcs/gcs_server")}
+SAFETENSORS_RUST_SO = "safetensors/_safetensors_rust.abi3.so"
+TORCH_HEADER_DIRS = ("torch/include/c10/", "torch/include/ATen/", "torch/include/torch/csrc/")
+
+_WORD = re.compile(r"\w+")
+_ALPHA_WORD = re.compile(r"[A-Za-z]{2,}")
+
+
+# --------------------------------------------------------------------------------------------- templates
+class Ph:
+    """A placeholder in a template; `text` is the source expression that fills it (for humans and flags)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _norm(parts: list) -> list:
+    """Merge adjacent literals and adjacent placeholders; drop empty literals."""
+    out: list = []
+    for p in parts:
+        if isinstance(p, str):
+            if not p:
+                continue
+            if out and isinstance(out[-1], str):
+                out[-1] += p
+                continue
+        elif out and isinstance(out[-1], Ph):
+            out[-1] = Ph(out[-1].text + "," + p.text)
+            continue
+        out.append(p)
+    return out
+
+
+def _ph_text(text: str) -> str:
+    text = " ".join(text.split()).replace("{", "(").replace("}", ")")
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def display(parts: list) -> str:
+    """Template text: literal braces doubled, placeholders as {expr} (str.format-like, parseable back)."""
+    return "".join(p.replace("{", "{{").replace("}", "}}") if isinstance(p, str) else "{" + _ph_text(p.text) + "}"
+                   for p in parts)
+
+
+def pattern_of(parts: list) -> str:
+    core = list(parts)
+    while core and isinstance(core[0], Ph):
+        core.pop(0)
+    while core and isinstance(core[-1], Ph):
+        core.pop()
+    return "".join(escape(p) if isinstance(p, str) else ".*?" for p in core)
+
+
+_SPECIAL = frozenset(".^$*+?{}[]\\|()")
+
+
+def escape(text: str) -> str:
+    """re.escape for patterns compiled without re.VERBOSE: only what is special there (spaces stay readable)."""
+    out = []
+    for c in text:
+        if c in _SPECIAL:
+            out.append("\\" + c)
+        elif c == "\n":
+            out.append("\\n")
+        elif c == "\t":
+            out.append("\\t")
+        elif ord(c) < 32 or ord(c) == 127:
+            out.append("\\x%02x" % ord(c))
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+def literal_text(parts: list) -> str:
+    return "\x00".join(p for p in parts if isinstance(p, str))
+
+
+def specific_enough(parts: list) -> bool:
+    lit = literal_text(parts)
+    return len(lit.replace("\x00", "").strip()) >= MIN_LITERAL_CHARS and len(_ALPHA_WORD.findall(lit)) >= MIN_WORDS
+
+
+_PCT = re.compile(r"%(?:\((?P<key>[^)]*)\))?[#0\- +]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[hlL]?(?P<conv>[diouxXeEfFgGcrsa%])")
+
+
+def percent_format(parts: list, args: list[str] | dict[str, str] | None) -> list:
+    """Apply %-formatting to the literal parts: specifiers become placeholders named by their argument."""
+    out: list = []
+    i = 0
+    for p in parts:
+        if not isinstance(p, str):
+            out.append(p)
+            continue
+        pos = 0
+        for m in _PCT.finditer(p):
+            out.append(p[pos:m.start()])
+            pos = m.end()
+            if m.group("conv") == "%":
+                out.append("%")
+                continue
+            key = m.group("key")
+            if key is not None:
+                out.append(Ph(args.get(key, key) if isinstance(args, dict) else key))
+            else:
+                name = args[i] if isinstance(args, list) and i < len(args) else "%" + m.group("conv")
+                i += 1
+                out.append(Ph(name))
+        out.append(p[pos:])
+    return _norm(out)
+
+
+def brace_format(parts: list, args: list[str], kwargs: dict[str, str]) -> list:
+    """Apply str.format to the literal parts: {fields} become placeholders, {{ }} single braces."""
+    out: list = []
+    auto = 0
+    for p in parts:
+        if not isinstance(p, str):
+            out.append(p)
+            continue
+        i, buf = 0, []
+        while i < len(p):
+            c = p[i]
+            if c == "{" and p.startswith("{{", i):
+                buf.append("{")
+                i += 2
+            elif c == "}" and p.startswith("}}", i):
+                buf.append("}")
+                i += 2
+            elif c == "{":
+                depth, j = 1, i + 1
+                while j < len(p) and depth:
+                    depth += {"{": 1, "}": -1}.get(p[j], 0)
+                    j += 1
+                field = re.split(r"[!:\[.]", p[i + 1:j - 1], maxsplit=1)[0]
+                if field == "":
+                    name = args[auto] if auto < len(args) else "{}"
+                    auto += 1
+                elif field.isdigit():
+                    name = args[int(field)] if int(field) < len(args) else field
+                else:
+                    name = kwargs.get(field, field)
+                out.append("".join(buf))
+                buf = []
+                out.append(Ph(name))
+                i = j
+            else:
+                buf.append(c)
+                i += 1
+        out.append("".join(buf))
+    return _norm(out)
+
+
+def _src(node: ast.AST) -> str:
+    try:
+        return ast.unparse(node)
+    except Exception:  # noqa: BLE001 - unparse of odd nodes
+        return "?"
+
+
+def parts_of(node: ast.AST | None) -> list | None:
+    """Template parts of a message expression, or None when it holds no literal text."""
+    if node is None:
+        return None
+    if isinstance(node, ast.Constant):
+        return [node.value] if isinstance(node.value, str) and node.value else None
+    if isinstance(node, ast.JoinedStr):
+        out: list = []
+        for v in node.values:
+            if isinstance(v, ast.Constant) and isinstance(v.value, str):
+                out.append(v.value)
+            elif isinstance(v, ast.FormattedValue):
+                out.append(Ph(_src(v.value)))
+        out = _norm(out)
+        return out if any(isinstance(p, str) for p in out) else None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = parts_of(node.left), parts_of(node.right)
+        if left is None and right is None:
+            return None
+        return _norm((left or [Ph(_src(node.left))]) + (right or [Ph(_src(node.right))]))
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+        left = parts_of(node.left)
+        if left is None:
+            return None
+        r = node.right
+        if isinstance(r, ast.Tuple):
+            return percent_format(left, [_src(e) for e in r.elts])
+        if isinstance(r, ast.Dict):
+            return percent_format(left, {k.value: _src(v) for k, v in zip(r.keys, r.values)
+                                         if isinstance(k, ast.Constant) and isinstance(k.value, str)})
+        return percent_format(left, [_src(r)])
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format":
+        base = parts_of(node.func.value)
+        if base is None:
+            return None
+        return brace_format(base, [_src(a) for a in node.args],
+                            {k.arg: _src(k.value) for k in node.keywords if k.arg})
+    if isinstance(node, ast.Lambda):
+        return parts_of(node.body)
+    return None
+
+
+_CONFIGISH = re.compile(r"config|args|cfg", re.I)
+
+
+def names_in(node: ast.AST | None) -> set[str]:
+    """Names that may stand for an engine argument (for `flags`): variables, and attributes of self/cls or
+    of a config-like object (model_config.max_model_len, self.max_num_seqs), not of anything else
+    (t.dtype of a tensor is not --dtype)."""
+    out: set[str] = set()
+    if node is None:
+        return out
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            out.add(n.id)
+        elif isinstance(n, ast.Attribute):
+            owner = n.value
+            oname = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
+            if oname in ("self", "cls") or _CONFIGISH.search(oname):
+                out.add(n.attr)
+    return out
+
+
+def dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return dotted(node.value) + "." + node.attr
+    return _src(node)
+
+
+# ------------------------------------------------------------------------------------------- Python files
+LOG_METHODS = {"error": "ERROR", "exception": "ERROR", "error_once": "ERROR", "exception_once": "ERROR",
+               "critical": "CRITICAL", "fatal": "CRITICAL"}
+LOGGER_FACTORIES = ("init_logger", "getLogger", "get_logger")
+TORCH_CHECKS = {"_check": "RuntimeError", "_check_value": "ValueError", "_check_type": "TypeError",
+                "_check_index": "IndexError", "_check_not_implemented": "NotImplementedError",
+                "_check_is_size": "RuntimeError", "_check_tensor_all": "RuntimeError"}
+
+
+_EXC_NAME = re.compile(r"(?:Error|Exception|Exit|Interrupt|Warning|Failure)$")
+
+
+def _looks_like_logger(name: str) -> bool:
+    low = name.lower()
+    return low in ("log", "logging", "lgr") or low.endswith("logger") or low.endswith("_log")
+
+
+class Extractor:
+    """Walks one module; `occ` collects (kind, exception, level, function, parts, line, names)."""
+
+    def __init__(self, tree: ast.Module, source: str) -> None:
+        self.source_lines = source.splitlines()
+        self.occ: list[tuple] = []
+        self.stats: Counter = Counter()
+        self.loggers: set[str] = set()
+        for n in ast.walk(tree):
+            if isinstance(n, (ast.Assign, ast.AnnAssign)) and isinstance(n.value, ast.Call):
+                f = n.value.func
+                fname = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+                if fname in LOGGER_FACTORIES:
+                    targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                    for t in targets:
+                        if isinstance(t, ast.Name):
+                            self.loggers.add(t.id)
+                        elif isinstance(t, ast.Attribute):
+                            self.loggers.add(t.attr)
+        self.scope: list[str] = []
+        self.ifs: list[ast.If] = []
+        self.elif_parent: dict[int, ast.If] = {}
+        self.blocks: list[tuple[list[ast.stmt], int]] = []
+        self.visit(tree)
+
+    # scopes, blocks and ifs
+    def visit(self, node: ast.AST) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for d in getattr(node, "decorator_list", ()):
+                self.visit(d)
+            self.scope.append(node.name)
+            saved = self.ifs, self.blocks
+            self.ifs, self.blocks = [], []
+            self.visit_block(node.body)
+            self.ifs, self.blocks = saved
+            self.scope.pop()
+            return
+        if isinstance(node, ast.If):
+            self.visit(node.test)
+            self.ifs.append(node)
+            self.visit_block(node.body)
+            if len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If):
+                self.elif_parent[id(node.orelse[0])] = node
+            self.visit_block(node.orelse)
+            self.ifs.pop()
+            return
+        if isinstance(node, ast.Raise):
+            self.on_raise(node)
+        elif isinstance(node, ast.Assert):
+            self.on_assert(node)
+        elif isinstance(node, ast.Call):
+            self.on_call(node)
+        for _name, value in ast.iter_fields(node):
+            if isinstance(value, list):
+                if value and isinstance(value[0], ast.stmt):
+                    self.visit_block(value)
+                else:
+                    for v in value:
+                        if isinstance(v, ast.AST):
+                            self.visit(v)
+            elif isinstance(value, ast.AST):
+                self.visit(value)
+
+    def visit_block(self, stmts: list[ast.stmt]) -> None:
+        for i, st in enumerate(stmts):
+            self.blocks.append((stmts, i))
+            self.visit(st)
+            self.blocks.pop()
+
+    def resolve(self, name: str) -> ast.AST | None:
+        """The value of the assignment to `name` that reaches the current statement for sure: the nearest
+        preceding `name = ...` in this block or an enclosing one of the same function, with no other
+        binding of `name` in between (else None)."""
+        for stmts, i in reversed(self.blocks):
+            for st in reversed(stmts[:i]):
+                if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) \
+                        and st.targets[0].id == name:
+                    return st.value
+                if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.target.id == name:
+                    return st.value
+                if any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, (ast.Store, ast.Del))
+                       for n in ast.walk(st)):
+                    return None
+        return None
+
+    def message(self, node: ast.AST | None) -> tuple[list | None, int, ast.AST | None]:
+        """(parts, line, expression) of a message argument; a plain name is followed to its assignment."""
+        if node is None:
+            return None, 0, None
+        if isinstance(node, ast.Name):
+            value = self.resolve(node.id)
+            if value is not None:
+                parts = parts_of(value)
+                if parts is not None:
+                    self.stats["resolved_variable"] += 1
+                    return parts, value.lineno, value
+        return parts_of(node), node.lineno, node
+
+    def function(self) -> str:
+        return ".".join(self.scope) or "<module>"
+
+    def if_names(self) -> set[str]:
+        out: set[str] = set()
+        node = self.ifs[-1] if self.ifs else None
+        while node is not None:
+            out |= names_in(node.test)
+            node = self.elif_parent.get(id(node))
+        return out
+
+    def add(self, kind: str, exc: str | None, level: str | None, msg: ast.AST | None, parts: list | None,
+            line: int, names: set[str]) -> None:
+        if parts is None:
+            self.stats["skipped_variable"] += 1
+            return
+        if not specific_enough(parts):
+            self.stats["skipped_short"] += 1
+            return
+        self.stats[kind] += 1
+        self.occ.append((kind, exc, level, self.function(), parts, line, names | names_in(msg)))
+
+    def on_raise(self, node: ast.Raise) -> None:
+        exc = node.exc
+        if exc is None:
+            return
+        if not isinstance(exc, ast.Call):
+            self.stats["skipped_no_message"] += 1
+            return
+        exc_type, args = dotted(exc.func), exc.args
+        last = exc_type.rsplit(".", 1)[-1]
+        # a factory: raise _format(GatedRepoError, message, response) raises its first argument's type
+        if (last[:1].islower() or last.startswith("_")) and len(args) >= 2 \
+                and isinstance(args[0], (ast.Name, ast.Attribute)) and _EXC_NAME.search(dotted(args[0])):
+            exc_type, args = dotted(args[0]), args[1:]
+        msg = args[0] if args else next(
+            (k.value for k in exc.keywords if k.arg in ("msg", "message", "detail", "reason")), None)
+        if msg is None:
+            self.stats["skipped_no_message"] += 1
+            return
+        parts, line, expr = self.message(msg)
+        self.add("raise", exc_type, None, expr, parts, line, self.if_names())
+
+    def on_assert(self, node: ast.Assert) -> None:
+        if node.msg is not None:
+            parts, line, expr = self.message(node.msg)
+            self.add("assert", "AssertionError", None, expr, parts, line, names_in(node.test))
+            return
+        line = self.source_lines[node.lineno - 1].strip() if node.lineno <= len(self.source_lines) else ""
+        if not line.startswith("assert"):
+            self.stats["skipped_variable"] += 1
+            return
+        self.add("assert_bare", "AssertionError", None, None, [line], node.lineno, names_in(node.test))
+
+    def on_call(self, node: ast.Call) -> None:
+        f = node.func
+        if not isinstance(f, ast.Attribute):
+            return
+        if f.attr in LOG_METHODS:
+            owner = f.value
+            oname = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
+            if not oname or not (oname in self.loggers or _looks_like_logger(oname)):
+                return
+            if not node.args:
+                return
+            parts, _line, msg = self.message(node.args[0])
+            extra = node.args[1:]
+            if parts is not None and extra:
+                if len(extra) == 1 and isinstance(extra[0], ast.Dict):
+                    d = extra[0]
+                    parts = percent_format(parts, {k.value: _src(v) for k, v in zip(d.keys, d.values)
+                                                   if isinstance(k, ast.Constant) and isinstance(k.value, str)})
+                else:
+                    parts = percent_format(parts, [_src(a) for a in extra])
+            names = self.if_names()
+            for a in extra:
+                names |= names_in(a)
+            self.add("log", None, LOG_METHODS[f.attr], msg, parts, node.lineno, names)
+            return
+        if f.attr in TORCH_CHECKS or f.attr == "_check_with":
+            if not (isinstance(f.value, ast.Name) and f.value.id == "torch"):
+                return
+            if f.attr == "_check_with":
+                if len(node.args) < 2:
+                    return
+                exc, cond, rest = dotted(node.args[0]), node.args[1], node.args[2:]
+            else:
+                if not node.args:
+                    return
+                exc, cond, rest = TORCH_CHECKS[f.attr], node.args[0], node.args[1:]
+            msg = rest[0] if rest else next((k.value for k in node.keywords if k.arg == "message"), None)
+            if msg is None:
+                self.stats["skipped_no_message"] += 1
+                return
+            parts, line, expr = self.message(msg)
+            self.add("raise", exc, None, expr, parts, line, names_in(cond))
+
+
+def extract_python(job: tuple[str, str]) -> tuple[str, list, Counter, str | None]:
+    root, rel = job
+    path = Path(root) / rel
+    try:
+        source = path.read_text(encoding="utf-8")
+        tree = ast.parse(source, filename=rel)
+    except (SyntaxError, UnicodeDecodeError, ValueError) as e:
+        return rel, [], Counter({"unparsable_files": 1}), f"{rel}: {type(e).__name__}: {e}"
+    ex = Extractor(tree, source)
+    return rel, ex.occ, ex.stats, None
+
+
+# --------------------------------------------------------------------------------- C++ and Rust sources
+def c_unescape(s: str) -> str:
+    out, i = [], 0
+    simple = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "\\": "\\", "'": "'", '"': '"', "a": "\a",
+              "b": "\b", "f": "\f", "v": "\v", "?": "?", "e": "\x1b"}
+    while i < len(s):
+        c = s[i]
+        if c == "\\" and i + 1 < len(s):
+            n = s[i + 1]
+            if n == "x":
+                m = re.match(r"[0-9a-fA-F]+", s[i + 2:])
+                if m:
+                    out.append(chr(int(m.group(), 16) & 0xFF))
+                    i += 2 + len(m.group())
+                    continue
+            if n in "01234567" and re.match(r"[0-7]{1,3}", s[i + 1:]):
+                m = re.match(r"[0-7]{1,3}", s[i + 1:])
+                out.append(chr(int(m.group(), 8)))
+                i += 1 + len(m.group())
+                continue
+            out.append(simple.get(n, n))
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def tokenize_c(text: str, rust: bool = False) -> list[tuple[str, str, int, str]]:
+    """Tokens (kind, value, line, macro) of C/C++ (or Rust) source: kinds id, str, num, op.
+
+    Comments are dropped; string literals are decoded (raw strings too); in C, preprocessor directives are
+    skipped except #define bodies, whose tokens carry the macro's name (`#x` stringification becomes id "#x").
+    """
+    toks: list[tuple[str, str, int, str]] = []
+    i, n, line = 0, len(text), 1
+    macro = ""
+    at_line_start = True
+    while i < n:
+        c = text[i]
+        if c == "\\" and i + 1 < n and text[i + 1] == "\n":
+            i += 2
+            line += 1
+            continue
+        if c == "\n":
+            line += 1
+            i += 1
+            macro = ""
+            at_line_start = True
+            continue
+        if c in " \t\r\f\v":
+            i += 1
+            continue
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+            continue
+        if text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            line += text.count("\n", i, j)
+            i = j
+            continue
+        if not rust and c == "#" and at_line_start:
+            m = re.match(r"#\s*(\w+)", text[i:])
+            directive = m.group(1) if m else ""
+            if directive == "define":
+                m2 = re.match(r"#\s*define\s+(\w+)", text[i:])
+                macro = m2.group(1) if m2 else ""
+                i += m2.end() if m2 else 1
+                at_line_start = False
+                continue
+            # skip the directive's logical line
+            while i < n and text[i] != "\n":
+                if text[i] == "\\" and i + 1 < n and text[i + 1] == "\n":
+                    line += 1
+                    i += 1
+                i += 1
+            continue
+        at_line_start = False
+        # string literals
+        m = None
+        if rust:
+            m = re.match(r'b?r(#*)"', text[i:])
+            if m:
+                hashes = m.group(1)
+                end = text.find('"' + hashes, i + m.end())
+                end = n if end < 0 else end
+                toks.append(("str", text[i + m.end():end], line, macro))
+                line += text.count("\n", i, end)
+                i = end + 1 + len(hashes)
+                continue
+        else:
+            m = re.match(r'(?:u8|u|U|L)?R"([^()\\ ]{0,16})\(', text[i:])
+            if m:
+                delim = ")" + m.group(1) + '"'
+                end = text.find(delim, i + m.end())
+                end = n if end < 0 else end
+                toks.append(("str", text[i + m.end():end], line, macro))
+                line += text.count("\n", i, end)
+                i = end + len(delim)
+                continue
+        m = re.match(r'(?:u8|u|U|L|b)?"', text[i:])
+        if m:
+            j = i + m.end()
+            start_line = line
+            buf = []
+            while j < n and text[j] != '"':
+                if text[j] == "\\" and j + 1 < n:
+                    if text[j + 1] == "\n":
+                        line += 1
+                        j += 2
+                        if rust:  # Rust: backslash-newline skips the next line's leading whitespace
+                            while j < n and text[j] in " \t":
+                                j += 1
+                        continue
+                    buf.append(text[j:j + 2])
+                    j += 2
+                    continue
+                if text[j] == "\n":
+                    line += 1
+                buf.append(text[j])
+                j += 1
+            toks.append(("str", c_unescape("".join(buf)), start_line, macro))
+            i = j + 1
+            continue
+        if c == "'":
+            if rust:
+                m = re.match(r"'(?:\\.[^']*|[^'\\])'", text[i:])
+                if m:
+                    toks.append(("chr", m.group(), line, macro))
+                    i += m.end()
+                    continue
+                m = re.match(r"'\w+", text[i:])  # lifetime
+                if m:
+                    i += m.end()
+                    continue
+            else:
+                m = re.match(r"'(?:\\.|[^'\\])*'", text[i:])
+                if m:
+                    toks.append(("chr", m.group(), line, macro))
+                    i += m.end()
+                    continue
+        if c.isalpha() or c == "_":
+            m = re.match(r"\w+", text[i:])
+            toks.append(("id", m.group(), line, macro))
+            i += m.end()
+            continue
+        if c.isdigit():
+            m = re.match(r"[\w.']+" if not rust else r"[\w.]+", text[i:])
+            toks.append(("num", m.group(), line, macro))
+            i += m.end()
+            continue
+        if c == "#" and not rust and macro:
+            m = re.match(r"#\s*(\w+)", text[i:])
+            if m and not text.startswith("##", i):
+                toks.append(("id", "#" + m.group(1), line, macro))
+                i += m.end()
+                continue
+        m = re.match(r"::|->|=>|==|!=|<=|>=|&&|\|\||##|<<|>>|\+=", text[i:])
+        if m:
+            toks.append(("op", m.group(), line, macro))
+            i += m.end()
+            continue
+        toks.append(("op", c, line, macro))
+        i += 1
+    return toks
+
+
+_OPEN, _CLOSE = {"(": ")", "[": "]", "{": "}"}, {")", "]", "}"}
+
+
+def call_args(toks: list, i: int) -> tuple[list[list], int] | None:
+    """toks[i] is '(' : the comma-separated top-level argument token lists and the index after ')'."""
+    if i >= len(toks) or toks[i][1] != "(":
+        return None
+    depth, args, cur = 0, [], []
+    j = i
+    while j < len(toks):
+        kind, val = toks[j][0], toks[j][1]
+        if kind == "op" and val in _OPEN:
+            depth += 1
+            if depth == 1:
+                j += 1
+                continue
+        elif kind == "op" and val in _CLOSE:
+            depth -= 1
+            if depth == 0:
+                if cur or args:
+                    args.append(cur)
+                return args, j + 1
+        elif kind == "op" and val == "," and depth == 1:
+            args.append(cur)
+            cur = []
+            j += 1
+            continue
+        if depth >= 1:
+            cur.append(toks[j])
+        j += 1
+    return None
+
+
+def _toks_text(ts: list) -> str:
+    """Source-like text of tokens: a space only between two words."""
+    out: list[str] = []
+    prev = ""
+    for t in ts:
+        text = json.dumps(t[1]) if t[0] == "str" else t[1]
+        if out and prev in ("id", "num") and t[0] in ("id", "num"):
+            out.append(" ")
+        out.append(text)
+        prev = t[0]
+    return "".join(out)
+
+
+def c_arg_parts(ts: list) -> list:
+    """One C++ argument: adjacent string literals concatenate; `a + "b" + c` splits; otherwise a placeholder."""
+    if not ts:
+        return []
+    if all(t[0] == "str" for t in ts):
+        return ["".join(t[1] for t in ts)]
+    # split at top-level '+'
+    depth, operands, cur = 0, [], []
+    for t in ts:
+        if t[0] == "op" and t[1] in _OPEN:
+            depth += 1
+        elif t[0] == "op" and t[1] in _CLOSE:
+            depth -= 1
+        if depth == 0 and t[0] == "op" and t[1] == "+":
+            operands.append(cur)
+            cur = []
+            continue
+        cur.append(t)
+    operands.append(cur)
+    if len(operands) > 1:
+        out: list = []
+        for op in operands:
+            out.extend(c_arg_parts(op))
+        return out
+    # string literal followed by stringified macro args: " when calling `" #EXPR "`"
+    if all(t[0] == "str" or (t[0] == "id" and t[1].startswith("#")) for t in ts):
+        return [t[1] if t[0] == "str" else Ph(t[1]) for t in ts]
+    # std::string("lit") / c10::str("lit")
+    if len(ts) >= 4 and ts[-1][1] == ")" and any(t[0] == "str" for t in ts):
+        k = next(idx for idx, t in enumerate(ts) if t[1] == "(")
+        inner = call_args(ts, k)
+        if inner is not None and inner[1] == len(ts) and len(inner[0]) == 1 and \
+                _toks_text(ts[:k]) in ("std::string", "c10::str", "std::string_view"):
+            return c_arg_parts(inner[0][0])
+    return [Ph(_toks_text(ts))]
+
+
+CPP_CHECKS = {  # macro -> (exception, index of the first message argument)
+    "TORCH_CHECK": ("RuntimeError", 1), "TORCH_CHECK_VALUE": ("ValueError", 1),
+    "TORCH_CHECK_TYPE": ("TypeError", 1), "TORCH_CHECK_INDEX": ("IndexError", 1),
+    "TORCH_CHECK_NOT_IMPLEMENTED": ("NotImplementedError", 1), "TORCH_CHECK_LINALG": ("torch.linalg.LinAlgError", 1),
+    "TORCH_CHECK_ALWAYS_SHOW_CPP_STACKTRACE": ("RuntimeError", 1), "TORCH_INTERNAL_ASSERT": ("RuntimeError", 1),
+    "TORCH_INTERNAL_ASSERT_DEBUG_ONLY": ("RuntimeError", 1), "TORCH_CHECK_MSG": ("RuntimeError", 1),
+    "TORCH_CHECK_WITH": (None, 2), "C10_THROW_ERROR": (None, 1), "TORCH_CHECK_ARG": ("RuntimeError", 2),
+}
+C10_TYPES = {"Error": "RuntimeError", "ValueError": "ValueError", "TypeError": "TypeError",
+             "IndexError": "IndexError", "NotImplementedError": "NotImplementedError",
+             "DistBackendError": "torch.distributed.DistBackendError", "DistError": "torch.distributed.DistError",
+             "DistNetworkError": "torch.distributed.DistNetworkError",
+             "DistStoreError": "torch.distributed.DistStoreError", "OutOfMemoryError": "torch.OutOfMemoryError",
+             "AcceleratorError": "torch.AcceleratorError", "LinAlgError": "torch.linalg.LinAlgError",
+             "EnforceFiniteError": "RuntimeError", "ErrorAlwaysShowCppStacktrace": "RuntimeError",
+             "SyntaxError": "SyntaxError", "runtime_error": "RuntimeError", "invalid_argument": "ValueError",
+             "out_of_range": "IndexError", "logic_error": "RuntimeError"}
+
+
+def _c10_type(ts: list) -> str:
+    name = ts[-1][1] if ts else "Error"
+    return C10_TYPES.get(name, "c10::" + name)
+
+
+def extract_cpp(text: str) -> tuple[list, Counter]:
+    """Occurrences (kind, exception, level, function, parts, line, names) of a C++ header."""
+    toks = tokenize_c(text)
+    occ: list = []
+    stats: Counter = Counter()
+
+    def add(kind: str, exc: str | None, parts: list, line: int, macro: str) -> None:
+        parts = _norm(parts)
+        if not any(isinstance(p, str) for p in parts):
+            stats["skipped_variable"] += 1
+        elif not specific_enough(parts):
+            stats["skipped_short"] += 1
+        else:
+            stats[kind] += 1
+            occ.append((kind, exc, None, macro, parts, line, set()))
+
+    for i, (kind, val, line, macro) in enumerate(toks):
+        if kind != "id":
+            continue
+        if val in CPP_CHECKS and i + 1 < len(toks) and toks[i + 1][1] == "(" and macro != val:
+            got = call_args(toks, i + 1)
+            if not got:
+                continue
+            args = got[0]
+            exc, first = CPP_CHECKS[val]
+            if exc is None:
+                exc = _c10_type(args[0]) if args else "RuntimeError"
+            msg_args = args[first:]
+            if not msg_args or all(not a for a in msg_args):
+                stats["skipped_no_message"] += 1
+                continue
+            parts: list = []
+            for a in msg_args:
+                if a and a[0][0] == "id" and a[0][1] == "__VA_ARGS__":
+                    parts.append(Ph("__VA_ARGS__"))
+                else:
+                    parts.extend(c_arg_parts(a))
+            mline = next((t[2] for a in msg_args for t in a if t[0] == "str"), line)
+            add("raise", exc, parts, mline, macro)
+        elif val == "throw" and i + 1 < len(toks) and toks[i + 1][0] == "id":
+            j = i + 1
+            while j < len(toks) and (toks[j][0] == "id" or toks[j][1] == "::"):
+                j += 1
+            got = call_args(toks, j) if j < len(toks) else None
+            if not got or not got[0]:
+                continue
+            parts = []
+            for a in got[0][:1]:
+                parts.extend(c_arg_parts(a))
+            typ = [t for t in toks[i + 1:j] if t[0] == "id"]
+            mline = next((t[2] for t in got[0][0] if t[0] == "str"), line)
+            add("raise", _c10_type(typ), parts, mline, macro)
+        elif val == "string" and i >= 2 and toks[i - 1][1] == "::" and toks[i - 2][1] == "std" \
+                and i + 2 < len(toks) and toks[i + 1][0] == "id" and toks[i + 2][1] == "=" \
+                and re.search(r"err|msg|message|what|reason", toks[i + 1][1], re.I):
+            j, depth, expr = i + 3, 0, []
+            while j < len(toks) and not (depth == 0 and toks[j][1] == ";"):
+                if toks[j][1] in _OPEN:
+                    depth += 1
+                elif toks[j][1] in _CLOSE:
+                    depth -= 1
+                    if depth < 0:
+                        break
+                expr.append(toks[j])
+                j += 1
+            if any(t[0] == "str" for t in expr):
+                mline = next(t[2] for t in expr if t[0] == "str")
+                add("format", None, c_arg_parts(expr), mline, macro)
+    return occ, stats
+
+
+_RUST_FMT = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
+
+
+def rust_format(fmt: str, args: list[str]) -> list:
+    out: list = []
+    pos, auto = 0, 0
+    for m in _RUST_FMT.finditer(fmt):
+        out.append(fmt[pos:m.start()])
+        pos = m.end()
+        if m.group() in ("{{", "}}"):
+            out.append(m.group()[0])
+            continue
+        field = m.group(1).split(":", 1)[0]
+        if field == "":
+            out.append(Ph(args[auto] if auto < len(args) else "{}"))
+            auto += 1
+        elif field.isdigit():
+            out.append(Ph(args[int(field)] if int(field) < len(args) else field))
+        else:
+            out.append(Ph(field))
+    out.append(fmt[pos:])
+    return _norm(out)
+
+
+def _rust_exc(path: list[str]) -> str:
+    name = path[-1] if path else "Exception"
+    if name == "SafetensorError":
+        return "safetensors_rust.SafetensorError"
+    if name.startswith("Py") and name[2:3].isupper():
+        return name[2:]
+    return name
+
+
+def extract_rust(text: str) -> tuple[list, Counter]:
+    toks = tokenize_c(text, rust=True)
+    occ: list = []
+    stats: Counter = Counter()
+    fn = "<module>"
+
+    def fmt_parts(ts: list) -> list | None:
+        """A `"lit"` or `format!("lit", args)` argument."""
+        if len(ts) == 1 and ts[0][0] == "str":
+            return [ts[0][1]] if ts[0][1] else None
+        if len(ts) >= 4 and ts[0][1] == "format" and ts[1][1] == "!" and ts[2][1] == "(":
+            got = call_args(ts, 2)
+            if got and got[0] and len(got[0][0]) == 1 and got[0][0][0][0] == "str":
+                return rust_format(got[0][0][0][1], [_toks_text(a) for a in got[0][1:]])
+        return None
+
+    def add(kind: str, exc: str | None, parts: list | None, line: int) -> None:
+        if parts is None:
+            stats["skipped_variable"] += 1
+        elif not specific_enough(parts):
+            stats["skipped_short"] += 1
+        else:
+            stats[kind] += 1
+            occ.append((kind, exc, None, fn, parts, line, set()))
+
+    for i, (kind, val, line, _m) in enumerate(toks):
+        if kind != "id":
+            continue
+        if val == "fn" and i + 1 < len(toks) and toks[i + 1][0] == "id":
+            fn = toks[i + 1][1]
+        elif val == "new_err" and i >= 2 and toks[i - 1][1] == "::" and i + 1 < len(toks) and toks[i + 1][1] == "(":
+            got = call_args(toks, i + 1)
+            if not got or not got[0]:
+                continue
+            path, k = [], i - 2
+            while k >= 0 and toks[k][0] == "id":
+                path.insert(0, toks[k][1])
+                if k >= 1 and toks[k - 1][1] == "::":
+                    k -= 2
+                else:
+                    break
+            arg = got[0][0]
+            mline = next((t[2] for t in arg if t[0] == "str"), line)
+            add("raise", _rust_exc(path), fmt_parts(arg), mline)
+        elif val == "write" and i + 2 < len(toks) and toks[i + 1][1] == "!" and toks[i + 2][1] == "(":
+            got = call_args(toks, i + 2)
+            if not got or len(got[0]) < 2 or len(got[0][1]) != 1 or got[0][1][0][0] != "str":
+                continue
+            add("format", None, rust_format(got[0][1][0][1], [_toks_text(a) for a in got[0][2:]]),
+                got[0][1][0][2])
+    return occ, stats
+
+
+# ------------------------------------------------------------------------------------- C library tables
+def c_error_strings(lib_path: Path, func: str, codes: range, unknown: str) -> list[tuple[int, str]]:
+    lib = ctypes.CDLL(str(lib_path))
+    f = getattr(lib, func)
+    f.restype = ctypes.c_char_p
+    f.argtypes = [ctypes.c_int]
+    out = []
+    for code in codes:
+        raw = f(code)
+        text = raw.decode("utf-8", "replace") if raw else ""
+        if code and text and text != unknown:
+            out.append((code, text))
+    return out
+
+
+# -------------------------------------------------------------------------------------------- downloads
+def pip_download(spec: str, dest: Path, extra: list[str] | None = None, env: dict | None = None) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    before = set(dest.iterdir())
+    cmd = [sys.executable, "-m", "pip", "download", spec, "--no-deps", "-d", str(dest), "-q", *(extra or [])]
+    print("  $", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, env=env)
+    new = sorted(set(dest.iterdir()) - before)
+    name = spec.split("==")[0].replace("-", "_").lower()
+    found = new or sorted(p for p in dest.iterdir() if p.name.lower().replace("-", "_").startswith(name + "-"))
+    if not found:
+        raise SystemExit(f"pip download {spec}: no file in {dest}")
+    return found[0]
+
+
+def unpack_wheel(whl: Path, dest: Path, keep) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(whl) as z:
+        for info in z.infolist():
+            if not info.is_dir() and keep(info.filename):
+                z.extract(info, dest)
+
+
+_MATURIN_SHIM = '''"""Stand-in build backend: only lets `pip download --no-binary` save the sdist (no build happens)."""
+import os
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
+    d = os.path.join(metadata_directory, "safetensors-%s.dist-info")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "METADATA"), "w") as f:
+        f.write("Metadata-Version: 2.1\\nName: safetensors\\nVersion: %s\\n")
+    return os.path.basename(d)
+'''
+
+
+def ensure_sources(wheels: Path, keep_wheels: bool) -> None:
+    whl_dir = wheels / "whl"
+    for v in VLLM_RELEASES:
+        dest = wheels / "src" / f"vllm-{v}"
+        if (dest / "vllm" / "config" / "model.py").exists():
+            continue
+        print(f"vllm {v}: downloading", flush=True)
+        whl = pip_download(f"vllm=={v}", whl_dir)
+        unpack_wheel(whl, dest, lambda n: n.endswith(".py") or n.endswith(".dist-info/METADATA"))
+        if not keep_wheels:
+            whl.unlink()
+    for pkg, (dist, v, folder, _inc, _exc) in NEIGHBOURS.items():
+        dest = wheels / "other" / folder
+        wanted = [dest / pkg / "__init__.py", *(dest / b for b in EXTRA_BINARIES.get(pkg, ()))]
+        if pkg == "safetensors":
+            wanted.append(dest / SAFETENSORS_RUST_SO)
+        if all(w.exists() for w in wanted):
+            continue
+        print(f"{pkg} {v}: downloading", flush=True)
+        whl = pip_download(f"{dist}=={v}", whl_dir)
+
+        def keep(n: str, pkg=pkg) -> bool:
+            return (n.endswith(".py") or n.endswith(".dist-info/METADATA")
+                    or (pkg == "torch" and n.startswith("torch/include/"))
+                    or (pkg == "safetensors" and n == SAFETENSORS_RUST_SO)
+                    or n in EXTRA_BINARIES.get(pkg, ()))
+        unpack_wheel(whl, dest, keep)
+        if not keep_wheels:
+            whl.unlink()
+    for dist, v, folder, lib in (CUDART, NCCL):
+        dest = wheels / "other" / folder
+        if (dest / lib).exists():
+            continue
+        print(f"{dist} {v}: downloading", flush=True)
+        whl = pip_download(f"{dist}=={v}", whl_dir)
+        unpack_wheel(whl, dest, lambda n, lib=lib: n == lib)
+        if not keep_wheels:
+            whl.unlink()
+    v = NEIGHBOURS["safetensors"][1]
+    sdist_root = wheels / "other" / f"safetensors-{v}-sdist"
+    if not (sdist_root / f"safetensors-{v}" / "bindings" / "python" / "src" / "lib.rs").exists():
+        print(f"safetensors {v}: downloading the sdist (Rust sources)", flush=True)
+        with tempfile.TemporaryDirectory() as shim:
+            (Path(shim) / "maturin").mkdir()
+            (Path(shim) / "maturin" / "__init__.py").write_text(_MATURIN_SHIM % (v, v))
+            env = dict(os.environ, PYTHONPATH=shim + os.pathsep + os.environ.get("PYTHONPATH", ""))
+            sd = pip_download(f"safetensors=={v}", wheels / "sdist",
+                              ["--no-binary", ":all:", "--no-build-isolation"], env=env)
+        sdist_root.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(sd) as t:
+            members = [m for m in t.getmembers() if m.isfile() and (m.name.endswith(".rs") or m.name.endswith(".toml"))]
+            t.extractall(sdist_root, members=members, filter="data")
+
+
+# ----------------------------------------------------------------------------------------------- selection
+def selected(rel: str, include: tuple, exclude: tuple) -> bool:
+    if not rel.endswith(".py") or any(part in EXCLUDED_PARTS for part in rel.split("/")[:-1]):
+        return False
+    name = rel.rsplit("/", 1)[-1]
+    if name.startswith("test_") or name == "conftest.py":
+        return False
+    if any(rel.startswith(x) for x in exclude):
+        return False
+    for inc in include:
+        if inc.endswith("/*.py"):
+            if rel.startswith(inc[:-4]) and "/" not in rel[len(inc) - 4:]:
+                return True
+        elif rel.startswith(inc):
+            return True
+    return False
+
+
+def py_files(root: Path, include: tuple, exclude: tuple) -> list[str]:
+    out = []
+    for p in root.rglob("*.py"):
+        rel = p.relative_to(root).as_posix()
+        if selected(rel, include, exclude):
+            out.append(rel)
+    return sorted(out)
+
+
+def engine_args_fields(path: Path) -> tuple[set[str], dict[str, str]]:
+    """EngineArgs field names and {config attribute: field} for fields that default from a config class."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    fields: set[str] = set()
+    alias: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "EngineArgs":
+            for st in node.body:
+                if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name):
+                    name = st.target.id
+                    fields.add(name)
+                    v = st.value
+                    if isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name) and v.value.id.endswith("Config"):
+                        alias.setdefault(v.attr, name)
+                    elif isinstance(v, ast.Call) and len(v.args) >= 2 and isinstance(v.args[1], ast.Constant) \
+                            and isinstance(v.args[1].value, str):
+                        alias.setdefault(v.args[1].value, name)
+    # one-word config attributes (backend, policy) are too common elsewhere to stand for a flag
+    for a in [a for a, f in alias.items() if a == f or a in fields or "_" not in a]:
+        del alias[a]
+    return fields, alias
+
+
+# ---------------------------------------------------------------------------------------------- building
+def version_key(v: str) -> tuple:
+    return tuple(int(x) if x.isdigit() else x for x in re.split(r"[.+-]", v))
+
+
+class Builder:
+    def __init__(self) -> None:
+        # key -> {"flags": set, "rows": {(file, line): set(releases)}}
+        self.entries: dict[tuple, dict] = {}
+        self.stats: dict[str, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
+        self.problems: list[str] = []
+
+    def add(self, pkg: str, release: str, rel: str, occ: list, flags_of=None) -> None:
+        for kind, exc, level, func, parts, line, names in occ:
+            key = (pkg, kind, exc, level, func, pattern_of(parts))
+            e = self.entries.setdefault(key, {"flags": set(), "rows": defaultdict(set), "shown": {}})
+            e["rows"][(rel, line)].add(release)
+            # the template shown is the newest release's (placeholder names may change between releases)
+            tpl = (display(parts), tuple(anchor_candidates(parts)))
+            old = e["shown"].get(release)
+            e["shown"][release] = tpl if old is None else min(old, tpl)
+            if flags_of is not None:
+                e["flags"] |= flags_of(names)
+
+    def shown(self, key: tuple) -> tuple[str, tuple[str, ...]]:
+        shown = self.entries[key]["shown"]
+        return shown[max(shown, key=version_key)]
+
+
+def line_variants(parts: list) -> list[list]:
+    """The lines of a multi-line template that are specific on their own (vLLM's logger prints each line
+    of a record as its own line); [] for a one-line template. The loader derives the same lines."""
+    lines: list[list] = [[]]
+    for p in parts:
+        if isinstance(p, str):
+            for k, piece in enumerate(p.split("\n")):
+                if k:
+                    lines.append([])
+                if piece:
+                    lines[-1].append(piece)
+        else:
+            lines[-1].append(p)
+    if len(lines) == 1:
+        return []
+    return [_norm(line) for line in lines if specific_enough(line)]
+
+
+def anchor_candidates(parts: list) -> list[str]:
+    """Groups of anchor words, space-separated: one group per specific line of a multi-line template
+    (each gets an anchor, so that any one of its lines finds the entry), else one for the whole template."""
+    groups = [_anchor_words_text(v, cut_end=False) for v in line_variants(parts)]
+    groups = [g for g in groups if g]
+    return groups or [_anchor_words_text(parts, cut_end=False)]
+
+
+def _anchor_words_text(parts: list, cut_end: bool) -> str:
+    """Words usable as anchors, space-separated: bounded on both sides by non-word chars or template edges."""
+    words: list[str] = []
+    last = len(parts) - 1
+    for idx, p in enumerate(parts):
+        if not isinstance(p, str):
+            continue
+        for m in _WORD.finditer(p):
+            left_ok = m.start() > 0 or idx == 0
+            right_ok = m.end() < len(p) or (idx == last and not cut_end)
+            if left_ok and right_ok and len(m.group()) >= 3 and not m.group().isdigit():
+                words.append(m.group())
+    return " ".join(words)
+
+
+def choose_anchors(keys: list[tuple], shown: dict[tuple, tuple]) -> dict[tuple, str]:
+    """Per entry (per specific line of a multi-line one) the rarest of its anchor words, then the longest,
+    so that each lookup bucket stays small; space-separated."""
+    df: Counter = Counter()
+    for k in keys:
+        df.update({w for group in shown[k][1] for w in group.split()})
+    out = {}
+    for k in keys:
+        picked: list[str] = []
+        for group in shown[k][1]:
+            words = sorted(set(group.split()), key=lambda w: (df[w], -len(w), w))
+            if words and words[0] not in picked:
+                picked.append(words[0])
+        out[k] = " ".join(picked)
+    return out
+
+
+def build(wheels: Path, jobs: int) -> dict:
+    b = Builder()
+    pool = ProcessPoolExecutor(max_workers=jobs)
+
+    def run_python(pkg: str, release: str, root: Path, files: list[str], flags_of) -> None:
+        st = b.stats[pkg][release]
+        st["files"] += len(files)
+        for rel, occ, stats, problem in pool.map(extract_python, [(str(root), f) for f in files], chunksize=8):
+            st.update(stats)
+            if problem:
+                b.problems.append(f"{pkg}=={release} {problem}")
+            b.add(pkg, release, rel, occ, flags_of)
+
+    for v in VLLM_RELEASES:
+        root = wheels / "src" / f"vllm-{v}"
+        fields, alias = engine_args_fields(root / "vllm" / "engine" / "arg_utils.py")
+
+        def flags_of(names: set[str], fields=fields, alias=alias) -> set[str]:
+            out = set()
+            for n in names:
+                f = n if n in fields else alias.get(n)
+                if f:
+                    out.add("--" + f.replace("_", "-"))
+            return out
+
+        files = [f for f in py_files(root, VLLM_INCLUDE, VLLM_EXCLUDE)]
+        print(f"vllm {v}: {len(files)} files", flush=True)
+        run_python("vllm", v, root, files, flags_of)
+
+    for pkg, (_dist, v, folder, inc, exc) in NEIGHBOURS.items():
+        root = wheels / "other" / folder
+        files = py_files(root, inc, exc)
+        print(f"{pkg} {v}: {len(files)} files", flush=True)
+        run_python(pkg, v, root, files, None)
+        if pkg == "torch":
+            st = b.stats[pkg][v]
+            hdrs = sorted(p for d in TORCH_HEADER_DIRS for p in (root / d).rglob("*")
+                          if p.suffix in (".h", ".hpp", ".cuh") and p.is_file())
+            st["headers"] += len(hdrs)
+            for h in hdrs:
+                rel = h.relative_to(root).as_posix()
+                if any(part in EXCLUDED_PARTS for part in rel.split("/")):
+                    continue
+                occ, stats = extract_cpp(h.read_text(encoding="utf-8", errors="replace"))
+                st.update(stats)
+                b.add(pkg, v, rel, occ)
+        if pkg == "safetensors":
+            st = b.stats[pkg][v]
+            so = (root / SAFETENSORS_RUST_SO).read_bytes()
+            sroot = wheels / "other" / f"safetensors-{v}-sdist" / f"safetensors-{v}"
+            rs = sorted(p for d in ("bindings/python/src", "safetensors/src") for p in (sroot / d).rglob("*.rs"))
+            for p in rs:
+                occ, stats = extract_rust(p.read_text(encoding="utf-8"))
+                st.update(stats)
+                kept = []
+                for o in occ:
+                    if all(len(c) < 4 or c.encode() in so for c in o[4] if isinstance(c, str)):
+                        kept.append(o)
+                    else:
+                        st["rust_unverified"] += 1
+                        st[o[0]] -= 1
+                b.add(pkg, v, p.relative_to(sroot).as_posix(), kept)
+    pool.shutdown()
+
+    for dist, v, folder, lib, func, codes, unknown in (
+            (*CUDART, "cudaGetErrorString", range(0, 1100), "unrecognized error code"),
+            (*NCCL, "ncclGetErrorString", range(0, 64), "unknown result code")):
+        st = b.stats[dist][v]
+        strings = c_error_strings(wheels / "other" / folder / lib, func, codes, unknown)
+        for code, text in strings:
+            parts = [text]
+            if not specific_enough(parts):
+                st["skipped_short"] += 1
+                continue
+            st["error_string"] += 1
+            b.add(dist, v, lib, [("error_string", None, None, f"{func}({code})", parts, 0, set())])
+
+    keys = list(b.entries)
+    shown = {k: b.shown(k) for k in keys}
+    anchors = choose_anchors(keys, shown)
+    rank = {p: i for i, p in enumerate(PACKAGE_ORDER)}
+    rows = []
+    for k in sorted(keys, key=lambda k: (rank.get(k[0], 99), k[0], shown[k][0], k[1], k[2] or "", k[3] or "", k[4],
+                                         k[5])):
+        e = b.entries[k]
+        sources = [[f, line, sorted(rels, key=version_key)] for (f, line), rels in sorted(e["rows"].items())]
+        rows.append([k[0], k[1], k[2], k[3], k[4], shown[k][0], k[5], anchors[k], sources, sorted(e["flags"])])
+
+    versions = {"vllm": list(VLLM_RELEASES)}
+    versions.update({pkg: [cfg[1]] for pkg, cfg in NEIGHBOURS.items()})
+    versions[CUDART[0]] = [CUDART[1]]
+    versions[NCCL[0]] = [NCCL[1]]
+    by_pkg = Counter(r[0] for r in rows)
+    by_kind = Counter(r[1] for r in rows)
+    stats = {pkg: {rel: dict(sorted(c.items())) for rel, c in sorted(per.items(), key=lambda x: version_key(x[0]))}
+             for pkg, per in sorted(b.stats.items(), key=lambda x: rank.get(x[0], 99))}
+    return {
+        "schema": SCHEMA,
+        "generator": "python scripts/build_message_index.py",
+        "packages": versions,
+        "counts": {"entries": len(rows), "by_package": dict(sorted(by_pkg.items())),
+                   "by_kind": dict(sorted(by_kind.items())), "occurrences": stats},
+        "unparsable": sorted(b.problems),
+        "fields": list(FIELDS),
+        "entries": rows,
+    }
+
+
+def write(data: dict, out: Path) -> int:
+    raw = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    buf = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=9) as gz:
+        gz.write(raw)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(buf.getvalue())
+    return len(buf.getvalue())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--wheels", type=Path, default=DEFAULT_WHEELS, help="download/unpack folder (default /work/wheels)")
+    ap.add_argument("--out", type=Path, default=OUTPUT)
+    ap.add_argument("--keep-wheels", action="store_true", help="keep the downloaded .whl files")
+    ap.add_argument("--jobs", type=int, default=max(1, os.cpu_count() or 1))
+    ap.add_argument("--no-download", action="store_true", help="fail instead of downloading what is missing")
+    args = ap.parse_args(argv)
+    if not args.no_download:
+        ensure_sources(args.wheels, args.keep_wheels)
+    data = build(args.wheels, args.jobs)
+    if args.wheels != DEFAULT_WHEELS:
+        data["generator"] += " --wheels " + shlex.quote(str(args.wheels))
+    size = write(data, args.out)
+    kinds = ("raise", "assert", "assert_bare", "log", "format", "error_string")
+    skips = ("skipped_variable", "skipped_short", "skipped_no_message", "resolved_variable")
+    short = {"assert_bare": "bare", "error_string": "errstr", "skipped_variable": "skip_var",
+             "skipped_short": "skip_short", "skipped_no_message": "skip_nomsg", "resolved_variable": "resolved"}
+    print(f"\n{'package':<21}{'release':<9}" + "".join(f"{short.get(k, k):>11}" for k in kinds + skips))
+    for pkg, per in data["counts"]["occurrences"].items():
+        for rel, c in per.items():
+            print(f"{pkg:<21}{rel:<9}" + "".join(f"{c.get(k, 0):>11}" for k in kinds + skips))
+    print(f"\nentries: {data['counts']['entries']}  by package: {data['counts']['by_package']}")
+    print(f"by kind: {data['counts']['by_kind']}")
+    if data["unparsable"]:
+        print(f"unparsable files: {len(data['unparsable'])} (first: {data['unparsable'][0]})")
+    print(f"wrote {args.out} ({size / 1e6:.2f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
