@@ -967,13 +967,13 @@ def _conclude(a: _Analyzer, sources: list[str]) -> Diagnosis:
     basis = PhaseBasis("default")
     if not tl.ready:
         startup_sigs = [sid for sid in hits["startup"] if BY_ID[sid].role in ("cause", "symptom")
-                        and BY_ID[sid].severity == "critical"]
+                        and BY_ID[sid].severity == "critical" and not BY_ID[sid].context]
         if startup_sigs or failing_startup:
             phase = "startup"
             # No ready line in the excerpt: the words of the errors say when it died.
             worded, basis = _phase_from_words(live_startup, _originating(live_startup))
             phase = worded or phase
-    elif any(BY_ID[sid].fatal for sid in hits["serving"]) or any(r.fatal for r in records["serving"]):
+    elif any(BY_ID[sid].fatal and not BY_ID[sid].context for sid in hits["serving"]) or any(r.fatal for r in records["serving"]):
         phase = "serving"
         basis = PhaseBasis("ready_line", _ref_ev(tl.ready_ref))
 
@@ -1096,6 +1096,10 @@ def _window_findings(
                 details["note"] = f"vLLM {tl.vllm_version} vendors an unguarded DeepGEMM (≤ 0.27.x)."
             sig = BY_ID["deepgemm_metadata_oob"]
             f = _make(sig, ([first_fault] if first_fault else []) + dg_hits, details, extra=traced_lines)
+            if first_fault is not None:
+                # The fault's own line first: the call sites place it, the fault is what happened.
+                fault = _ev(first_fault.line)
+                f.evidence = [fault] + [e for e in f.evidence if (e.source, e.line) != (fault.source, fault.line)]
             if dumps:
                 # The core dump names the faulting kernel: that line holds the cause.
                 kernel = _ev(dumps[0].details["kernel_line"])
@@ -1146,11 +1150,10 @@ def _window_findings(
     root: Finding | None = None
     if causes:
         root = min(causes, key=lambda f: (f.tier, f.order))
-    elif symptoms or records:
-        # Nothing explains it but a worker is known to have died: that is the best cause the log gives.
-        died = [f for f in symptoms if f.id == "worker_died"]
-        if died:
-            root = died[0]
+    elif symptoms:
+        # Nothing explains it but a wrapper or a death: the deepest error statement the log holds (a worker
+        # that died first, else the earliest).
+        root = min(symptoms, key=lambda f: (f.id != "worker_died", f.order))
     return findings, root
 
 
@@ -1166,9 +1169,15 @@ def _originating(records: list[ErrorRecord]) -> ErrorRecord | None:
     wrapper (what an excerpt holds of a worker that died: "WorkerProc hit an exception.")."""
     live = [r for r in records if not r.survived and r.type != "KeyboardInterrupt"]
     own = [r for r in live if not r.is_wrapper]
-    if own:
-        return min(own, key=lambda r: (r.weak, _is_frontend(r), r.order))
     quoting = [r for r in live if r.quoted]
+    if own:
+        best = min(own, key=lambda r: (r.weak, _is_frontend(r), r.order))
+        if best.origin is not None and best.origin.shown_by == "frame":
+            # Frames alone, after a wrapper that quotes the error: the re-raise of what it quotes.
+            earlier = [r for r in quoting if r.order < best.order]
+            if earlier:
+                return min(earlier, key=lambda r: r.order)
+        return best
     if quoting:
         return min(quoting, key=lambda r: r.order)
     return min(live, key=lambda r: (r.weak, r.order)) if live else None
@@ -1229,7 +1238,7 @@ def _serving_warnings(
     ready_line = tl.ready_ref.line if tl.ready_ref else None
     for sid, sig_hits in by_id.items():
         sig = BY_ID[sid]
-        if sig.role == "note":
+        if sig.role == "note" or sig.context:
             continue
         base = _derive(sid, sig_hits, a, tl, log)
         if sig.role == "request":

@@ -126,9 +126,13 @@ _LAYERS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("coredump", re.compile(r"^coredump:\s?")),
     # docker compose: "vllm-1  | ", "vllm_1 | "; the service name has no spaces or parentheses.
     ("compose", re.compile(r"^[A-Za-z0-9][\w.-]{0,62}\s*\|\s?")),
+    # A reply's quote ("> ") and Slurm's task label (srun --label: "0: "), outside everything else.
+    ("quote", re.compile(r"^>+ ?")),
+    ("srun", re.compile(r"^[0-9]{1,4}: ")),
     # Python's logging formats: "<time> - INFO - file.py:12 - " (after the time), "ERROR:root:"
     ("pylog", re.compile(r"^-\s+(?P<plevel>" + _LEVELS + r")\s+-\s+(?:(?P<pfile>[\w.+-]+:\d+)\s+-\s+)?")),
 )
+_OUTER = ("timestamp", "journald", "compose", "quote", "srun", "kubectl")
 # After an ISO time, journald's short-iso format goes on with the host and the unit with its pid.
 _SYSLOG_TAIL_RE = re.compile(r"^\S+ [^\s:\[]+\[\d+\]: ")
 _PYLOG_BASIC_RE = re.compile(r"^(?P<level>" + _LEVELS + r"):[\w.]+:")
@@ -180,8 +184,9 @@ def parse_line(raw: str, source: str = "-", lineno: int = 0) -> LogLine:
             m = rx.match(text)
             if m is None:
                 continue
-            # docker compose's service name comes first (before any tag): "a | b" inside a message is text.
-            if name == "compose" and (text.startswith("(") or any(p not in ("timestamp",) for p in peeled)):
+            # docker compose's service name, a quote and Slurm's label come first (before any tag): "a | b" or
+            # "0: x" inside a message is text.
+            if name in ("compose", "quote", "srun") and (text.startswith("(") or any(p not in _OUTER for p in peeled)):
                 continue
             gd = m.groupdict()
             if name == "process":

@@ -73,8 +73,8 @@ CHAIN_RE = re.compile(
 # that line holds the cause.
 DETAIL_RE = re.compile(r"^(?:Value error|Assertion failed), ")
 # What is not log content: a gap an excerpt marks ("...", "…", "[... trimmed ...]"), Python 3.13's elided
-# lines ("...<2 lines>..."), the carets under a frame's code.
-GAP_RE = re.compile(r"^(?:\.\.\.|…)|^\[\.\.\..*\]$|^[\^~]+$")
+# lines ("...<2 lines>..."), the carets under a frame's code, a Markdown code fence around a paste.
+GAP_RE = re.compile(r"^(?:\.\.\.|…)|^\[\.\.\..*\]$|^[\^~]+$|^```")
 
 # Messages that only repeat an error printed elsewhere (vllm 0.32.0 sources):
 #   v1/executor/multiproc_executor.py:442  TimeoutError(f"RPC call to {method} timed out.")
@@ -413,8 +413,10 @@ class ErrorAssembler:
                 cur.start_traceback(line)
                 return out
             headline: LogLine | None = None
-            if cur is not None and cur.can_head:
-                # Nothing else of this process came between: the line logged just before the traceback.
+            if cur is not None and cur.can_head and _same_record(cur.last_line, line):
+                # The message of the log record whose next lines are the traceback (logger.exception), or an
+                # exception's text vLLM logs before its traceback: the same record, so the same prefix. Without
+                # a prefix an exception line before a traceback ended another one.
                 headline = cur.headline_line()
                 del self._open[key]
             elif cur is not None:
@@ -461,6 +463,13 @@ class ErrorAssembler:
             return out
         if cur is not None and cur.in_traceback and cur.frames and line.indent >= 4:
             cur.code(line)  # a frame's source line (or the continuation of a multi-line statement)
+            cur.last_line = line
+            return out
+        if line.indent >= 4 and (cur is None or not (cur.in_traceback or cur.chained)) and generic_error(line) is None:
+            # A frame's source line with no frame before it: the excerpt starts inside a traceback.
+            out += self._close(key)
+            cur = self._open[key] = _Open(seq, order)
+            cur.start_traceback(line)
             cur.last_line = line
             return out
         if cur is not None and not cur.in_traceback and cur.exceptions and DETAIL_RE.match(msg):

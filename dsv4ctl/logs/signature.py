@@ -24,6 +24,8 @@ class Signature:
     fatal: bool = False
     next_command: str | None = None  # a template like `actions`
     phase: str | None = None  # the phase this error always belongs to ("startup": a port that could not be bound)
+    # Its lines (the call that faults) only place a fault seen elsewhere; alone they fail nothing.
+    context: bool = False
     compiled: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

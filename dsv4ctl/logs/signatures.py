@@ -89,6 +89,7 @@ CATALOGUE: tuple[Signature, ...] = (
             "package (which takes precedence over the vendored copy) is exposed too."
         ),
         patterns=(r"get_paged_mqa_logits_metadata",),
+        context=True,
         actions=(
             "Upgrade vLLM to 0.28.0 or later and remove any old external deep_gemm package (pip uninstall deep_gemm)",
             "Launch through dsv4ctl, which clamps the scheduler input: dsv4ctl serve {model}{_serve_all}",

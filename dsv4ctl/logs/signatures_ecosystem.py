@@ -353,7 +353,7 @@ SIGNATURES: tuple[Signature, ...] = (
         meaning=(
             "Ray's raylet saw a worker process (in vLLM an engine worker, RayWorkerWrapper) exit while it ran a "
             "task, without an error of its own: killed by a signal or crashed. Ray itself names the likely "
-            "causes: the kernel's OOM killer (SIGKILL, host memory), `ray stop --force`, or a crash (SIGSEGV)."
+            "causes: the kernel's OOM killer (SIGKILL, host memory), a forced `ray stop`, or a crash (SIGSEGV)."
         ),
         patterns=(
             r"A worker died or was killed while executing a task by an unexpected system error",

@@ -62,6 +62,7 @@ FRAGMENTS: dict[str, list[str]] = {
     "eco_ray_oom_killed": [" Workers (tasks / actors) killed due to memory pressure (OOM), ",
                            "worker(s) were killed due to the node running low on memory",
                            "Task was killed due to the node running low on memory."],
+    "eco_ray_worker_system_error": ["A worker died or was killed while executing a task by an unexpected system error."],
     "eco_ray_actor_died": ["The actor died unexpectedly before finishing this task.",
                            "The actor is dead because its worker process has died. Worker exit type: "],
     "eco_ray_placement_group": ["Cannot provide a placement group", "is not included in a placement",

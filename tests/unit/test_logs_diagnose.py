@@ -356,11 +356,14 @@ def test_empty_binary_and_foreign_input_is_not_a_vllm_log(cli):
 
 
 def test_every_signature_keyword_passes_the_prefilter():
-    # A line a signature matches must reach the analyzer on the fast path.
-    for path in FIXTURES.glob("*.log"):
+    # A line a signature matches must reach the analyzer on the fast path, as logged and as pasted without
+    # vLLM's prefix (its message alone).
+    examples = Path(__file__).resolve().parents[2] / "dsv4ctl" / "examples"
+    for path in [*FIXTURES.glob("*.log"), *(FIXTURES / "catalogue").glob("*.log"), *examples.glob("*.log")]:
         for line in iter_log_lines([path]):
-            if any(sig.match(line.message) for sig in CATALOGUE):
+            if not line.message.startswith("#") and any(sig.match(line.message) for sig in CATALOGUE):
                 assert prefilter.line_matches(line.raw), (path.name, line.lineno)
+                assert prefilter.line_matches(line.message), (path.name, line.lineno)
     assert set(BY_ID) >= {"autofit_reduced", "stale_max_model_len", "deepgemm_metadata_oob", "kv_cache_insufficient", "cuda_oom"}
 
 
