@@ -36,6 +36,13 @@ MIN_WORDS = 2
 MAX_MESSAGE = 20_000  # longer input is cut: bounds the regex work per lookup
 
 _WORD = re.compile(r"\w+")
+# A template whose text starts with this many characters of its own words places the message wherever it is found.
+_LEAD_CHARS = 20
+# Exception types too common to identify a message by themselves.
+_GENERIC_TYPES = frozenset({
+    "Exception", "ValueError", "RuntimeError", "AssertionError", "TypeError", "KeyError", "IndexError", "OSError",
+    "NotImplementedError", "AttributeError", "ImportError", "Error",
+})
 _ALPHA_WORD = re.compile(r"[A-Za-z]{2,}")
 _SPECIAL = frozenset(".^$*+?{}[]\\|()")
 _EXC_AT_START = re.compile(r"\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*):\s+(.*)", re.DOTALL)
@@ -190,31 +197,35 @@ class _Matcher:
     """Compiled lazily for an entry the first time a lookup considers it: the whole template, and each line
     of a multi-line template that is specific on its own (a log prints each line of a record apart)."""
 
-    __slots__ = ("chunks", "regex", "score", "lines")
+    __slots__ = ("chunks", "regex", "score", "lines", "led")
 
     def __init__(self, template: str, pattern: str) -> None:
         parts = template_parts(template)
+        # A template that starts with its own words places the message; one that starts with a placeholder
+        # ("{device_type} is not available") can sit inside any sentence (see `_Index.find`).
+        self.led = len(parts[0].strip()) if parts and parts[0] is not None else 0
         lits = [p for p in _core(parts) if p]
         self.chunks = sorted(set(lits), key=len, reverse=True)
         self.regex = re.compile(pattern, re.DOTALL)
         self.score = sum(len(p) for p in lits)
-        self.lines: list[tuple[list[str], re.Pattern, int]] = []
+        self.lines: list[tuple[list[str], re.Pattern, int, bool]] = []
         for line in _lines(parts):
             core = _core(line)
             hl = [p for p in core if p]
             self.lines.append((sorted(set(hl), key=len, reverse=True),
                                re.compile("".join(_escape(p) if p is not None else ".*?" for p in core), re.DOTALL),
-                               sum(len(p) for p in hl)))
+                               sum(len(p) for p in hl), len(line[0].strip()) if line and line[0] is not None else 0))
 
-    def match(self, msg: str) -> int:
-        """Literal characters matched (the specificity), 0 when the message is not this one."""
-        if all(c in msg for c in self.chunks) and self.regex.search(msg):
-            return self.score
-        best = 0
-        for chunks, regex, score in self.lines:
-            if score > best and all(c in msg for c in chunks) and regex.search(msg):
-                best = score
-        return best
+    def match(self, msg: str) -> tuple[int, int, int]:
+        """(literal characters matched, the specificity, 0 when the message is not this one; the length of the
+        words what matched starts with, 0 when it starts with a placeholder; where the match starts)."""
+        if all(c in msg for c in self.chunks) and (m := self.regex.search(msg)):
+            return self.score, self.led, m.start()
+        best, led, start = 0, 0, 0
+        for chunks, regex, score, line_led in self.lines:
+            if score > best and all(c in msg for c in chunks) and (m := regex.search(msg)):
+                best, led, start = score, line_led, m.start()
+        return best, led, start
 
 
 class _Index:
@@ -263,6 +274,24 @@ class _Index:
                                       for rel in rels), default=())
         return k
 
+    def _confident(self, i: int, score: int, led: int, msg: str, at: int, exception: str | None) -> bool:
+        """A match names the message only when the template's own words say enough of it (`at`: where the
+        match starts in `msg`; what comes before it, a log prefix, is not the message). A template led by a
+        placeholder ("{device_type} is not available") or by a few words ("invalid argument {argN}") must cover
+        half the text from there, unless the exception is its own and specific (GatedRepoError, not
+        ValueError); a C library's error string ("invalid argument") must follow the "…error: ", ", ", "'" or
+        "error <code>: " that CUDA's and NCCL's formats put before it, or be the whole text."""
+        text = msg[at:].strip()
+        if self.rows[i][self.col["kind"]] == "error_string":
+            before = msg[:at].rstrip(" ")
+            return before.endswith((":", ",", "'")) or (not before and 2 * score >= len(text))
+        if led >= _LEAD_CHARS:
+            return True
+        own = (self.rows[i][self.col["exception"]] or "").rsplit(".", 1)[-1]
+        if exception and own and own == exception.strip().rsplit(".", 1)[-1] and own not in _GENERIC_TYPES:
+            return True
+        return 2 * score >= len(text)
+
     def find(self, msg: str, exception: str | None) -> int | None:
         matches: list[tuple[int, int]] = []
         seen: set[int] = set()
@@ -270,12 +299,12 @@ class _Index:
             for i in self.buckets.get(tok, ()):
                 if i not in seen:
                     seen.add(i)
-                    score = self.matcher(i).match(msg)
-                    if score:
+                    score, led, at = self.matcher(i).match(msg)
+                    if score and self._confident(i, score, led, msg, at, exception):
                         matches.append((i, score))
         for i in self.unanchored:
-            score = self.matcher(i).match(msg)
-            if score:
+            score, led, at = self.matcher(i).match(msg)
+            if score and self._confident(i, score, led, msg, at, exception):
                 matches.append((i, score))
         if not matches:
             return None
@@ -389,9 +418,9 @@ def lookup_line(text: str) -> IndexedMessage | None:
                 return hit
         m = _EXC_AT_START.match(line)
         if m and " " not in m.group(1):
-            hit = lookup(m.group(2), m.group(1))
-            if hit is not None:
-                return hit
+            # "Type: message": the message is what the source wrote (the whole line would let words of the
+            # type's name stand for the text).
+            return lookup(m.group(2), m.group(1))
         m = _EXC_INSIDE.search(line)
         if m:
             hit = lookup(m.group(2), m.group(1))

@@ -1144,6 +1144,8 @@ def _window_findings(
         quote = _quoting_wrapper(origin, records)
         if quote is None or not any(quote.spans(h.line) for h in cause_hits):
             f = _unrecognized(origin, quote)
+            if f.id == "unrecognized_error" and (entry := _lookup(origin, quote)) is not None:
+                f = _indexed(origin, quote, tl, entry)
             findings.append(f)
             causes.append(f)
 
@@ -1196,6 +1198,78 @@ def _quoting_wrapper(origin: ErrorRecord, records: list[ErrorRecord]) -> ErrorRe
         return None
     later = [r for r in records if r.quoted is not None and r is not origin and r.order >= origin.order]
     return min(later, key=lambda r: r.order) if later else None
+
+
+def _lookup(record: ErrorRecord, quote: ErrorRecord | None) -> Any:
+    """The index entry (dsv4ctl.catalogue.message_index) of the message that states this error, or None:
+    the wrapper's quote of an exception whose own line is cut off, the exception's message, the `assert`
+    statement of a bare AssertionError, what stands for a cut exception, the wording of a non-Python error.
+    An entry whose source function is not the innermost frame the log shows for it is another message with
+    the same words (SGLang's "Hidden size mismatch" is not vLLM's)."""
+    from dsv4ctl.catalogue import message_index  # read at the first lookup: only a failure no signature knows pays it
+
+    origin = record.origin
+    candidates: list[tuple[str, str | None]] = []
+    if quote is not None and quote.quoted:
+        candidates.append((quote.quoted, None))
+    if origin is not None and not record.is_wrapper:
+        if origin.support is not None:
+            candidates.append((origin.support.message, None))
+        if origin.shown_by != "frame" and origin.message and origin.type not in ("error", "traceback"):
+            candidates.append((f"{origin.type}: {origin.message}", None))
+        elif origin.shown_by == "headline":
+            candidates.append((origin.line.message, None))
+    if record.kind not in ("python", "log_error"):
+        candidates.append((record.text, None))
+    frame = record.frames[-1] if record.frames else None
+    for text, _ in candidates:
+        entry = message_index.lookup_line(text)
+        if entry is None:
+            continue
+        if frame is not None and entry.kind in ("raise", "assert", "assert_bare"):
+            own = entry.function.rsplit(".", 1)[-1]
+            if own != frame.function and not any(frame.file.endswith(src.file) for src in entry.sources):
+                continue
+        return entry
+    return None
+
+
+def _indexed(record: ErrorRecord, quote: ErrorRecord | None, tl: StartupTimeline, entry: Any) -> Finding:
+    """The finding for an error no signature explains but the message index knows: its source, and the
+    flags that feed the check with what this launch set them to (from `non-default args`)."""
+    f = _unrecognized(record, quote)
+    sig = BY_ID["indexed_error"]
+    release, src = entry.newest
+    releases = entry.releases
+    span = releases[0] if len(releases) == 1 else f"{releases[0]}–{releases[-1]}"
+    args = tl.serve_args or {}
+    flags = []
+    for flag in entry.flags:
+        key = flag.lstrip("-").replace("-", "_")
+        flags.append(f"{flag} ({args[key]!r} in this launch)" if key in args else flag)
+    details = {
+        **f.details,
+        "package": entry.package,
+        "function": entry.function,
+        "cite": entry.cite,
+        "cites": list(entry.cites()[:4]),
+        "releases": list(releases),
+        "release_span": f"{entry.package} {span}" if entry.package != "vllm" else f"vLLM {span}",
+        "source_kind": entry.kind,
+        "template": entry.template,
+        "flags": list(entry.flags),
+        "flags_text": ", ".join(flags),
+    }
+    if tl.vllm_version and entry.package == "vllm" and tl.vllm_version.split("+")[0] not in releases:
+        details["note"] = (f"This log's vLLM is {tl.vllm_version}; the index holds the message for vLLM {span}, "
+                           "so the line there may differ.")
+    meaning = _fill(sig.meaning, details) or sig.meaning
+    actions = [a for a in (_fill(t, details) for t in sig.actions) if a]
+    if not entry.flags:
+        actions = [a for a in actions if "{flags_text}" not in a and not a.startswith("Check the settings")]
+    title = f"{details['exception']} from {entry.package}'s {entry.function}"
+    return replace(f, id=sig.id, title=title, meaning=meaning, details=details, actions=actions, role=sig.role,
+                   tier=sig.tier, severity=sig.severity)
 
 
 def _unrecognized(record: ErrorRecord, quote: ErrorRecord | None = None) -> Finding:

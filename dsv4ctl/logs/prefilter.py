@@ -173,6 +173,70 @@ PATTERNS: tuple[str, ...] = (
     "Not enough free disk space",
 )
 
+def _runs(items) -> list[str]:
+    """The runs of literal characters in a parsed regex sequence."""
+    from re import _constants as c  # noqa: PLC0415 - the regex parser's own constants
+
+    out, cur = [], []
+    for op, av in items:
+        if op is c.LITERAL:
+            cur.append(chr(av))
+            continue
+        if cur:
+            out.append("".join(cur))
+            cur = []
+    if cur:
+        out.append("".join(cur))
+    return out
+
+
+def _branches(items) -> list:
+    """The alternatives of a parsed regex (a lone group or alternation at the top is opened)."""
+    from re import _constants as c  # noqa: PLC0415
+
+    items = list(items)
+    while len(items) == 1 and items[0][0] in (c.SUBPATTERN, c.BRANCH):
+        op, av = items[0]
+        if op is c.BRANCH:
+            return [b for alt in av[1] for b in _branches(alt)]
+        items = list(av[3])
+    return [items]
+
+
+def required_literals(pattern: str) -> list[list[str]]:
+    """For each top-level alternative of `pattern`, its runs of literal text, longest first: every line the
+    alternative matches holds each of them."""
+    from re import _parser  # noqa: PLC0415
+
+    return [sorted(_runs(alt), key=len, reverse=True) for alt in _branches(_parser.parse(pattern))]
+
+
+def _ere(literal: str) -> str:
+    """A literal as an entry read the same by Python re, hyperscan and grep -E."""
+    return "".join("\\" + ch if ch in ".[]()*+?{}|^$\\" else ch for ch in literal)
+
+
+def _signature_keywords(hand: tuple[str, ...]) -> tuple[str, ...]:
+    """A keyword for every catalogue pattern no hand-written entry covers: the pattern's literal text, so a
+    signature's line is selected whatever wraps it, or when it is pasted alone without its exception name."""
+    from dsv4ctl.logs.signatures import CATALOGUE  # noqa: PLC0415 - the catalogue imports nothing from here
+
+    hand_re = re.compile(_factored(hand), re.ASCII)
+    out: list[str] = []
+    for sig in CATALOGUE:
+        for pattern in sig.patterns:
+            for runs in required_literals(pattern):
+                if any(hand_re.search(run) for run in runs):
+                    continue  # a hand-written keyword is in every line it matches
+                # Its longest literal text; a few letters ("assert ") would select lines of every log.
+                if runs and len(runs[0]) >= MIN_KEYWORD and _ere(runs[0]) not in out:
+                    out.append(_ere(runs[0]))
+    return tuple(out)
+
+
+MIN_KEYWORD = 10
+
+
 def _factored(patterns: tuple[str, ...]) -> str:
     """The same alternation, grouped by first character: `re` then tests one branch per group."""
     groups: dict[str, list[str]] = {}
@@ -186,6 +250,7 @@ def _factored(patterns: tuple[str, ...]) -> str:
     return "|".join(parts)
 
 
+PATTERNS = PATTERNS + _signature_keywords(PATTERNS)
 _STR_RE = re.compile(_factored(PATTERNS), re.ASCII)
 _BYTES_RE = re.compile(_factored(PATTERNS).encode("utf-8"))
 

@@ -436,14 +436,35 @@ DERIVED: tuple[Signature, ...] = (
         actions=("Diagnose the serving error separately; the startup itself succeeded",),
     ),
     Signature(
+        id="indexed_error",
+        severity="critical",
+        tier=1,
+        title="A known error of {package}",
+        meaning=(
+            "The error that ended this start ({exception}) is a message {package} prints in {function} "
+            "({cite}; {release_span}). No hand-written signature explains it, so dsv4ctl has no advice of its own; "
+            "the source and the settings that feed that check are where to look."
+        ),
+        patterns=(),
+        actions=(
+            "Check the settings this check reads ({flags_text})",
+            "Read the check where it is raised: {cite}",
+            "Collect the environment for a bug report: vllm collect-env",
+        ),
+        next_command="vllm collect-env",
+        source="dsv4ctl/catalogue/message_index.json.gz (scripts/build_message_index.py)",
+    ),
+    Signature(
         id="unrecognized_error",
         severity="critical",
         tier=1,
         title="An error dsv4ctl does not recognise",
         meaning=(
-            "The error that ended this start ({exception}) matches no known signature. It is the originating "
-            "error: the first a process raised itself, before the wrappers that repeat it (EngineCore failed "
-            "to start, Worker failed with error …); the line is quoted below."
+            "The error that ended this start ({exception}) matches no known signature, and no message of the "
+            "packages dsv4ctl indexed (vLLM 0.27.1-0.33.0, torch, transformers, huggingface_hub, Ray, safetensors, "
+            "Triton, the CUDA runtime, NCCL). It is the originating error: the first a process raised itself, "
+            "before the wrappers that repeat it (EngineCore failed to start, Worker failed with error …); the line "
+            "is quoted below."
         ),
         patterns=(),
         actions=(

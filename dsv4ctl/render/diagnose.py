@@ -137,13 +137,17 @@ def _finding(console: Console, f: Finding, multi: bool, heading: str | None, com
         console.print(Text(f"  vLLM {details.get('vllm_version')} {status} (affected {details['affected']}, fixed in {details['fixed']})."))
     limit = 3 if compact else len(f.evidence)
     keep = BY_ID[f.id].patterns if f.id in BY_ID else ()
-    for ev in f.evidence[:limit]:
+    for k, ev in enumerate(f.evidence[:limit]):
         line = Text("    ")
         line.append(f"{_where(ev.source, ev.line, multi):>6}  ", style="cyan")
         if ev.process:
             line.append(f"({ev.process}) ", style="dim")
-        # Cut around what matters (the signature's words, else the numbers), never through it.
         room = max(40, console.width - len(line.plain))
+        if k == 0 and heading and len(ev.text) > room:
+            # The root cause's own line is read whole: wrapped under itself, not cut.
+            print_prose(console, _clip(ev.text, 4 * _TEXT_LIMIT), indent=line.plain, subsequent_indent=" " * len(line.plain))
+            continue
+        # Cut around what matters (the signature's words, else the numbers), never through it.
         line.append(cut_around(_clip(ev.text, 4 * _TEXT_LIMIT), room, keep=keep))
         console.print(line, soft_wrap=True)
     if len(f.evidence) > limit:

@@ -316,3 +316,14 @@ def test_lookup_speed(all_entries):
     assert same >= 0.95 * len(sample)
     assert all(h is None for h in misses)
     assert mean_ms < 5, f"mean lookup {mean_ms:.2f} ms"
+
+
+def test_a_common_phrase_inside_another_message_names_nothing():
+    # torch's "{device_type} is not available" is led by a placeholder: its few words inside vLLM's older
+    # DeepGEMM message do not make it that message.
+    assert mi.lookup_line("RuntimeError: DeepGEMM backend is not available or outdated. Please install or update "
+                          "the `deep_gemm` to a newer version to enable FP8 kernels.") is None
+    # The CUDA runtime's "invalid argument" names the CUDA error only where CUDA's format puts it.
+    assert mi.lookup_line("ValueError: invalid argument for --served-model-name: expected a list") is None
+    cuda = mi.lookup_line("torch.AcceleratorError: CUDA error: invalid argument")
+    assert cuda is not None and cuda.function == "cudaGetErrorString(1)"

@@ -330,3 +330,52 @@ def test_legacy_worker_processes_of_one_launch_are_one_start():
         "VllmWorkerProcess while processing method load_model.\n"
     )
     assert len(d.starts) == 1 and (d.verdict, d.root_cause.id) == ("failed", "cuda_oom")
+
+
+# ----------------------------------------------------------------------------------------- the message index
+
+
+def test_an_error_the_index_knows_is_a_known_root_cause_naming_its_source():
+    d = run(
+        '(Worker_DP2_EP2 pid=1216) ERROR 08-15 08:18:38 multiproc_executor.py:912]   File "/usr/local/lib/python3.12/'
+        'dist-packages/vllm/models/deepseek_v4/nvidia/model.py", line 631, in _init_mega_moe_experts\n'
+        "(Worker_DP2_EP2 pid=1216) ERROR 08-15 08:18:38 multiproc_executor.py:912]     assert self.n_physical_experts % self.ep_size == 0, (\n"
+        "(Worker_DP2_EP2 pid=1216) ERROR 08-15 08:18:38 multiproc_executor.py:912] AssertionError: n_physical_experts=256 "
+        "must be divisible by ep_size=3. Adjust num_redundant_experts.\n"
+    )
+    root = d.root_cause
+    assert (d.verdict, root.id, int(d.exit_code)) == ("failed", "indexed_error", 3)
+    assert root.details["function"].endswith("_init_mega_moe_experts") and root.details["package"] == "vllm"
+    assert root.details["cite"].startswith("vllm==0.33.0 vllm/models/deepseek_v4/")
+    assert root.evidence[0].text.startswith("AssertionError: n_physical_experts=256")
+    assert json.loads(json.dumps(d.to_json()))["findings"][0]["details"]["releases"][0] == "0.27.1"
+
+
+def test_the_flags_that_feed_an_indexed_check_carry_this_launchs_values():
+    d = run(
+        "(APIServer pid=1) INFO 11-30 09:00:01 [utils.py:233] non-default args: {'model': 'm', "
+        "'data_parallel_size': 4, 'elastic_ep_max_dp_size': 2}\n"
+        "ValueError: --elastic-ep-max-dp-size must be greater than or equal to the initial data_parallel_size (4).\n"
+    )
+    root = d.root_cause
+    assert root.id == "indexed_error"
+    assert set(root.details["flags"]) == {"--data-parallel-size", "--elastic-ep-max-dp-size"}
+    assert "--data-parallel-size (4 in this launch)" in root.details["flags_text"]
+    assert any(a.startswith("Check the settings this check reads (--") for a in root.actions)
+
+
+def test_the_same_words_raised_elsewhere_are_not_the_indexed_message():
+    # SGLang's fused-MoE assert has the words of one of vLLM's: the frame that raised it says it is not vLLM's.
+    d = run(
+        '  File "/sgl-workspace/sglang/python/sglang/srt/layers/moe/fused_moe.py", line 905, in fused_experts_impl\n'
+        "    hidden_states.shape[1] == w1.shape[2] - padded_size\n"
+        "AssertionError: Hidden size mismatch\n"
+    )
+    assert (d.root_cause.id, int(d.exit_code)) == ("unrecognized_error", 4)
+    # Without frames the words alone are all there is: the index names them.
+    assert run("AssertionError: Hidden size mismatch\n").root_cause.id == "indexed_error"
+
+
+def test_text_no_index_knows_stays_unrecognized():
+    d = run("RuntimeError: kv must have shape (num_blocks, page_block_size, h_kv, bytes_per_token)\n")
+    assert (d.verdict, d.root_cause.id, int(d.exit_code)) == ("failed", "unrecognized_error", 4)

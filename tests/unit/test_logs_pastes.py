@@ -200,9 +200,16 @@ def _holds_identity(fx: Fixture, paste: Paste) -> bool:
     return bool(fx.context) and all(paste.holds(i) for i in fx.context)
 
 
+INDEX_ID = "indexed_error"  # the finding named from the message index (dsv4ctl/catalogue)
+
+
 def _accepted_ids(fx: Fixture, paste: Paste) -> tuple[set[str], bool]:
     """The root cause ids a paste may give, and whether an id from outside the catalogue (a finding named from
     the message index) is acceptable too: only the fixture's own while the paste holds what identifies it."""
+    if fx.expected == "unrecognized_error":
+        # An error no signature knows may be a message the index knows (torch's `_OpNamespace` AttributeError):
+        # named from the index where the paste holds no frame that contradicts its source.
+        return {fx.expected, INDEX_ID}, False
     if _holds_identity(fx, paste):
         return {fx.expected}, False
     msg = fx.cause_message
@@ -224,7 +231,7 @@ def test_a_pasted_failure_names_the_same_cause(fx: Fixture, paste: Paste):
     assert rc is not None, want
     assert _quotes(rc, fx.cause_message), want
     accepted, outside = _accepted_ids(fx, paste)
-    if rc.id not in accepted and not (outside and rc.id not in BY_ID):
+    if rc.id not in accepted and not (outside and rc.id == INDEX_ID):
         pytest.fail(f"root cause {rc.id} not in {sorted(accepted)}; {want}")
 
 
