@@ -904,8 +904,31 @@ class PhaseBasis:
         return {"basis": self.basis, "line": self.line.to_json() if self.line else None, "word": self.word}
 
 
-def _phase_from_words(records: list[ErrorRecord], origin: ErrorRecord | None) -> tuple[str | None, PhaseBasis]:
-    """"serving" or "startup" as the frames of the originating error (else of any error) show it, with the line."""
+# The engine says itself which it was doing when it died (vllm==0.33.0 v1/engine/core.py:1584/1586, 0.27.1
+# :1349/1351: "EngineCore failed to start." while it had no engine yet, "EngineCore encountered a fatal error."
+# once it ran its loop; v1/engine/async_llm.py:943 "AsyncLLM output_handler failed.", the API server's
+# output loop, which only runs once serving); the workers' "WorkerProc failed to start." /
+# "WorkerProc initialization failed" (v1/executor/multiproc_executor.py) and the API server's "Engine core
+# initialization failed" (v1/engine/utils.py) say it was starting.
+_PHASE_WORDS: tuple[tuple[str, str], ...] = (
+    ("EngineCore encountered a fatal error", "serving"),
+    ("output_handler failed", "serving"),
+    ("EngineCore failed to start", "startup"),
+    ("WorkerProc failed to start", "startup"),
+    ("WorkerProc initialization failed", "startup"),
+    ("Engine core initialization failed", "startup"),
+)
+
+
+def _phase_from_words(
+    records: list[ErrorRecord], origin: ErrorRecord | None, hits: list[_Hit] = ()
+) -> tuple[str | None, PhaseBasis]:
+    """"serving" or "startup" as the engine's own wrappers say it (the first that does), else the frames of the
+    originating error (else of any error), with the line."""
+    for h in sorted(hits, key=lambda h: h.order):
+        for words, phase in _PHASE_WORDS:
+            if words in h.line.message:
+                return phase, PhaseBasis("words", _ev(h.line), words)
     for pool in ([origin] if origin is not None else [], records):
         for rec in pool:
             startup = rec.functions & STARTUP_FUNCTIONS
@@ -971,7 +994,8 @@ def _conclude(a: _Analyzer, sources: list[str]) -> Diagnosis:
         if startup_sigs or failing_startup:
             phase = "startup"
             # No ready line in the excerpt: the words of the errors say when it died.
-            worded, basis = _phase_from_words(live_startup, _originating(live_startup))
+            wrapper_hits = [h for sid in ("engine_core_failed", "shutdown_noise") for h in hits["startup"].get(sid, [])]
+            worded, basis = _phase_from_words(live_startup, _originating(live_startup), wrapper_hits)
             phase = worded or phase
     elif any(BY_ID[sid].fatal and not BY_ID[sid].context for sid in hits["serving"]) or any(r.fatal for r in records["serving"]):
         phase = "serving"

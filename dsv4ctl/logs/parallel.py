@@ -47,7 +47,7 @@ _BOUNDARY_READ = 64 * 1024
 # The first range, which this process scans while it analyses the selected lines of all of them, is this
 # share of each other range (measured on the 1 GiB serving log of ../shared/bench on two cores: 0.6 balances
 # this process's scan plus analysis against a child's scan).
-FIRST_SHARE = float(os.environ.get("DSV4CTL_FIRST_SHARE", "0.6"))
+FIRST_SHARE = 0.6
 # Overrides the number of scanning processes (1: always sequential).
 WORKERS_ENV = "DSV4CTL_DIAGNOSE_WORKERS"
 
@@ -263,7 +263,7 @@ def scan_file_parallel(
         size = os.fstat(f.fileno()).st_size
         ranges = split_ranges(f, size, n, FIRST_SHARE) if n > 1 else [(0, size)]
         if len(ranges) > 1:
-            prefilter.prepare_big_scan(engine)  # once, here: forked children inherit it
+            prefilter.prepare_big_scan(engine, size)  # once, here: forked children inherit it
         ctx = _context() if len(ranges) > 1 else None
         if len(ranges) == 1:  # one process: this one
             yield from prefilter.scan_source(

@@ -100,6 +100,9 @@ _LAYERS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("timestamp", re.compile(
         r"^\[\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?: ?(?:Z|UTC|[+-]\d{2}:?\d{2}))?(?: [A-Z]{2,4}\d+)*\]\s*")),
     ("timestamp", re.compile(r"^\[\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\]\s*")),
+    # The kernel log: dmesg's seconds since boot ("[ 1234.567890] ") and dmesg -T's time ("[Tue Dec  9 07:33:01 2026] ").
+    ("timestamp", re.compile(r"^\[\s*\d+\.\d{6}\]\s*")),
+    ("timestamp", re.compile(r"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) " + _MONTHS + r" [ 0-9]\d \d{2}:\d{2}:\d{2} \d{4}\]\s*")),
     # journald / syslog: "Dec 01 13:42:51 host vllm[1234]: ", and the host and unit after an ISO time.
     ("journald", re.compile(r"^" + _MONTHS + r" [ 0-9]\d \d{2}:\d{2}:\d{2} \S+ [^\s:\[]+(?:\[\d+\])?: ")),
     # kubectl logs --prefix: "[pod/vllm-0/vllm] "

@@ -71,7 +71,11 @@ CHAIN_RE = re.compile(
 # pydantic's ValidationError names the failing check on a line of its own below the exception line
 # ("1 validation error for ModelConfig" / "  Value error, <the validator's message> [type=value_error, …]"):
 # that line holds the cause.
-DETAIL_RE = re.compile(r"^(?:Value error|Assertion failed), ")
+# A field's error names the field on the line above it ("gpu_memory_utilization" / "  Input should be less than or
+# equal to 1 [type=less_than_equal, input_value=90.0, input_type=float]"): pydantic-core==2.50.5's display
+# format (its binary's string table: " [type=", ", input_value=", ", input_type=").
+DETAIL_RE = re.compile(r"^(?:Value error|Assertion failed), |^\S.*? \[type=[a-z_]+(?:, input_value=.*)?\]$")
+PYDANTIC_LOC_RE = re.compile(r"^[A-Za-z_][\w.\[\]]*$")
 # What is not log content: a gap an excerpt marks ("...", "…", "[... trimmed ...]"), Python 3.13's elided
 # lines ("...<2 lines>..."), the carets under a frame's code, a Markdown code fence around a paste.
 GAP_RE = re.compile(r"^(?:\.\.\.|…)|^\[\.\.\..*\]$|^[\^~]+$|^```")
@@ -393,6 +397,7 @@ class ErrorAssembler:
 
     def __init__(self) -> None:
         self._open: dict[tuple[str, str | None], _Open] = {}
+        self._prev: dict[tuple[str, str | None], LogLine] = {}  # the last line of each process
 
     def inside(self, line: LogLine) -> bool:
         """Whether `line` is part of a traceback being assembled (a frame, code or exception line)."""
@@ -400,6 +405,12 @@ class ErrorAssembler:
         return cur is not None and (cur.in_traceback or cur.chained)
 
     def feed(self, line: LogLine, seq: int, order: tuple = ()) -> list[ErrorRecord]:
+        out = self._feed(line, seq, order)
+        if line.message:
+            self._prev[(line.source, line.process)] = line
+        return out
+
+    def _feed(self, line: LogLine, seq: int, order: tuple) -> list[ErrorRecord]:
         msg = line.message
         key = (line.source, line.process)
         out: list[ErrorRecord] = []
@@ -475,12 +486,23 @@ class ErrorAssembler:
         if cur is not None and not cur.in_traceback and cur.exceptions and DETAIL_RE.match(msg):
             if cur.exceptions[-1].detail is None:
                 cur.exceptions[-1].detail = line
+                cur.exceptions[-1].support = cur.loc
                 cur.last_line = line
                 return out
+        if (
+            cur is not None and not cur.in_traceback and cur.exceptions and cur.loc is None
+            and cur.exceptions[-1].type.endswith("ValidationError") and PYDANTIC_LOC_RE.match(msg)
+        ):
+            cur.loc = cur.last_line = line  # the field the next line's error is about
+            return out
         if DETAIL_RE.match(msg):
-            # pydantic's detail line without its ValidationError above: the validator's message stands alone.
+            # pydantic's detail line without its ValidationError above: the validator's message stands alone,
+            # with the field the line above names.
+            loc = self._prev.get(key)
             out += self._close(key)
-            rec = ErrorRecord(kind="python", line=line, text=msg, exceptions=[ExceptionInfo("ValueError", msg, line)])
+            exc = "ValueError" if msg.startswith("Value error") else "ValidationError"
+            info = ExceptionInfo(exc, msg, line, support=loc if loc is not None and PYDANTIC_LOC_RE.match(loc.message) else None)
+            rec = ErrorRecord(kind="python", line=line, text=msg, exceptions=[info])
             rec.first = rec.end = line
             rec.seq, rec.order = seq, order
             return out + [rec]
@@ -534,6 +556,7 @@ class _Open:
         self.raise_lines: list[LogLine] = []
         self.had_traceback = False
         self.functions: set[str] = set()
+        self.loc: LogLine | None = None  # the field a pydantic ValidationError's next line is about
 
     @property
     def last_frame(self) -> Frame | None:

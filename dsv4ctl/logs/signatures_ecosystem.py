@@ -203,6 +203,7 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(
         id="eco_host_oom_killed",
         severity="critical",
+        tier=1,  # an inference from the exit code: the kernel's own log line (eco_kernel_oom_kill) outranks it
         title="A vLLM process was killed by SIGKILL (exit code -9): most likely the host's OOM killer",
         meaning=(
             "A vLLM process ended with signal 9 (SIGKILL) and printed nothing: nothing in Python can catch "
@@ -225,6 +226,25 @@ SIGNATURES: tuple[Signature, ...] = (
             "vllm==0.33.0 vllm/v1/executor/multiproc_executor.py:381; "
             "vllm==0.32.0 vllm/v1/engine/utils.py:1434"
         ),
+    ),
+    Signature(
+        id="eco_kernel_oom_kill",
+        severity="critical",
+        fatal=True,
+        title="The kernel's OOM killer killed a process (host or container memory ran out)",
+        meaning=(
+            "The kernel log says the OOM killer killed process {pid} ({comm}): {scope}. Host RAM, or the "
+            "container's memory limit, ran out (not GPU memory); vLLM's processes peak there while workers load "
+            "the checkpoint's weights."
+        ),
+        patterns=(
+            r"(?P<scope>Out of memory|Memory cgroup out of memory): Killed process (?P<pid>[0-9]+) \((?P<comm>[^)]+)\)",
+        ),
+        actions=(
+            "Give the host (or the container's memory limit) more memory, or run fewer vLLM instances on it",
+            "See the memory while it loads: free -g",
+        ),
+        source="linux-source-6.1==6.1.176 mm/oom_kill.c:959",
     ),
     # ------------------------------------------------------------------ CUDA runtime texts torch raises
     Signature(

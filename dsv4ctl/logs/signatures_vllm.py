@@ -525,4 +525,30 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
         source="vllm==0.33.0 vllm/renderers/hf.py:886; vllm==0.27.1 vllm/renderers/hf.py:718",
     ),
+    Signature(
+        id="request_rejected",
+        severity="warning",
+        role="request",
+        title="A request was answered with an error (the server stays up)",
+        meaning=(
+            "vLLM answered a request with an error response and kept serving: {detail}. The request is the "
+            "client's to fix; the server is not failing."
+        ),
+        patterns=(
+            # the chat/completion server logs the ErrorResponse it returns (pydantic's repr of ErrorInfo)
+            r"Error with model error=ErrorInfo\(message=['\"](?P<detail>.*?)['\"], type='(?P<err_type>\w+)'.*"
+            r"code=(?P<code>4[0-9][0-9])\)",
+            # the engine client logs a request its input checks refused
+            r"Request \S+ failed \(bad request\): (?P<detail>.+?)\.?$",
+        ),
+        actions=(
+            "Fix the request on the client side (the model name it asks for, the size of its inputs); "
+            "the server needs no restart",
+        ),
+        source=(
+            "vllm==0.33.0 vllm/entrypoints/openai/chat_completion/serving.py:280; "
+            "vllm==0.27.1 vllm/entrypoints/openai/chat_completion/serving.py:208; "
+            "vllm==0.33.0 vllm/v1/engine/async_llm.py:826; vllm==0.27.1 vllm/v1/engine/async_llm.py:627"
+        ),
+    ),
 )

@@ -52,6 +52,8 @@ EVIDENCE_LINE = {
     "vllm_quantization_mismatch": 39,
     "vllm_quantization_unknown": 39,
     "vllm_reasoning_parser_unknown": 19,
+    "vllm_request_rejected__bad_request": 9,
+    "vllm_request_rejected__model": 23,
     "vllm_rpc_timeout": 36,
     "vllm_tool_call_parser_unknown": 21,
     "vllm_tp_heads_not_divisible": 40,
@@ -188,6 +190,12 @@ SOURCE_LINES: dict[str, list[tuple[str, str, int, str]]] = {
     "chat_template_missing": [
         ("0.33.0", "vllm/renderers/hf.py", 886, '"As of transformers v4.44, default chat template is no longer "'),
         ("0.27.1", "vllm/renderers/hf.py", 718, '"As of transformers v4.44, default chat template is no longer "'),
+    ],
+    "request_rejected": [
+        ("0.33.0", "vllm/entrypoints/openai/chat_completion/serving.py", 280, '"Error with model %s"'),
+        ("0.27.1", "vllm/entrypoints/openai/chat_completion/serving.py", 208, '"Error with model %s"'),
+        ("0.33.0", "vllm/v1/engine/async_llm.py", 826, '"Request %s failed (bad request): %s."'),
+        ("0.27.1", "vllm/v1/engine/async_llm.py", 627, '"Request %s failed (bad request): %s."'),
     ],
 }
 

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""`dsv4ctl diagnose` on the shared 1 GiB serving logs against `LC_ALL=C grep -c -E`, in the same run.
+
+    python benchmarks/serving_log_bench.py                     # serving and engine25, 3 runs each
+    python benchmarks/serving_log_bench.py --mode serving --runs 5 --json
+
+The logs are written by ../shared/bench/make_serving_log.py (next to the checkout; its README gives the
+reference command): `serving`, one healthy DeepSeek-V4 start, days of serving with ~1 % request-time
+ERROR tracebacks, then a restart whose auto-fit reduced the length 1,048,576 -> 980,224; `engine25`, the
+same with a quarter of the lines engine progress lines. The reference is grep with the catalogue's words
+exactly as that README gives them (its output to a file: on /dev/null GNU grep stops at the first match).
+Each command runs after an untimed read of the file, so the page cache is warm for all of them; the
+medians of `--runs` runs are reported, with their ratio (lower is better; 1.0 = grep's time). diagnose
+must report the restart's auto-fit (`autofit.to` = 980224) or the run fails.
+
+The targets (docs/diagnose.md, Speed): serving at most 1.0x grep, engine25 at most 3x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+GENERATOR = REPO.parent / "shared" / "bench" / "make_serving_log.py"
+# ../shared/bench/README.md: the reference command's pattern, the catalogue's words
+GREP_PATTERN = (
+    "Auto-fit max_model_len|reduced from [0-9]+ to [0-9]+|illegal memory access|AssertionError|OutOfMemoryError"
+    r"|CUDA out of memory|_build_c128a_metadata|get_paged_mqa_logits_metadata|Available KV cache memory"
+    r"|Capturing CUDA graphs|NCCL error|Traceback \(most recent call last\)|EngineCore failed|Cannot auto-fit"
+    "|No available memory for the cache blocks|KV cache is needed|Unsupported architecture"
+)
+TARGET = {"serving": 1.0, "engine25": 3.0}
+
+
+def _timed(cmd: list[str], out: Path, env: dict[str, str] | None = None) -> float:
+    with open(out, "wb") as f:
+        t = time.perf_counter()
+        subprocess.run(cmd, stdout=f, stderr=subprocess.DEVNULL, env=env, check=False)
+        return time.perf_counter() - t
+
+
+def bench(mode: str, runs: int, workdir: Path) -> dict:
+    log = workdir / f"{mode}.log"
+    subprocess.run([sys.executable, str(GENERATOR), str(log), mode], check=True)
+    with open(log, "rb") as f:  # warm the page cache
+        while f.read(64 << 20):
+            pass
+    grep = [_timed(["grep", "-c", "-E", GREP_PATTERN, str(log)], workdir / "grep.out", {**os.environ, "LC_ALL": "C"})
+            for _ in range(runs)]
+    cmd = [sys.executable, "-m", "dsv4ctl", "diagnose", "--json", str(log)]
+    diag = [_timed(cmd, workdir / "diagnose.json") for _ in range(runs)]
+    doc = json.loads((workdir / "diagnose.json").read_text())
+    autofit_to = (doc.get("autofit") or {}).get("to")
+    result = {
+        "mode": mode,
+        "size_bytes": log.stat().st_size,
+        "grep_s": round(statistics.median(grep), 3),
+        "diagnose_s": round(statistics.median(diag), 3),
+        "grep_lines": int((workdir / "grep.out").read_text().strip() or 0),
+        "lines_selected": doc.get("lines_selected"),
+        "verdict": doc.get("verdict"),
+        "autofit_to": autofit_to,
+    }
+    result["ratio"] = round(result["diagnose_s"] / result["grep_s"], 2)
+    result["target"] = TARGET[mode]
+    result["ok"] = autofit_to == 980224 and result["ratio"] <= TARGET[mode]
+    log.unlink()
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mode", choices=["serving", "engine25", "all"], default="all")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    if not GENERATOR.is_file():
+        print(f"{GENERATOR} is not here (a clone without ../shared): nothing to measure", file=sys.stderr)
+        return 1
+    modes = ["serving", "engine25"] if a.mode == "all" else [a.mode]
+    with tempfile.TemporaryDirectory(prefix="dsv4ctl-bench-") as tmp:
+        results = [bench(m, a.runs, Path(tmp)) for m in modes]
+    if a.json:
+        print(json.dumps(results, indent=1))
+    else:
+        for r in results:
+            print(f"{r['mode']:9s} grep {r['grep_s']:.2f} s  diagnose {r['diagnose_s']:.2f} s  {r['ratio']:.2f}x "
+                  f"(target <= {r['target']}x)  autofit.to={r['autofit_to']}  {'ok' if r['ok'] else 'MISSED'}")
+    return 0 if all(r["ok"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
