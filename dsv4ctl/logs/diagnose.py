@@ -324,13 +324,14 @@ _SERVING_ALERT = (
 )
 # - the catalogue's request-level errors (a prompt too long, no chat template): warnings, analysed alone.
 _REQUEST_SIGNATURES = tuple(sig for sig in CATALOGUE if sig.role == "request")
-_SERVING_SORTER = LineSorter(_SERVING_ALERT, [p for sig in _REQUEST_SIGNATURES for p in sig.patterns])
+# A request line's kind names its signature: LineSorter.REQUEST + its index here.
+_SERVING_SORTER = LineSorter(_SERVING_ALERT, [sig.patterns for sig in _REQUEST_SIGNATURES])
 
 
-def _request_signature(raw: str) -> Signature | None:
-    """The request-level signature a line the sorter calls REQUEST matches (its patterns have no anchors,
-    so they match the raw line as they match its message)."""
-    return next((sig for sig in _REQUEST_SIGNATURES if sig.match(raw)), None)
+def _request_signature(kind: int) -> Signature:
+    """The request-level signature of a line the sorter gave `kind` (its patterns have no anchors, so they
+    match the raw line as they match its message)."""
+    return _REQUEST_SIGNATURES[kind - LineSorter.REQUEST]
 HELD_LINES = 256  # held lines analysed when trouble starts: a (long) traceback printed just before the sign
 
 
@@ -453,13 +454,16 @@ class _Analyzer:
         self.hit_counts[key] = n
         return n <= HIT_CAP
 
-    def count_beyond_cap(self, sig_id: str) -> bool:
-        """Count one more match of `sig_id` without its line when HIT_CAP matches are held already."""
+    def count_beyond_cap(self, sig_id: str, n: int = 1) -> bool:
+        """Count `n` more matches of `sig_id` without their lines when HIT_CAP matches are held already."""
         key = (sig_id, self.ready_seq is not None, self.shutdown_seq is not None)
         if self.hit_counts.get(key, 0) < HIT_CAP:
             return False
-        self.hit_counts[key] += 1
+        self.hit_counts[key] += n
         return True
+
+    def capped(self, sig_id: str) -> bool:
+        return self.hit_counts.get((sig_id, self.ready_seq is not None, self.shutdown_seq is not None), 0) >= HIT_CAP
 
     def occurrences(self, sig_id: str) -> int:
         return sum(n for (sid, _, _), n in self.hit_counts.items() if sid == sig_id)
@@ -484,7 +488,56 @@ class _Pass:
         self.evidence_seen = False
         self.selected = 0  # lines the prefilter selected (analysed or held)
 
-    def feed_raw(self, raw: str, source: str, lineno: int, parsed: LogLine | None = None) -> None:
+    def feed_batch(
+        self, base: int, batch: prefilter.Batch, source: str,
+        reread: Callable[[int, prefilter.Gap], Iterable[tuple[int, prefilter.Batch]]] | None = None,
+    ) -> None:
+        """The lines of a scanned batch (line numbers plus `base`), tagged by `_SERVING_SORTER`: while the
+        current start serves quietly, a run of lines of kind SKIP is held as a whole (its last HELD_LINES),
+        without a step per line, and a `Gap` a scanner left is only counted; otherwise every line goes through
+        `feed_raw` with its kind, a gap's lines read again from the file (`reread`)."""
+        lines, kinds, marks, gaps = batch
+        if kinds is None:
+            for lineno, raw in lines:
+                self.feed_raw(raw, source, base + lineno)
+            return
+        at = {gap.pos: gap for gap in gaps or ()}
+        i = 0
+        for j in [*marks, len(lines)]:
+            if i in at:
+                gap = at[i]
+                a = self.analyzers.get(self.splitter.current)
+                if self._quiet(source) and all(a.capped(_request_signature(k).id) for k, _ in gap.kinds):
+                    # Lines that can change nothing now: counted (the request errors among them by signature).
+                    self.selected += gap.count
+                    for k, n in gap.kinds:
+                        a.count_beyond_cap(_request_signature(k).id, n)
+                    if gap.kinds:
+                        self._held.clear()
+                else:
+                    if reread is None:
+                        raise ValueError("a batch with gaps needs the source to read them again")
+                    for base2, again in reread(base, gap):
+                        self.feed_batch(base2, again, source)
+            if j > i:
+                if self._quiet(source):
+                    self.selected += j - i
+                    self._held.extend((raw, source, base + lineno) for lineno, raw in lines[max(i, j - HELD_LINES):j])
+                else:
+                    for lineno, raw in lines[i:j]:
+                        self.feed_raw(raw, source, base + lineno, kind=LineSorter.SKIP)
+            if j < len(lines):
+                lineno, raw = lines[j]
+                self.feed_raw(raw, source, base + lineno, kind=kinds[j])
+            i = j + 1
+
+    def _quiet(self, source: str) -> bool:
+        a = self.analyzers.get(self.splitter.current)
+        return a is not None and a.quiet_serving and source == a.ready_source
+
+    def feed_raw(
+        self, raw: str, source: str, lineno: int, parsed: LogLine | None = None, kind: int | None = None
+    ) -> None:
         """A selected line as read. While the current start is serving quietly, lines that can change
         nothing (request-time tracebacks, per-request ERROR lines) are held instead of parsed: only a
         start or shutdown marker, a request-level error of the catalogue, or a sign that the server is
@@ -495,7 +548,8 @@ class _Pass:
         # Only in the file that showed the start ready: another file of the same launch (the engine's own
         # log after the API server's) still has its startup lines to tell.
         if a is not None and a.quiet_serving and source == a.ready_source:
-            kind = _SERVING_SORTER.sort(raw)
+            if kind is None:
+                kind = _SERVING_SORTER.sort(raw)
             if kind == LineSorter.ALERT:
                 a.alert = True
                 held, self._held = self._held, deque(maxlen=HELD_LINES)
@@ -504,7 +558,7 @@ class _Pass:
             elif kind == LineSorter.SKIP:
                 self._held.append((raw, source, lineno))
                 return
-            elif (sig := _request_signature(raw)) is not None and a.count_beyond_cap(sig.id):
+            elif a.count_beyond_cap(_request_signature(kind).id):
                 # One more request answered with an error the start already holds HIT_CAP examples of:
                 # counted, not parsed (it can change no verdict, and its first lines are the evidence).
                 self._held.clear()
@@ -595,17 +649,20 @@ def diagnose(
         report = bytes_read.next_source()
         if n_workers > 1 and isinstance(source, (str, Path)) and parallel.parallel_size(source, parallel_min_bytes):
             count: list[int] = []
-            for lineno, raw in parallel.scan_file_parallel(
-                source, engine=engine, workers=n_workers, progress=report, line_count=count
+            for base, batch in parallel.scan_file_batches(
+                source, engine=engine, workers=n_workers, progress=report, line_count=count, tagger=_SERVING_SORTER,
+                hold=HELD_LINES,
             ):
-                run.feed_raw(raw, name, lineno)
+                run.feed_batch(base, batch, name, reread=parallel.rereader(source, engine, _SERVING_SORTER))
             run.lines_read += count[0] if count else 0
             continue
         stream = open_source(source)
         count: list[int] = []
         try:
-            for lineno, raw in prefilter.scan_source(stream, engine=engine, line_count=count, progress=report):
-                run.feed_raw(raw, name, lineno)
+            for batch in prefilter.scan_batches(
+                stream, engine=engine, line_count=count, progress=report, tagger=_SERVING_SORTER
+            ):
+                run.feed_batch(0, batch, name)
         finally:
             close_source(source, stream)
         run.lines_read += count[0] if count else 0

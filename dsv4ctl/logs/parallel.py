@@ -44,10 +44,6 @@ MAX_WORKERS = 4
 BATCH_BYTES = 4 * 1024 * 1024
 CHILD_PROGRESS_BYTES = 64 * 1024 * 1024  # few enough messages for a pipe never to fill with them
 _BOUNDARY_READ = 64 * 1024
-# The first range, which this process scans while it analyses the selected lines of all of them, is this
-# share of each other range (measured on the 1 GiB serving log of ../shared/bench on two cores: 0.6 balances
-# this process's scan plus analysis against a child's scan).
-FIRST_SHARE = 0.6
 # Overrides the number of scanning processes (1: always sequential).
 WORKERS_ENV = "DSV4CTL_DIAGNOSE_WORKERS"
 
@@ -85,14 +81,11 @@ def parallel_size(path: str | Path, min_bytes: int = PARALLEL_MIN_BYTES) -> int 
     return st.st_size
 
 
-def split_ranges(f: BinaryIO, size: int, parts: int, first_share: float = 1.0) -> list[tuple[int, int]]:
-    """Cut `[0, size)` into at most `parts` non-empty ranges, each starting at the beginning of a line.
-    `first_share`: the first range's size relative to each of the others (the process that scans it also
-    analyses every line, so it gets less to scan)."""
+def split_ranges(f: BinaryIO, size: int, parts: int) -> list[tuple[int, int]]:
+    """Cut `[0, size)` into at most `parts` non-empty ranges, each starting at the beginning of a line."""
     bounds = [0]
-    total = first_share + parts - 1
     for i in range(1, parts):
-        target = max(int(size * (first_share + i - 1) / total), bounds[-1])
+        target = max(size * i // parts, bounds[-1])
         pos = target
         f.seek(pos)
         while True:
@@ -187,15 +180,16 @@ def _end(proc, recv) -> None:
 
 
 def _scan_range_worker(
-    path: str, start: int, end: int | None, engine: str, chunk_bytes: int, conn, parent_pid: int | None = None
+    path: str, start: int, end: int | None, engine: str, chunk_bytes: int, conn, parent_pid: int | None = None,
+    tagger=None, hold: int | None = None,
 ) -> None:
-    """Child process: scan one range, send ("lines", [(lineno, raw)...], bytes read) batches and
-    ("progress", [], bytes read) now and then, then ("done", [...], lines, bytes read); bytes read: of
-    the range, so far."""
+    """Child process: scan one range, send ("batches", [Batch...], bytes read) messages and ("progress", [],
+    bytes read) now and then, then ("done", [Batch...], lines, bytes read); bytes read: of the range, so far.
+    Line numbers in the batches are within the range."""
     _die_with_parent(os.getppid() if parent_pid is None else parent_pid)
     try:
         count: list[int] = []
-        batch: list[tuple[int, str]] = []
+        batches: list[prefilter.Batch] = []
         size = 0
         read = [0, 0]  # bytes read, bytes read when the last message went
 
@@ -207,16 +201,18 @@ def _scan_range_worker(
 
         with open(path, "rb") as f:
             stream = _RangeReader(f, start, end)
-            lines = prefilter.scan_source(stream, engine=engine, chunk_bytes=chunk_bytes, line_count=count, progress=progress)
-            for lineno, raw in lines:
-                batch.append((lineno, raw))
-                size += len(raw) + 64
+            for batch in prefilter.scan_batches(
+                stream, engine=engine, chunk_bytes=chunk_bytes, line_count=count, progress=progress, tagger=tagger,
+                hold=hold, origin=start,
+            ):
+                batches.append(batch)
+                size += sum(len(raw) for _, raw in batch.lines) + 64 * len(batch.lines)
                 if size >= BATCH_BYTES:
-                    conn.send(("lines", batch, read[0]))
+                    conn.send(("batches", batches, read[0]))
                     read[1] = read[0]
-                    batch = []
+                    batches = []
                     size = 0
-        conn.send(("done", batch, count[0], read[0]))
+        conn.send(("done", batches, count[0], read[0]))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it as an InputError
         text = str(exc) if isinstance(exc, InputError) else f"cannot read {path}: {type(exc).__name__}: {exc}"
         try:
@@ -225,6 +221,19 @@ def _scan_range_worker(
             pass
     finally:
         conn.close()
+
+
+def rereader(path: str | Path, engine: str, tagger: prefilter.Tagger | None):
+    """`reread(base, gap)` for the gaps of `scan_file_batches`: the batches of the lines a child left out,
+    scanned again from the file, with the base that numbers them as in the file."""
+
+    def reread(base: int, gap: prefilter.Gap) -> Iterator[tuple[int, prefilter.Batch]]:
+        with open(path, "rb") as f:
+            stream = _RangeReader(f, gap.start, gap.end)
+            for batch in prefilter.scan_batches(stream, engine=engine, tagger=tagger):
+                yield base + gap.lineno - 1, batch
+
+    return reread
 
 
 def _context():
@@ -252,6 +261,28 @@ def scan_file_parallel(
 
     progress: when given, called with the bytes of the file whose lines were yielded so far (after each
     message of a child: a batch of lines, or every `CHILD_PROGRESS_BYTES` read; once at the end)."""
+    for base, batch in scan_file_batches(
+        path, engine=engine, workers=workers, chunk_bytes=chunk_bytes, line_count=line_count, progress=progress
+    ):
+        for lineno, raw in batch.lines:
+            yield base + lineno, raw
+
+
+def scan_file_batches(
+    path: str | Path,
+    *,
+    engine: str = "auto",
+    workers: int | None = None,
+    chunk_bytes: int = prefilter.SCAN_CHUNK_BYTES,
+    line_count: list[int] | None = None,
+    progress: Callable[[int], None] | None = None,
+    tagger: prefilter.Tagger | None = None,
+    hold: int | None = None,
+) -> Iterator[tuple[int, prefilter.Batch]]:
+    """`scan_file_parallel`'s lines as `(base, Batch)`: a batch's line numbers plus `base` are the file's;
+    with a `tagger`, every process tags the lines it scanned (see `prefilter.scan_batches`), and with `hold`
+    each leaves long runs of lines that cannot wake a quietly serving start out of its batches (`Gap`s, at
+    file offsets: the consumer reads them again with `rereader` where it needs them)."""
     engine = "hyperscan" if prefilter.use_hyperscan(engine) else "re"
     n = default_workers() if workers is None else max(1, workers)
     try:
@@ -261,14 +292,16 @@ def scan_file_parallel(
     procs: list = []  # (process, receiving end of its pipe)
     try:
         size = os.fstat(f.fileno()).st_size
-        ranges = split_ranges(f, size, n, FIRST_SHARE) if n > 1 else [(0, size)]
+        ranges = split_ranges(f, size, n) if n > 1 else [(0, size)]
         if len(ranges) > 1:
             prefilter.prepare_big_scan(engine, size)  # once, here: forked children inherit it
         ctx = _context() if len(ranges) > 1 else None
         if len(ranges) == 1:  # one process: this one
-            yield from prefilter.scan_source(
-                _RangeReader(f, 0, None), engine=engine, chunk_bytes=chunk_bytes, line_count=line_count, progress=progress
-            )
+            for batch in prefilter.scan_batches(
+                _RangeReader(f, 0, None), engine=engine, chunk_bytes=chunk_bytes, line_count=line_count,
+                progress=progress, tagger=tagger, hold=hold,
+            ):
+                yield 0, batch
             return
         # This process scans the first range itself (while the children scan the others): one process fewer
         # in memory, and on two cores no third process competing for them.
@@ -279,7 +312,7 @@ def scan_file_parallel(
             recv, send = ctx.Pipe(duplex=False)
             proc = ctx.Process(
                 target=_scan_range_worker,
-                args=(str(path), start, None if last else end, engine, chunk_bytes, send, os.getpid()),
+                args=(str(path), start, None if last else end, engine, chunk_bytes, send, os.getpid(), tagger, hold),
                 daemon=True,
             )
             _PARENT_ENDS.append(recv)
@@ -290,9 +323,11 @@ def scan_file_parallel(
         # A log that grows while it is read is read to its end, as the sequential scan does, by the
         # process with the last range.
         first: list[int] = []
-        yield from prefilter.scan_source(
-            _RangeReader(f, 0, ranges[0][1]), engine=engine, chunk_bytes=chunk_bytes, line_count=first, progress=progress
-        )
+        for batch in prefilter.scan_batches(
+            _RangeReader(f, 0, ranges[0][1]), engine=engine, chunk_bytes=chunk_bytes, line_count=first,
+            progress=progress, tagger=tagger, hold=hold,
+        ):
+            yield 0, batch
         base = first[0]
         reported = -1
         for (proc, recv), (start, _end_of_range) in zip(procs, ranges[1:]):
@@ -307,8 +342,8 @@ def scan_file_parallel(
                     ) from None
                 if msg[0] == "error":
                     raise InputError(msg[1])
-                for lineno, raw in msg[1]:
-                    yield base + lineno, raw
+                for batch in msg[1]:
+                    yield base, batch
                 if progress is not None and start + msg[-1] > reported:
                     reported = start + msg[-1]
                     progress(reported)

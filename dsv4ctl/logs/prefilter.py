@@ -32,7 +32,7 @@ import gzip
 import os
 import re
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO, Callable, Iterator, NamedTuple, Protocol
 
 from dsv4ctl.logs.reader import MAX_LINE_BYTES, decode, iter_spans
 
@@ -556,10 +556,10 @@ def _dense_numpy(candidates: int):
     return _np
 
 
-def _dense_lines(np, data: bytes, s0: int, e0: int, ends: list[int]) -> tuple[list, int]:
-    """The selected lines of data[s0:e0] from hyperscan's (sorted) match ends, found with numpy: a list of
-    `(line index in the span, start, end capped at MAX_LINE_BYTES, sure)` (sure: the first match ends within
-    the capped line, see `_sparse_lines`), and the newlines in the span."""
+def _dense_lines(np, data: bytes, s0: int, e0: int, ends: list[int]):
+    """The selected lines of data[s0:e0] from hyperscan's (sorted) match ends, found with numpy: arrays of
+    each line's index in the span, start, end (capped at MAX_LINE_BYTES) and whether it is sure (its first
+    match ends within the capped line, see `_sparse_lines`), and the newlines in the span."""
     buf = np.frombuffer(data, dtype=np.uint8, count=e0 - s0, offset=s0)
     nl = np.flatnonzero(buf == 10)
     bounds = np.concatenate((np.array([-1], dtype=nl.dtype), nl, np.array([e0 - s0], dtype=nl.dtype)))
@@ -570,8 +570,86 @@ def _dense_lines(np, data: bytes, s0: int, e0: int, ends: list[int]) -> tuple[li
     starts = bounds[ks] + 1
     sure = (match_ends[first] - starts) <= MAX_LINE_BYTES
     capped = np.minimum(bounds[ks + 1], starts + MAX_LINE_BYTES)
-    lines = list(zip(ks.tolist(), (starts + s0).tolist(), (capped + s0).tolist(), sure.tolist()))
-    return lines, len(nl)
+    return ks, starts + s0, capped + s0, sure, len(nl)
+
+
+class Gap(NamedTuple):
+    """Selected lines a scanner left out of a batch (see `scan_batches`' `hold`): `count` lines, the first
+    numbered `lineno`, the bytes `[start, end)` of the source (its offsets from `origin`) hold them all, they
+    stood before the batch's line `pos`, and `kinds` counts those of a kind other than 0, `(kind, count)`."""
+
+    pos: int
+    count: int
+    lineno: int
+    start: int
+    end: int
+    kinds: tuple[tuple[int, int], ...] = ()
+
+
+class Batch(NamedTuple):
+    """The selected lines of one read: `lines` as `(lineno, raw)`; with a tagger, `kinds` (the tagger's kind of
+    each line, 0 for most), `marks` (the indices of the lines whose kind is not 0, in order) and `gaps`
+    (runs of lines left out)."""
+
+    lines: list[tuple[int, str]]
+    kinds: list[int] | None = None
+    marks: list[int] | None = None
+    gaps: list[Gap] | None = None
+
+
+class Tagger(Protocol):
+    """Sorts selected lines into kinds (0 for nothing to see) exactly as `sort(raw)` does, one line at a time or
+    for all the selected lines of a span at once (`sort_span`, given numpy arrays of their start and end
+    offsets; it returns a numpy array). A line of kind `ALERT` ends a run a scanner may leave out (see
+    `scan_batches`)."""
+
+    ALERT: int
+
+    def sort(self, raw: str) -> int: ...
+
+    def sort_span(self, data: bytes, s0: int, e0: int, starts, ends): ...
+
+
+def _dense_batch(
+    np, data: bytes, s0: int, e0: int, ks, starts, ends, lineno_base: int, offset: int,
+    tagger: Tagger | None, hold: int | None, hard: int = 2,
+) -> Batch:
+    """The batch of a dense span's selected lines (numpy arrays: index in the span, start, end), tagged and,
+    with `hold`, with its long runs between lines of kind `hard` left out but for their last `hold` lines (see
+    `scan_batches`; the other kinds in a gap are counted). Only the lines kept are decoded."""
+    if tagger is None:
+        return Batch([(lineno_base + k + 1, decode(data[a:b])) for k, a, b in zip(ks.tolist(), starts.tolist(), ends.tolist())])
+    kinds = tagger.sort_span(data, s0, e0, starts, ends)
+    marks = np.flatnonzero(kinds).tolist()
+    n = len(ks)
+    if hold is None:
+        keep = None
+        gaps: list[Gap] = []
+    else:
+        pieces = []
+        gaps = []
+        kept = 0
+        i = 0
+        for j in [m for m in marks if kinds[m] == hard] + [n]:
+            if j - i > hold:  # a run between hard marks: its last `hold` lines, a gap for the rest
+                last_end = int(ends[j - hold - 1])
+                nl = data.find(b"\n", last_end, e0)  # the last line's own end (its text may be capped)
+                counts: dict[int, int] = {}
+                for m in marks:
+                    if i <= m < j - hold:
+                        counts[int(kinds[m])] = counts.get(int(kinds[m]), 0) + 1
+                gaps.append(Gap(kept, j - hold - i, lineno_base + int(ks[i]) + 1, offset + int(starts[i]) - s0,
+                                offset + (e0 if nl == -1 else nl + 1) - s0, tuple(sorted(counts.items()))))
+                i = j - hold
+            stop = min(j + 1, n)
+            pieces.append(np.arange(i, stop))
+            kept += stop - i
+            i = j + 1
+        keep = np.concatenate(pieces) if pieces else np.arange(0)
+        ks, starts, ends, kinds = ks[keep], starts[keep], ends[keep], kinds[keep]
+    lines = [(lineno_base + k + 1, decode(data[a:b])) for k, a, b in zip(ks.tolist(), starts.tolist(), ends.tolist())]
+    kind_list = kinds.tolist()
+    return Batch(lines, kind_list, np.flatnonzero(kinds).tolist(), gaps or None)
 
 
 def scan_source(
@@ -591,6 +669,27 @@ def scan_source(
     progress: when given, called with the bytes of the stream read so far (a .gz: compressed bytes) once
     the lines of those bytes were yielded, at most every `PROGRESS_BYTES`, and once at the end.
     """
+    for batch in scan_batches(stream, engine=engine, chunk_bytes=chunk_bytes, line_count=line_count, progress=progress):
+        yield from batch.lines
+
+
+def scan_batches(
+    stream: BinaryIO,
+    *,
+    engine: str = "auto",
+    chunk_bytes: int = SCAN_CHUNK_BYTES,
+    line_count: list[int] | None = None,
+    progress: Callable[[int], None] | None = None,
+    tagger: Tagger | None = None,
+    hold: int | None = None,
+    origin: int = 0,
+) -> Iterator[Batch]:
+    """`scan_source`'s lines, a `Batch` per read (empty reads give none). With a `tagger`, each batch also
+    says each line's kind: a span with many selected lines is tagged at once (`Tagger.sort_span`), so a
+    consumer can pass over runs of lines of kind 0 without a Python step per line. With `hold` too, a run of
+    more than `hold` such lines keeps only its last `hold` lines (what a quietly serving start holds) and a
+    `Gap` in place of the rest, which is never decoded: the consumer that needs those lines after all reads
+    them again from the source (`origin`: the source offset of the stream's first byte)."""
     use_hs = engine == "hyperscan" or (engine == "auto" and bool(_HS_DB))
     undecided = engine == "auto" and not use_hs
     seen = 0
@@ -599,6 +698,7 @@ def scan_source(
         stream, position = _with_position(stream)
         reported = 0
     lineno_base = 0  # lines before the current span
+    offset = origin  # the source offset of the current span's first byte
     for data, s0, e0 in iter_spans(stream, chunk_bytes):
         if undecided:
             seen += e0 - s0
@@ -607,15 +707,32 @@ def scan_source(
                 undecided = False
         ends = _candidates_hyperscan(data, s0, e0) if use_hs else None
         np = _dense_numpy(len(ends)) if ends and len(ends) * _DENSE_BYTES > e0 - s0 else False
+        batch: Batch | None = None
         if np is not False:  # many lines selected: find them with numpy instead of one by one
-            lines, counted = _dense_lines(np, data, s0, e0, ends)
-            for k, start, end, sure in lines:
-                raw = decode(data[start:end])
-                if sure or line_matches(raw):
-                    yield lineno_base + k + 1, raw
+            ks, starts, line_ends, sure, counted = _dense_lines(np, data, s0, e0, ends)
+            if not sure.all():  # a first match beyond the cap: the capped line decides (rare)
+                ok = [bool(s) or line_matches(decode(data[a:b])) for s, a, b in zip(sure, starts.tolist(), line_ends.tolist())]
+                ks, starts, line_ends = ks[ok], starts[ok], line_ends[ok]
+            if len(ks):
+                batch = _dense_batch(np, data, s0, e0, ks, starts, line_ends, lineno_base, offset, tagger, hold,
+                                     getattr(tagger, "ALERT", 2))
         else:
-            counted = yield from _sparse_lines(data, s0, e0, ends, lineno_base)
+            gen = _sparse_lines(data, s0, e0, ends, lineno_base)
+            lines: list[tuple[int, str]] = []
+            while True:
+                try:
+                    lines.append(next(gen))
+                except StopIteration as stop:
+                    counted = stop.value
+                    break
+            if lines:
+                kinds = [tagger.sort(raw) for _, raw in lines] if tagger is not None else None
+                marks = [i for i, kind in enumerate(kinds) if kind] if kinds is not None else None
+                batch = Batch(lines, kinds, marks)
+        if batch is not None:
+            yield batch
         lineno_base += counted
+        offset += e0 - s0
         if data[e0 - 1:e0] != b"\n":
             lineno_base += 1
         if position is not None and position() - reported >= PROGRESS_BYTES:

@@ -97,42 +97,91 @@ def _FLAGS(hyperscan) -> int:  # noqa: N802 - a constant of the imported module
 
 
 class LineSorter:
-    """Sorts a raw line into SKIP, REQUEST or ALERT by the regex alternatives given for each (in that order
-    of precedence), in one pass: hyperscan once `HYPERSCAN_AFTER` lines were sorted (when installed),
-    Python's `re` before that and without it. Hyperscan may take a request pattern loosely (prefilter mode):
-    a line sorted REQUEST is only analysed, never lost."""
+    """Sorts a raw line into SKIP, ALERT or one of the request groups by the regex alternatives given for
+    each (alert first, then the groups in order): a request line's kind is `REQUEST + the group's index`.
+    Python's `re` decides; hyperscan (once `HYPERSCAN_AFTER` lines were sorted, when installed) only tells
+    the lines nothing can match, most of them, in one pass. `sort_span` sorts all the selected lines of a
+    read at once, with the same result."""
 
-    SKIP, REQUEST, ALERT = 0, 1, 2
+    SKIP, ALERT, REQUEST = 0, 2, 3
 
-    def __init__(self, alert: Sequence[str], request: Sequence[str]) -> None:
+    def __init__(self, alert: Sequence[str], requests: Sequence[Sequence[str]]) -> None:
         self.alert = tuple(alert)
-        self.request = tuple(plain(p) for p in request)
+        self.groups = tuple(tuple(plain(p) for p in group) for group in requests)
+        self.request = tuple(p for group in self.groups for p in group)
         self._alert_re = re.compile("|".join(self.alert))
         self._request_re = re.compile("|".join(f"(?:{p})" for p in self.request) or "(?!)")
+        self._group_res = tuple(re.compile("|".join(f"(?:{p})" for p in group)) for group in self.groups)
         self._seen = 0
         self._db = None
+        self._span_db = None
+
+    @classmethod
+    def is_request(cls, kind: int) -> bool:
+        return kind >= cls.REQUEST
+
+    def __getstate__(self) -> dict:
+        # A spawned scanner gets the patterns; it compiles its own databases.
+        return {**self.__dict__, "_db": None, "_span_db": None}
+
+    def exact(self, raw: str) -> int:
+        if self._alert_re.search(raw):
+            return self.ALERT
+        if self._request_re.search(raw):
+            return self.REQUEST + next(i for i, rx in enumerate(self._group_res) if rx.search(raw))
+        return self.SKIP
 
     def sort(self, raw: str) -> int:
         self._seen += 1
         if self._db is None and self._seen > HYPERSCAN_AFTER:
             self._db = self._compile()
         if self._db:
-            found = [self.SKIP]
+            found: list[int] = []
             try:
-                self._db.scan(raw.encode("utf-8", "replace"), match_event_handler=lambda i, *_: found.append(self._kinds[i]))
+                self._db.scan(raw.encode("utf-8", "replace"), match_event_handler=lambda i, *_: found.append(i))
             except Exception:  # noqa: BLE001 - a failing scan falls back to `re`
                 self._db = False
             else:
-                return max(found)
-        if self._alert_re.search(raw):
-            return self.ALERT
-        return self.REQUEST if self._request_re.search(raw) else self.SKIP
+                if not found:
+                    return self.SKIP  # prefilter mode never misses a match: nothing can match here
+        return self.exact(raw)
 
-    def _compile(self):
+    def sort_span(self, data: bytes, s0: int, e0: int, starts, ends):
+        """The kinds (a numpy array) of the selected lines of data[s0:e0], given their offsets in `data` as numpy
+        arrays (`starts` ascending; `ends`: the text capped as the scan caps it): one hyperscan pass over the
+        span finds the lines anything may match, and only those are decoded and sorted with `re`; without
+        hyperscan, `sort` for each."""
+        import numpy as np  # a dense span is found with numpy: it is imported already
+
+        def raw(k: int) -> str:
+            return data[int(starts[k]):int(ends[k])].decode("utf-8", errors="replace")
+
+        if self._span_db is None:
+            self._span_db = self._compile(single=False)
+        if not self._span_db:
+            return np.array([self.sort(raw(k)) for k in range(len(starts))], dtype=np.int64)
+        hits: list[int] = []
+        try:
+            self._span_db.scan(memoryview(data)[s0:e0], match_event_handler=lambda i, frm, to, *_: hits.append(s0 + to))
+        except Exception:  # noqa: BLE001
+            self._span_db = False
+            return np.array([self.sort(raw(k)) for k in range(len(starts))], dtype=np.int64)
+        kinds = np.zeros(len(starts), dtype=np.int64)
+        if hits:
+            # A match in a line that was not selected falls to the selected line before it: `re` decides.
+            for k in np.unique(np.searchsorted(starts, np.asarray(hits, dtype=np.int64) - 1, side="right") - 1).tolist():
+                if k >= 0:
+                    kinds[k] = self.exact(raw(k))
+        return kinds
+
+    def _compile(self, single: bool = True):
+        """The database of every pattern: for one line (each pattern reported once), or for a span (every match)."""
         try:
             import hyperscan
         except ImportError:
             return False
         exprs = [p.encode("utf-8") for p in self.alert + self.request]
-        self._kinds = [self.ALERT] * len(self.alert) + [self.REQUEST] * len(self.request)
-        return _database(hyperscan, exprs, _FLAGS(hyperscan)) or False
+        # A span holds many lines: `^` and `$` of a pattern are a line's ends (MULTILINE), as they are for one line.
+        flags = _FLAGS(hyperscan) if single else (
+            hyperscan.HS_FLAG_PREFILTER | hyperscan.HS_FLAG_UTF8 | hyperscan.HS_FLAG_MULTILINE)
+        return _database(hyperscan, exprs, flags) or False

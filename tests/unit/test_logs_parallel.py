@@ -71,13 +71,13 @@ def test_all_fixtures_concatenated_into_one_file(tmp_path):
 
 def test_the_parallel_path_is_taken_above_the_threshold_only(tmp_path, monkeypatch):
     calls: list[int] = []
-    real = parallel.scan_file_parallel
+    real = parallel.scan_file_batches
 
     def spy(path, **kw):
         calls.append(kw["workers"])
         return real(path, **kw)
 
-    monkeypatch.setattr(parallel, "scan_file_parallel", spy)
+    monkeypatch.setattr(parallel, "scan_file_batches", spy)
     path = tmp_path / "x.log"
     path.write_bytes(_padded((EXAMPLES / "stale-max-model-len.log").read_bytes(), 100))
     size = path.stat().st_size
@@ -570,3 +570,59 @@ def test_every_engine_selects_what_line_matches_selects(pieces, engine):
 
     data = b"".join(pieces)
     assert list(prefilter.scan_source(io.BytesIO(data), engine=engine, chunk_bytes=1 << 20)) == _reference_selection(data)
+
+
+def test_a_span_is_tagged_as_its_lines_are_one_by_one():
+    """The scanners tag a read's selected lines at once (`LineSorter.sort_span`: one hyperscan pass, `re` on the
+    lines it may match); each must get the kind `re` gives it alone."""
+    from dsv4ctl.logs import diagnose as core
+    from dsv4ctl.logs.reader import MAX_LINE_BYTES, decode
+
+    if not prefilter.hyperscan_available():
+        pytest.skip("hyperscan not installed")
+    paths = sorted(FIXTURES.glob("*.log")) + sorted((FIXTURES / "catalogue").glob("*.log")) + sorted(EXAMPLES.glob("*.log"))
+    data = b"".join(p.read_bytes() for p in paths)
+    starts, ends, raws, pos = [], [], [], 0
+    for line in data.split(b"\n")[:-1]:
+        starts.append(pos)
+        ends.append(pos + min(len(line), MAX_LINE_BYTES))
+        raws.append(decode(line[:MAX_LINE_BYTES]))
+        pos += len(line) + 1
+    sorter = core._SERVING_SORTER
+    import numpy as np
+
+    kinds = sorter.sort_span(data, 0, len(data), np.array(starts), np.array(ends)).tolist()
+    assert kinds == [sorter.exact(raw) for raw in raws]
+    assert core.LineSorter.ALERT in kinds and any(core.LineSorter.is_request(k) for k in kinds)
+
+
+def test_lines_a_child_left_out_are_read_again_where_the_start_is_not_quiet(tmp_path, monkeypatch):
+    """A child sends a long run of lines that cannot wake a quietly serving start as a gap (their last 256 kept).
+    Where the start was not serving quietly there after all (still starting, its ready line inside the run),
+    diagnose reads the gap's lines again from the file: the diagnosis is the sequential one."""
+    from dsv4ctl.logs import prefilter as pf
+
+    monkeypatch.setattr(pf, "_DENSE_AFTER_LINES", 0)  # tag spans at once from the first one
+    example = (EXAMPLES / "healthy.log").read_bytes()
+    cut = example.index(b"(EngineCore pid=7790) INFO 10-21 09:03:39 [core.py:396] init engine")
+    head, ready = example[:cut], example[cut:]  # ready: the engine's "init engine … took", then the server's lines
+    progress = b"(EngineCore pid=7790) INFO 10-21 09:03:30 [gpu_worker.py:456] Available KV cache memory: 9.81 GiB\n"
+    path = tmp_path / "gaps.log"
+    path.write_bytes(head + progress * 60000 + ready + progress * 60000)
+    calls: list[int] = []
+    real = parallel.rereader
+
+    def counting(*args):
+        inner = real(*args)
+
+        def reread(base, gap):
+            calls.append(gap.count)
+            return inner(base, gap)
+
+        return reread
+
+    monkeypatch.setattr(parallel, "rereader", counting)
+    sequential = _json(path, workers=1)
+    assert _json(path, workers=2, parallel_min_bytes=1) == sequential
+    assert json.loads(sequential)["lines_selected"] > 120000
+    assert calls and sum(calls) > 1000  # the gaps before the ready line were read again

@@ -447,12 +447,13 @@ def test_the_line_sorter_sorts_alike_with_and_without_hyperscan():
     from dsv4ctl.logs.signature_index import LineSorter
 
     pytest.importorskip("hyperscan")
-    plain_sorter = LineSorter(["EngineDead", "NCCL"], [r"maximum context length is (?P<n>[0-9]+)"])
-    fast = LineSorter(plain_sorter.alert, [r"maximum context length is (?P<n>[0-9]+)"])
+    groups = [[r"maximum context length is (?P<n>[0-9]+)"], [r"chat template"]]
+    plain_sorter = LineSorter(["EngineDead", "NCCL"], groups)
+    fast = LineSorter(plain_sorter.alert, groups)
     fast._db = fast._compile()
     assert fast._db
-    for raw, kind in (("x EngineDeadError y", 2), ("NCCL WARN z", 2), ("the maximum context length is 42", 1),
-                      ("(EngineCore pid=1) ERROR grammar rejected", 0)):
+    for raw, kind in (("x EngineDeadError y", 2), ("NCCL WARN z", 2), ("the maximum context length is 42", 3),
+                      ("no chat template", 4), ("(EngineCore pid=1) ERROR grammar rejected", 0)):
         assert plain_sorter.sort(raw) == fast.sort(raw) == kind, raw
 
 
