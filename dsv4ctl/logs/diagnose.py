@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from dsv4ctl.errors import ExitCode
 from dsv4ctl.logs import deployment, parallel, prefilter
-from dsv4ctl.logs.reader import LogLine, Source, close_source, open_source, parse_line, source_list, source_name
+from dsv4ctl.logs.reader import LogLine, Source, close_source, open_source, parse_line, printable, source_list, source_name
 from dsv4ctl.logs.records import ErrorAssembler, ErrorRecord, kernel_of
 from dsv4ctl.logs.signature_index import LineSorter, SignatureIndex
 from dsv4ctl.logs.starts import StartSplitter
@@ -129,15 +129,17 @@ def stale_bug_status(version: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class Evidence:
-    """A quoted log line: its source, 1-based line number, message text and process tag."""
+    """A quoted log line: its source, 1-based line number, message text (the wrappers peeled off) and process
+    tag, and `raw`, the line as it stands in the log (`reader.printable`)."""
 
     source: str
     line: int
     text: str
     process: str | None = None
+    raw: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"source": self.source, "line": self.line, "text": self.text, "process": self.process}
+        return {"source": self.source, "line": self.line, "text": self.text, "process": self.process, "raw": self.raw}
 
 
 @dataclass
@@ -706,7 +708,7 @@ def _is_worker(process: str | None) -> bool:
 
 
 def _ev(line: LogLine) -> Evidence:
-    return Evidence(line.source, line.lineno, line.message, line.process)
+    return Evidence(line.source, line.lineno, line.message, line.process, printable(line.raw) if line.raw else None)
 
 
 def _fill(template: str, details: dict[str, Any]) -> str | None:

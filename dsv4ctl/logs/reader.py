@@ -150,7 +150,18 @@ def strip_ansi(text: str) -> str:
     return text
 
 
-def _clean(raw: str) -> str:
+def printable(raw: str) -> str:
+    """The line as it stands in the log, as a terminal shows it: its escape sequences and CR-separated
+    redraws (all but the last) removed, everything else kept (colour codes whose ESC a copy-paste lost
+    too: they are text of the line)."""
+    text = strip_ansi(raw)
+    if "\r" in text:
+        parts = [p for p in text.split("\r") if p.strip()]
+        text = parts[-1] if parts else ""
+    return text.rstrip("\n")
+
+
+def clean(raw: str) -> str:
     """The line as it shows: colour codes (with or without their ESC byte) and Buildkite markers removed,
     and of CR-separated redraws the last (CRLF, vLLM's multi-line records, tqdm)."""
     text = raw
@@ -174,7 +185,7 @@ def parse_line(raw: str, source: str = "-", lineno: int = 0) -> LogLine:
     --prefix, docker compose, torch's rank prefix, c10/glog and Ray's C++ records, vLLM's and Ray's
     process tags, the core dump's "coredump:". Then vLLM's own record (`LEVEL MM-DD HH:MM:SS
     [file.py:N]`, also behind an unknown prefix), uvicorn's and Python logging's formats."""
-    text = _clean(raw)
+    text = clean(raw)
     process: str | None = None
     pid: int | None = None
     level: str | None = None

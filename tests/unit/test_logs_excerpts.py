@@ -379,3 +379,17 @@ def test_the_same_words_raised_elsewhere_are_not_the_indexed_message():
 def test_text_no_index_knows_stays_unrecognized():
     d = run("RuntimeError: kv must have shape (num_blocks, page_block_size, h_kv, bytes_per_token)\n")
     assert (d.verdict, d.root_cause.id, int(d.exit_code)) == ("failed", "unrecognized_error", 4)
+
+
+def test_the_h200_core_dump_capture_alone_names_deepgemms_metadata_kernel():
+    """The project's own capture (benchmarks/results/h200-2026-11-30/), given as it is: no vLLM line in it."""
+    from pathlib import Path
+
+    capture = Path(__file__).resolve().parents[2] / "benchmarks/results/h200-2026-11-30/coredump-deepgemm-0.27.1-stderr.txt"
+    d = diagnose([capture])
+    root = d.root_cause
+    assert (d.verdict, root.id, int(d.exit_code)) == ("failed", "deepgemm_metadata_oob", 3)
+    assert root.details["kernel"] == "deep_gemm::sched::sm90_paged_mqa_logits_metadata"
+    assert "_ZN9deep_gemm5sched30sm90_paged_mqa_logits_metadata" in root.evidence[0].text
+    assert root.evidence[0].raw.startswith("[11:12:22.536845] coredump:")
+    assert any("CUDBG_EXCEPTION_WARP_OUT_OF_RANGE_ADDRESS" in e.text for e in root.evidence)
