@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from dsv4ctl.errors import ExitCode
 from dsv4ctl.logs import deployment, parallel, prefilter
 from dsv4ctl.logs.reader import LogLine, Source, close_source, open_source, parse_line, printable, source_list, source_name
-from dsv4ctl.logs.records import ErrorAssembler, ErrorRecord, kernel_of
+from dsv4ctl.logs.records import DEATH_RE, ErrorAssembler, ErrorRecord, kernel_of
 from dsv4ctl.logs.signature_index import LineSorter, SignatureIndex
 from dsv4ctl.logs.starts import StartSplitter
 
@@ -302,6 +302,9 @@ class _Hit:
 # a text without any of them is not a vLLM log.
 _PY_LINE_RE = re.compile(r"^(?:Traceback \(most recent call last\)|File \"[^\"]+\", line [0-9]+)")
 _ERROR_LEVELS = (None, "ERROR", "CRITICAL")
+# The server answered a request after an error (uvicorn's access line with a status below 500, vLLM's throughput
+# line; see timeline.py "answered"): that error did not take it down.
+_ALIVE_RE = re.compile(r'- "[A-Z]+ \S* HTTP/[0-9.]+" [1-4][0-9]{2}|Engine [0-9]+: Avg prompt throughput: ')
 # The stale-max_model_len fix as dsv4ctl's plugin reports it in every process (dsv4ctl/fixes summary_line).
 _STALE_FIX_RE = re.compile(r"dsv4ctl fixes:.*\bstale-max-model-len applied")
 
@@ -358,6 +361,8 @@ class _Analyzer:
         self.log_lines = 0
         self.stale_fix_active = False
         self.evidence_seen = False  # a signature matched or an error was recognised (in any grammar)
+        self.alive: LogLine | None = None  # the last line showing the server answer a request (not with a 5xx)
+        self.alive_seq: int | None = None
         self.light = False  # an earlier start: its verdict and root cause only, no planning for the report
         self.alert = False  # while serving, a sign that the server is going down was seen
         self.ready_source: str | None = None
@@ -365,8 +370,9 @@ class _Analyzer:
 
     @property
     def quiet_serving(self) -> bool:
-        """Ready, not shutting down, no sign of trouble: most lines can change nothing now."""
-        return self.ready_seq is not None and self.shutdown_seq is None and not self.alert
+        """Serving, not shutting down, no sign of trouble: most lines can change nothing now."""
+        return (self.ready_seq is not None and self.shutdown_seq is None and not self.alert
+                and self.tracker.timeline.serving)
 
     @property
     def settled(self) -> bool:
@@ -398,6 +404,8 @@ class _Analyzer:
                 self.ready_source = line.source
             if ev.phase == "shutdown" and self.shutdown_seq is None:
                 self.shutdown_seq = seq
+        if ('HTTP/' in msg or "Avg prompt throughput" in msg) and _ALIVE_RE.search(msg):
+            self.alive, self.alive_seq = line, seq
         if "paged_mqa_logits_metadata" in msg or "IndexerMetadataBuilder" in msg:
             if len(self.traced_deepgemm) < 2 * MAX_EVIDENCE:
                 self.traced_deepgemm.append((seq, line))
@@ -538,14 +546,16 @@ class _Pass:
         return a is not None and a.quiet_serving and source == a.ready_source
 
     def feed_raw(
-        self, raw: str, source: str, lineno: int, parsed: LogLine | None = None, kind: int | None = None
+        self, raw: str, source: str, lineno: int, parsed: LogLine | None = None, kind: int | None = None,
+        selected: bool = True,
     ) -> None:
         """A selected line as read. While the current start is serving quietly, lines that can change
         nothing (request-time tracebacks, per-request ERROR lines) are held instead of parsed: only a
         start or shutdown marker, a request-level error of the catalogue, or a sign that the server is
         going down is analysed. At such a sign the last held lines are analysed first (a worker's
-        traceback printed just before), and the start is analysed in full from then on."""
-        self.selected += 1
+        traceback printed just before), and the start is analysed in full from then on. `selected`: whether
+        the prefilter selects the line (an input read in full feeds every line)."""
+        self.selected += selected
         a = self.analyzers.get(self.splitter.current)
         # Only in the file that showed the start ready: another file of the same launch (the engine's own
         # log after the API server's) still has its startup lines to tell.
@@ -661,27 +671,78 @@ def diagnose(
         stream = open_source(source)
         count: list[int] = []
         try:
-            for batch in prefilter.scan_batches(
-                stream, engine=engine, line_count=count, progress=report, tagger=_SERVING_SORTER
-            ):
-                run.feed_batch(0, batch, name)
+            head = _read_up_to(stream, FULL_READ_BYTES + 1)
+            if len(head) <= FULL_READ_BYTES:
+                # A paste, or a log this short: every line is read (the prefilter only says which it selects).
+                for lineno, raw in prefilter.split_lines(head):
+                    run.feed_raw(raw, name, lineno, selected=prefilter.line_matches(raw))
+                    count = [lineno]
+                if report is not None:
+                    report(len(head))
+            else:
+                for batch in prefilter.scan_batches(
+                    prefilter.Rejoined(head, stream), engine=engine, line_count=count, progress=report,
+                    tagger=_SERVING_SORTER,
+                ):
+                    run.feed_batch(0, batch, name)
         finally:
             close_source(source, stream)
         run.lines_read += count[0] if count else 0
     return run.conclude(names)
 
 
+# An input this small (a paste, a short log) is read line by line in full: its lines without a prefilter
+# keyword count too (a server's access lines, which show it answered requests around an error).
+FULL_READ_BYTES = 1 << 20
+
+
+def _read_up_to(stream, n: int) -> bytes:
+    """Up to `n` bytes of a stream (fewer only at its end); a truncated .gz gives what it had."""
+    parts: list[bytes] = []
+    size = 0
+    reader = prefilter.reader_of(stream)
+    while size < n:
+        block = reader.read(n - size)
+        if not block:
+            break
+        parts.append(block)
+        size += len(block)
+    return b"".join(parts)
+
+
 def diagnose_lines(lines: Iterable[LogLine]) -> Diagnosis:
-    """Diagnose lines a caller already parsed (e.g. `iter_log_lines`); same result as `diagnose`."""
+    """Diagnose lines a caller already parsed (e.g. `iter_log_lines`); same result as `diagnose`: a source of
+    at most `FULL_READ_BYTES` is read in full, a longer one through the prefilter."""
     sources: list[str] = []
     run = _Pass()
     read = 0
+    held: list[LogLine] = []  # the lines of the current source while it may still be small
+    size = 0
+    full = True
+
+    def flush(small: bool) -> None:
+        for ln in held:
+            if small:
+                run.feed_raw(ln.raw, ln.source, ln.lineno, ln, selected=prefilter.line_matches(ln.raw))
+            elif prefilter.line_matches(ln.raw):
+                run.feed_raw(ln.raw, ln.source, ln.lineno, ln)
+        held.clear()
+
     for line in lines:
         read += 1
         if line.source not in sources:
+            flush(full)
             sources.append(line.source)
-        if prefilter.line_matches(line.raw):
+            size, full = 0, True
+        if full:
+            held.append(line)
+            size += len(line.raw.encode("utf-8", "replace")) + 1
+            if size > FULL_READ_BYTES:
+                full = False
+                flush(False)
+        elif prefilter.line_matches(line.raw):
             run.feed_raw(line.raw, line.source, line.lineno, line)
+    flush(full)
     run.lines_read = read
     return run.conclude(sources)
 
@@ -938,6 +999,14 @@ def _derive(sig_id: str, hits: list[_Hit], a: _Analyzer, tl: StartupTimeline, lo
 # compile_or_warm_up_model; v1/worker/gpu_model_runner.py:6133 profile_run, :5508 _dummy_run, :6482 capture_model;
 # v1/engine/core.py:261 _initialize_kv_caches) comes before. A start function wins: legacy V0 profiles through
 # execute_model.
+# The API server building its app once the engine is up (vllm==0.33.0 entrypoints/launchers/api_server/entry.py:
+# 135-139, build_app, init_app_state before "Starting vLLM server on"; 0.27.1 entrypoints/openai/api_server.py:189,
+# 355; openai/models/serving.py:124 init_static_loras): an error there ends a start whose engine was ready.
+APP_BUILD_FUNCTIONS = frozenset({"build_app", "init_app_state", "init_static_loras"})
+# What the API server runs after an engine's "init engine … took" line and before it serves: waiting for every
+# engine (vllm==0.33.0 v1/engine/utils.py:1206 launch_core_engines, :1403 wait_for_engine_startup; 0.27.1 :1054,
+# :1206) and building its app.
+SERVER_START_FUNCTIONS = APP_BUILD_FUNCTIONS | {"launch_core_engines", "wait_for_engine_startup"}
 SERVING_FUNCTIONS = frozenset({
     "run_busy_loop", "_process_engine_step", "step", "step_with_batch_queue", "_process_input_queue",
     "execute_model", "sample_tokens", "execute_dummy_batch",
@@ -945,7 +1014,7 @@ SERVING_FUNCTIONS = frozenset({
 STARTUP_FUNCTIONS = frozenset({
     "init_device", "load_model", "determine_available_memory", "initialize_from_config", "compile_or_warm_up_model",
     "profile_run", "_dummy_run", "_dummy_sampler_run", "capture_model", "_initialize_kv_caches",
-    "determine_num_available_blocks", "create_engine_config", "from_engine_args",
+    "determine_num_available_blocks", "create_engine_config", "from_engine_args", *APP_BUILD_FUNCTIONS,
 })
 # Compile-time code of torch.compile (not the compiled graph running): an error raised there is a compile error.
 _COMPILE_FRAME_RE = re.compile(r"/torch/(?:_dynamo/|_inductor/(?!runtime/|output_code\.py))")
@@ -1031,7 +1100,11 @@ def _conclude(a: _Analyzer, sources: list[str]) -> Diagnosis:
         else:
             hits[w].setdefault(sid, []).append(h)
     records: dict[str, list[ErrorRecord]] = {"startup": [], "serving": [], "noise": []}
+    survived: list[ErrorRecord] = []  # errors the server answered requests after: they did not take it down
     for r in a.records:
+        if a.alive_seq is not None and r.seq < a.alive_seq:
+            survived.append(r)
+            continue
         records[_window(a, r.seq)].append(r)
     # An interrupted start (Ctrl-C, SIGTERM: KeyboardInterrupt) did not fail.
     live_startup = [r for r in records["startup"] if not r.survived and not r.type.endswith("KeyboardInterrupt")]
@@ -1056,9 +1129,18 @@ def _conclude(a: _Analyzer, sources: list[str]) -> Diagnosis:
             wrapper_hits = [h for sid in ("engine_core_failed", "shutdown_noise") for h in hits["startup"].get(sid, [])]
             worded, basis = _phase_from_words(live_startup, _originating(live_startup), wrapper_hits)
             phase = worded or phase
-    elif any(BY_ID[sid].fatal and not BY_ID[sid].context for sid in hits["serving"]) or any(r.fatal for r in records["serving"]):
+    elif any(_takes_down(a, h) for hs in hits["serving"].values() for h in hs) or any(
+        r.fatal and not _is_request_error(r, hits["serving"]) for r in records["serving"]
+    ):
         phase = "serving"
         basis = PhaseBasis("ready_line", _ref_ev(tl.ready_ref))
+    if tl.ready and not tl.serving:
+        # Ready rests on an engine's "init engine … took" line; the API server never said it serves. An error
+        # raised where the server still starts (building its app, waiting for the other engines) ended the start.
+        building = next((r for r in records["serving"] if r.functions & SERVER_START_FUNCTIONS and not r.weak), None)
+        if building is not None:
+            word = sorted(building.functions & SERVER_START_FUNCTIONS)[0]
+            phase, basis = "startup", PhaseBasis("words", _ev(building.line), f"in {word}")
 
     findings: list[Finding] = []
     root: Finding | None = None
@@ -1081,6 +1163,8 @@ def _conclude(a: _Analyzer, sources: list[str]) -> Diagnosis:
         findings += found
     elif tl.ready:
         findings += _serving_warnings(a, tl, log, hits["serving"], records["serving"])
+    if phase is None and survived:
+        findings += _survived_warnings(a, survived, findings)
     if noise:
         findings.append(_make(BY_ID["shutdown_noise"], noise, {"count": len(noise)}))
 
@@ -1247,12 +1331,13 @@ def _ends_in(record: ErrorRecord, function: str) -> bool:
     return bool(origin and origin.last_frame and origin.last_frame.function == function)
 
 
-def _originating(records: list[ErrorRecord]) -> ErrorRecord | None:
+def _originating(records: list[ErrorRecord], *, survived: bool = False) -> ErrorRecord | None:
     """The error that started a failure: a process's own error before any wrapper that repeats it, the
     engine's and workers' before the API server's (which only reacts to the engine), then the earliest
     across processes; a wrapper that quotes the error when nothing else is in the log, else the first
-    wrapper (what an excerpt holds of a worker that died: "WorkerProc hit an exception.")."""
-    live = [r for r in records if not r.survived and r.type != "KeyboardInterrupt"]
+    wrapper (what an excerpt holds of a worker that died: "WorkerProc hit an exception."). `survived`: also
+    errors the process went on after."""
+    live = [r for r in records if (survived or not r.survived) and r.type != "KeyboardInterrupt"]
     own = [r for r in live if not r.is_wrapper]
     quoting = [r for r in live if r.quoted]
     if own:
@@ -1283,6 +1368,12 @@ def _quoting_wrapper(origin: ErrorRecord, records: list[ErrorRecord]) -> ErrorRe
     return min(later, key=lambda r: r.order) if later else None
 
 
+# The error body vLLM's API answers with, as a client quotes it in its own exception: ErrorResponse(error=
+# ErrorInfo(message, type, param, code)) (vllm==0.33.0 vllm/entrypoints/serve/engine/protocol.py:79-87;
+# 0.27.1 vllm/entrypoints/openai/engine/protocol.py:63).
+_ERROR_BODY_RE = re.compile(r'"error":\s*\{"message":\s*"((?:[^"\\]|\\.){10,})"')
+
+
 def _lookup(record: ErrorRecord, quote: ErrorRecord | None) -> Any:
     """The index entry (dsv4ctl.catalogue.message_index) of the message that states this error, or None:
     the wrapper's quote of an exception whose own line is cut off, the exception's message, the `assert`
@@ -1304,12 +1395,15 @@ def _lookup(record: ErrorRecord, quote: ErrorRecord | None) -> Any:
             candidates.append((origin.line.message, None))
     if record.kind not in ("python", "log_error"):
         candidates.append((record.text, None))
+    if record.kind == "python" and (body := _ERROR_BODY_RE.search(record.text)) is not None:
+        # A client's exception quoting the server's error body: the message is the server's, not its frame's.
+        candidates.append((body.group(1), "remote"))
     frame = record.frames[-1] if record.frames else None
-    for text, _ in candidates:
+    for text, where in candidates:
         entry = message_index.lookup_line(text)
         if entry is None:
             continue
-        if frame is not None and entry.kind in ("raise", "assert", "assert_bare"):
+        if frame is not None and where is None and entry.kind in ("raise", "assert", "assert_bare"):
             own = entry.function.rsplit(".", 1)[-1]
             if own != frame.function and not any(frame.file.endswith(src.file) for src in entry.sources):
                 continue
@@ -1420,6 +1514,42 @@ def _serving_warnings(
         f.order = origin.order
         findings.append(f)
     return findings
+
+
+def _is_request_error(record: ErrorRecord, by_id: dict[str, list[_Hit]]) -> bool:
+    """Whether a request's error of the catalogue (a prompt too long) states this record: an offline script
+    that dies of it (uncaught) still had an engine that answered."""
+    return any(record.spans(h.line) for hs in by_id.values() for h in hs if h.sig.role == "request")
+
+
+def _takes_down(a: _Analyzer, h: _Hit) -> bool:
+    """Whether a signature's line after the ready line says the server went down: a fatal signature (of the
+    wrappers, only those saying the engine died: a worker's failed RPC of another kind leaves it up), unless
+    the server answered requests after it."""
+    sig = h.sig
+    if not sig.fatal or sig.context or (a.alive_seq is not None and h.seq < a.alive_seq):
+        return False
+    return sig.id != "engine_core_failed" or bool(DEATH_RE.search(h.line.message))
+
+
+def _survived_warnings(a: _Analyzer, survived: list[ErrorRecord], findings: list[Finding]) -> list[Finding]:
+    """The originating error of those the server answered requests after (it stayed up): a warning, named
+    from the index where it knows the message; nothing when a finding already quotes that line."""
+    origin = _originating(survived, survived=True)
+    if origin is None or any(any(e.line == origin.line.lineno and e.source == origin.line.source for e in f.evidence)
+                             for f in findings):
+        return []
+    details: dict[str, Any] = {"exception": origin.type, "alive_line": a.alive.lineno if a.alive else None}
+    entry = _lookup(origin, None)
+    if entry is not None:
+        details.update(cite=entry.cite, function=entry.function, package=entry.package)
+    extra = [origin.frames_line] if origin.frames_line else []
+    f = _make(BY_ID["error_survived"], [], details, extra=[origin.line] + extra)
+    if entry is not None:
+        f.meaning += f" The message is {entry.package}'s, from {entry.function} ({entry.cite})."
+    f.evidence.sort(key=lambda e: (e.source, e.line) != (origin.line.source, origin.line.lineno))
+    f.order = origin.order
+    return [f]
 
 
 def _not_a_vllm_log(sources: list[str], lines_read: int, selected: int) -> Diagnosis:

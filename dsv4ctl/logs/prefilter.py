@@ -159,8 +159,13 @@ PATTERNS: tuple[str, ...] = (
     # catalogue: vllm
     # pydantic prints a ValueError raised in vLLM's config classes as "  Value error, <message> [type=value_error…"
     "Value error, ",
-    # pydantic's error of one field (records.py DETAIL_RE)
+    # pydantic's error of one field (records.py DETAIL_RE), argparse's error exit, an HTTP error body a client
+    # printed (records.py GENERIC "usage", "http_error")
     " \\[type=[a-z_]+",
+    ": error: ",
+    '"message": "',
+    # the kernel's and the container runtime's OOM kills (dmesg; kubectl describe / get)
+    "OOMKilled",
     # catalogue: ecosystem
     # Ray's raylet (memory monitor), huggingface_hub's message lines inside a traceback, its disk warning
     "Workers \\(tasks / actors\\) killed",
@@ -457,8 +462,9 @@ class _CountingReader:
 def _with_position(stream: BinaryIO) -> tuple[BinaryIO, Callable[[], int]]:
     """The stream to read and a function giving the bytes of the source read so far (for a .gz: of the
     compressed file, the unit of its size on disk)."""
-    if isinstance(stream, gzip.GzipFile):
-        raw = stream.fileobj
+    inner = stream.source if isinstance(stream, Rejoined) else stream
+    if isinstance(inner, gzip.GzipFile):
+        raw = inner.fileobj
 
         def compressed() -> int:
             try:
@@ -650,6 +656,41 @@ def _dense_batch(
     lines = [(lineno_base + k + 1, decode(data[a:b])) for k, a, b in zip(ks.tolist(), starts.tolist(), ends.tolist())]
     kind_list = kinds.tolist()
     return Batch(lines, kind_list, np.flatnonzero(kinds).tolist(), gaps or None)
+
+
+def split_lines(data: bytes) -> list[tuple[int, str]]:
+    """`(lineno, raw)` for every line of `data` as the scan reads them (decoded, capped at MAX_LINE_BYTES; a
+    last line without its newline counts)."""
+    parts = data.split(b"\n")
+    if data.endswith(b"\n"):
+        parts.pop()
+    return [(n, decode(raw[:MAX_LINE_BYTES])) for n, raw in enumerate(parts, 1)] if data else []
+
+
+def reader_of(stream: BinaryIO):
+    """A reader of `stream` whose read(n) returns what a truncated .gz still had instead of raising."""
+    from dsv4ctl.logs.reader import _Reader  # noqa: PLC0415 - the reader's own guard for streams
+
+    return _Reader(stream)
+
+
+class Rejoined:
+    """`head` (bytes already read) followed by the rest of `stream`, as one stream to scan."""
+
+    def __init__(self, head: bytes, stream: BinaryIO) -> None:
+        self.head = head
+        self.source = stream  # for the progress of a .gz: its compressed position
+        self.stream = reader_of(stream)
+        self.name = getattr(stream, "name", None)
+
+    def read(self, n: int = -1) -> bytes:
+        if self.head:
+            if n < 0 or n >= len(self.head):
+                out, self.head = self.head, b""
+                return out if n < 0 else out + self.stream.read(n - len(out)) if n > len(out) else out
+            out, self.head = self.head[:n], self.head[n:]
+            return out
+        return self.stream.read(n)
 
 
 def scan_source(

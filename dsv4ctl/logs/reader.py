@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import re
 import sys
 import zlib
@@ -132,10 +133,12 @@ _LAYERS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # A reply's quote ("> ") and Slurm's task label (srun --label: "0: "), outside everything else.
     ("quote", re.compile(r"^>+ ?")),
     ("srun", re.compile(r"^[0-9]{1,4}: ")),
+    # An exception group's traceback (CPython 3.11 traceback.py: each nested exception's lines behind "| ").
+    ("group", re.compile(r"^ *\| ")),
     # Python's logging formats: "<time> - INFO - file.py:12 - " (after the time), "ERROR:root:"
     ("pylog", re.compile(r"^-\s+(?P<plevel>" + _LEVELS + r")\s+-\s+(?:(?P<pfile>[\w.+-]+:\d+)\s+-\s+)?")),
 )
-_OUTER = ("timestamp", "journald", "compose", "quote", "srun", "kubectl")
+_OUTER = ("timestamp", "journald", "compose", "quote", "srun", "kubectl", "group")
 # After an ISO time, journald's short-iso format goes on with the host and the unit with its pid.
 _SYSLOG_TAIL_RE = re.compile(r"^\S+ [^\s:\[]+\[\d+\]: ")
 _PYLOG_BASIC_RE = re.compile(r"^(?P<level>" + _LEVELS + r"):[\w.]+:")
@@ -177,6 +180,33 @@ def clean(raw: str) -> str:
     return text.rstrip("\n")
 
 
+_JSON_LEVELS = {"WARN": "WARNING", "FATAL": "CRITICAL"}
+
+
+def _json_record(text: str) -> tuple[str, str | None, str | None, str | None] | None:
+    """A log record a JSON formatter wrote (`VLLM_LOGGING_CONFIG_PATH` with python-json-logger and the like):
+    (message, level, process, fileinfo) from its usual keys, or None when the line is not such an object."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    message = next((obj[k] for k in ("message", "msg", "event") if isinstance(obj.get(k), str)), None)
+    if message is None:
+        return None
+    level = next((str(obj[k]).upper() for k in ("levelname", "level", "severity") if isinstance(obj.get(k), str)), None)
+    level = _JSON_LEVELS.get(level, level) if level in ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL") else None
+    process = obj.get("processName") if isinstance(obj.get("processName"), str) else None
+    where = obj.get("filename"), obj.get("lineno")
+    fileinfo = f"{where[0]}:{where[1]}" if isinstance(where[0], str) and isinstance(where[1], int) else None
+    for key in ("exc_info", "exception", "stack_info"):  # a traceback the formatter put in a field of its own
+        if isinstance(obj.get(key), str) and obj[key].strip():
+            message = f"{message} | {obj[key].strip().splitlines()[-1]}"
+            break
+    return message, level, process, fileinfo
+
+
 def parse_line(raw: str, source: str = "-", lineno: int = 0) -> LogLine:
     """Parse one raw line (without its newline) into a `LogLine`. Never raises.
 
@@ -191,6 +221,13 @@ def parse_line(raw: str, source: str = "-", lineno: int = 0) -> LogLine:
     level: str | None = None
     fileinfo: str | None = None
     timestamp: str | None = None
+    if text.startswith("{") and text.rstrip().endswith("}") and '"' in text:
+        record = _json_record(text)
+        if record is not None:
+            message, level, process, fileinfo = record
+            line = parse_line(message, source, lineno)  # the message may carry vLLM's own prefix
+            return LogLine(source, lineno, line.process or process, line.pid, line.level or level,
+                           line.fileinfo or fileinfo, line.message, raw, line.timestamp, line.indent)
 
     peeled: list[str] = []
     while text and len(peeled) < 10:
@@ -200,7 +237,7 @@ def parse_line(raw: str, source: str = "-", lineno: int = 0) -> LogLine:
                 continue
             # docker compose's service name, a quote and Slurm's label come first (before any tag): "a | b" or
             # "0: x" inside a message is text.
-            if name in ("compose", "quote", "srun") and (text.startswith("(") or any(p not in _OUTER for p in peeled)):
+            if name in ("compose", "quote", "srun", "group") and (text.startswith("(") or any(p not in _OUTER for p in peeled)):
                 continue
             gd = m.groupdict()
             if name == "process":

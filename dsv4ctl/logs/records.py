@@ -58,7 +58,9 @@ _EXC_SUFFIX = r"(?:Error|Exception|Interrupt|Exit|Failed|Warning)"
 EXC_RE = re.compile(
     r"^((?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*" + _EXC_SUFFIX + r"|Exception|BaseException|StopIteration|GeneratorExit"
     r"|OutOfResources)(?:\([\w.]+\))?"
-    r"|(?:[A-Za-z_]\w*\.)*(?:exc|errors?|exceptions)\.[A-Z]\w*)(?::\s?(.*))?$"
+    r"|(?:[A-Za-z_]\w*\.)*(?:exc|errors?|exceptions)\.[A-Z]\w*"
+    # C modules' own lower-case classes: socket.gaierror, socket.herror
+    r"|(?:[A-Za-z_]\w*\.)+[a-z]\w*error)(?::\s?(.*))?$"
 )
 TB_EXC_RE = re.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:\([\w.]+\))?)(?::\s(.*)|:)?$")
 # CPython traceback.py: the header, and the two headers between the exceptions of a chain. vLLM also logs
@@ -78,7 +80,7 @@ DETAIL_RE = re.compile(r"^(?:Value error|Assertion failed), |^\S.*? \[type=[a-z_
 PYDANTIC_LOC_RE = re.compile(r"^[A-Za-z_][\w.\[\]]*$")
 # What is not log content: a gap an excerpt marks ("...", "…", "[... trimmed ...]"), Python 3.13's elided
 # lines ("...<2 lines>..."), the carets under a frame's code, a Markdown code fence around a paste.
-GAP_RE = re.compile(r"^(?:\.\.\.|…)|^\[\.\.\..*\]$|^[\^~]+$|^```")
+GAP_RE = re.compile(r"^(?:\.\.\.|…)|^\[\.\.\..*\]$|^[\^~]+$|^```|^\+[-+]")
 
 # Messages that only repeat an error printed elsewhere (vllm 0.32.0 sources):
 #   v1/executor/multiproc_executor.py:442  TimeoutError(f"RPC call to {method} timed out.")
@@ -93,8 +95,29 @@ WRAPPER_RE = re.compile(
     r"|See root cause above|See stack trace \(above\)|WorkerProc initialization failed|WorkerProc failed to start"
     r"|WorkerProc hit an exception|EngineDeadError|output_handler failed|died unexpectedly|EngineCore hit an exception"
     r"|Exception in worker \S+ while processing method"
+    r"|ExceptionGroup: "  # an exception group only gathers the errors printed in it
 )
 QUOTED_RE = re.compile(r"Worker failed with error '(.*)', please check the stack trace above")
+# Words that say the engine died (vllm==0.33.0 v1/engine/core.py:1586 "EngineCore encountered a fatal error.",
+# v1/engine/exceptions.py EngineDeadError, v1/engine/async_llm.py:943 "AsyncLLM output_handler failed.",
+# v1/executor/multiproc_executor.py "Worker proc %s died unexpectedly").
+DEATH_RE = re.compile(r"EngineCore encountered a fatal error|EngineDeadError|output_handler failed|died unexpectedly")
+# The engine's step, the model running in it (vllm==0.32.0 v1/engine/core.py run_busy_loop/step,
+# v1/worker/gpu_worker.py execute_model/sample_tokens; torch's Module call): an error there ends the engine.
+STEP_FUNCTIONS = frozenset({
+    "run_busy_loop", "_process_engine_step", "step", "step_with_batch_queue", "execute_model", "sample_tokens",
+    "execute_dummy_batch", "_call_impl", "forward",
+})
+
+
+def _is_entry_frame(frame: "Frame") -> bool:
+    """The outermost frame of a process's own stack: a script's top level (`vllm` in bin/, not a module being
+    imported from site-packages) or `python -m`'s runpy entry. A traceback that starts there was not caught."""
+    if frame.function == "_run_module_as_main":
+        return True
+    return frame.function == "<module>" and "-packages/" not in frame.file and "<frozen" not in frame.file
+
+
 # `raise X(…)` as a frame's code line shows it: the type, and the string literals of its message.
 _RAISE_RE = re.compile(r"^raise ((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)\b\s*(?:\((.*))?$")
 _CALL_RE = re.compile(r"([A-Za-z_]\w*)\s*\(")
@@ -185,9 +208,15 @@ class ErrorRecord:
     @property
     def fatal(self) -> bool:
         """Seen while serving, this error means the engine is down: a CUDA fault (sticky), a killed or
-        crashed process, an NCCL failure, or a wrapper saying the engine died."""
+        crashed process, an NCCL failure, words saying the engine died, or an error raised in the engine's
+        step (the model running). An RPC of another kind that failed (loading a LoRA adapter) leaves it up."""
         if self.kind == "python":
-            return self.is_wrapper or "CUDA error" in self.text
+            if self.details.get("uncaught"):
+                return True  # the interpreter printed it as the process exited
+            said = self.text + (" " + self.headline.message if self.headline is not None else "")
+            if "CUDA error" in said or DEATH_RE.search(said):
+                return True
+            return bool(self.functions & STEP_FUNCTIONS)
         if self.kind == "nccl":
             return "collective" in self.details  # the watchdog's time-out; a WARN line alone can be benign
         return self.kind in ("coredump", "cuda", "killed", "crash", "cpp")
@@ -195,8 +224,9 @@ class ErrorRecord:
     @property
     def weak(self) -> bool:
         """Names a cause once a failure is certain, but does not make one: an ERROR record in words of its
-        own, an NCCL WARN line (NCCL prints benign ones too)."""
-        return self.kind == "log_error" or (self.kind == "nccl" and "nccl_warn" in self.details)
+        own, an NCCL WARN line (NCCL prints benign ones too), an error body a client received (the server
+        answered it)."""
+        return self.kind in ("log_error", "http_error") or (self.kind == "nccl" and "nccl_warn" in self.details)
 
     @property
     def quoted(self) -> str | None:
@@ -258,7 +288,11 @@ GENERIC: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("nccl", re.compile(r"Watchdog caught collective operation timeout: (?P<collective>.+)")),
     # OS errors as Python prints them: "OSError: [Errno 98] Address already in use", and asyncio's bind error
     # (CPython 3.11.7 asyncio/base_events.py:1525): "[Errno 98] error while attempting to bind on address …"
-    ("os", re.compile(r"\[Errno (?P<errno>[0-9]+)\] (?P<os_error>.+)")),
+    ("os", re.compile(r"\[Errno (?P<errno>-?[0-9]+)\] (?P<os_error>.+)")),
+    # argparse's error exit (CPython 3.11.7 argparse.py:2630 "%(prog)s: error: %(message)s"): "vllm serve: error: …"
+    ("usage", re.compile(r"^(?P<prog>[\w.-]+(?: [\w.-]+)?): error: (?P<usage_error>.+)")),
+    # An HTTP error body as a client prints it (vLLM's ErrorResponse, pretty-printed by jq): '"message": "…",'
+    ("http_error", re.compile(r'^"message": "(?P<http_error>.+?)",?$')),
     # Processes killed: vLLM's monitor reports the exit code (-9 = SIGKILL, the kernel's OOM killer);
     # the shell prints "Killed" for a foreground process killed by SIGKILL.
     ("killed", re.compile(r"died unexpectedly \(exit code: (?P<exit_code>-9)\)")),
@@ -331,7 +365,7 @@ def kernel_of(message: str, coredump: bool = False) -> str | None:
 _GENERIC_WORDS = ("CUDBG_EXCEPTION", "CUDA Exception", "CUDA error", "Cuda error", "Check failed", "Assertion `",
                   "terminate called", "NCCL WARN", "Watchdog caught", "[Errno", "died unexpectedly", "Killed",
                   "Fatal Python error", "Segmentation fault", "Aborted", "Bus error", "Error: ", "FATAL: ",
-                  "Fatal error: ")
+                  "Fatal error: ", ": error: ", '"message": "')
 
 
 def log_error(line: LogLine) -> ErrorRecord:
@@ -556,6 +590,7 @@ class _Open:
         self.raise_lines: list[LogLine] = []
         self.had_traceback = False
         self.functions: set[str] = set()
+        self.uncaught = False  # a traceback from the process's entry: the interpreter printed it as it exited
         self.loc: LogLine | None = None  # the field a pydantic ValidationError's next line is about
 
     @property
@@ -588,6 +623,8 @@ class _Open:
         self.frames = []
 
     def frame(self, frame: Frame) -> None:
+        if not self.frames and _is_entry_frame(frame):
+            self.uncaught = True
         self.frames.append(frame)
         if len(self.functions) < 4 * MAX_FRAMES:
             self.functions.add(frame.function)
@@ -643,7 +680,7 @@ class _Open:
         return ErrorRecord(
             kind="python", line=origin.detail or origin.line, text=text, exceptions=list(self.exceptions), seq=self.seq,
             order=self.order, first=self.first, end=end, headline=self.headline, frames=self.origin_frames,
-            functions=frozenset(self.functions),
+            functions=frozenset(self.functions), details={"uncaught": True} if self.uncaught else {},
         )
 
     def _inferred(self) -> ExceptionInfo:

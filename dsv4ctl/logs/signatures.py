@@ -272,6 +272,27 @@ CATALOGUE: tuple[Signature, ...] = (
         phase="startup",  # a server that cannot bind its port never served, whatever it logged before
     ),
     Signature(
+        id="cli_arguments_rejected",
+        severity="critical",
+        title="The command line was rejected",
+        meaning=(
+            "{prog} refused its arguments before starting anything ({usage_error}): a flag vLLM does not have "
+            "(often a misspelling), a value of the wrong type, or a flag of another release."
+        ),
+        patterns=(
+            r"^(?P<prog>[\w.-]+(?: [\w.-]+)?): error: (?P<usage_error>unrecognized arguments: .+)",
+            r"^(?P<prog>[\w.-]+(?: [\w.-]+)?): error: (?P<usage_error>argument \S+: .+)",
+        ),
+        actions=(
+            "Check each flag's spelling and value against this release's own list: vllm serve --help=all",
+        ),
+        source=(
+            "CPython 3.11.7 argparse.py:2630 (the exit), :2384 (unrecognized arguments), :776 (argument …); "
+            "vllm==0.33.0 vllm/utils/argparse_utils.py:182 (FlexibleArgumentParser.error hands it to argparse)"
+        ),
+        phase="startup",
+    ),
+    Signature(
         id="cuda_illegal_memory_access",
         fatal=True,
         severity="critical",
@@ -434,6 +455,18 @@ DERIVED: tuple[Signature, ...] = (
         ),
         patterns=(),
         actions=("Diagnose the serving error separately; the startup itself succeeded",),
+    ),
+    Signature(
+        id="error_survived",
+        severity="warning",
+        role="note",
+        title="An error the server survived",
+        meaning=(
+            "The server answered requests after this error (line {alive_line}), so it did not take the server "
+            "down: a request's or a client's error, or one vLLM handled."
+        ),
+        patterns=(),
+        actions=("Look at the request that failed; the server needs no restart",),
     ),
     Signature(
         id="indexed_error",

@@ -246,6 +246,26 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
         source="linux-source-6.1==6.1.176 mm/oom_kill.c:959",
     ),
+    Signature(
+        id="eco_container_oom_killed",
+        severity="critical",
+        fatal=True,
+        title="The container was OOM-killed (its memory limit)",
+        meaning=(
+            "The container runtime reports the container terminated with reason OOMKilled: it hit its memory "
+            "limit (host RAM, not GPU memory) and the kernel killed it (exit code 137 = 128 + SIGKILL). vLLM's "
+            "processes peak there while workers load the checkpoint's weights."
+        ),
+        patterns=(r"\bOOMKilled\b",),
+        actions=(
+            "Raise the container's memory limit (resources.limits.memory), or load with fewer workers per pod",
+            "The limit it had is under Limits: memory in the pod's kubectl describe output",
+        ),
+        source=(
+            "containerd==1.6.20 usr/bin/containerd (the CRI's OOMKilled reason); "
+            "kubernetes-client==1.20.2 usr/bin/kubectl (describe: Last State, Reason, Exit Code)"
+        ),
+    ),
     # ------------------------------------------------------------------ CUDA runtime texts torch raises
     Signature(
         id="eco_cuda_no_kernel_image",

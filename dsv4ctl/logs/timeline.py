@@ -137,6 +137,12 @@ class StartupTimeline:
     # launch's own flags by their EngineArgs/FrontendArgs names, so suggested commands can repeat them.
     serve_args: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def serving(self) -> bool:
+        """The API server said it serves (or answered a request). `ready` alone may rest on an engine's
+        "init engine … took" line, after which the server still waits for its other engines and builds its app."""
+        return self.ready_url is not None or "startup_complete" in self.refs or "answered" in self.refs
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         if self.autofit is not None:
@@ -187,6 +193,11 @@ _RE = {
     "init_engine": re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([0-9]+(?:\.[0-9]+)?) s"),
     "server_on": re.compile(r"Starting vLLM (?:API )?server (?:[0-9]+ )?on (\S+)"),
     "startup_complete": re.compile(r"Application startup complete"),
+    # A server answering: uvicorn's access line (uvicorn==0.54.0 uvicorn/config.py:94, '%(levelprefix)s
+    # %(client_addr)s - "%(request_line)s" %(status_code)s') and vLLM's throughput line (vllm==0.33.0
+    # vllm/v1/metrics/loggers.py:283, 0.27.1 :263). Excerpts read in full show them; the prefilter selects
+    # neither (a long log's ready line comes first).
+    "answered": re.compile(r'- "[A-Z]+ \S* HTTP/[0-9.]+" [0-9]{3}|Engine [0-9]+: Avg prompt throughput: '),
     "v2_runner": re.compile(r"Using V2 Model Runner"),
     "v1_runner": re.compile(r"Model Runner V2 (?:does not yet support|requires).*using the V1 model runner"),
     "fp8_ds_mla": re.compile(r"fp8_ds_mla KV cache format"),
@@ -426,6 +437,14 @@ class StartupTracker:
                 tl.ready = True
                 tl.ready_ref = LineRef.of(line)
                 events.append(self._event("ready", "Ready", line))
+        if ('HTTP/' in msg or "Avg prompt throughput" in msg) and not tl.serving and R["answered"].search(msg):
+            # The server answered a request: it was up (an excerpt may hold no ready line). Kept only where no
+            # ready line said so (the prefilter selects no access line: a long log has its ready line).
+            self._ref("answered", line)
+            if not tl.ready:
+                tl.ready = True
+                tl.ready_ref = LineRef.of(line)
+                events.append(self._event("ready", "Serving requests", line))
         if "Model Runner" in msg:
             if R["v2_runner"].search(msg):
                 tl.model_runner = "V2"

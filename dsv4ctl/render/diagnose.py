@@ -228,7 +228,13 @@ def _timeline_rows(tl: StartupTimeline) -> list[tuple[str, str]]:
     if tl.graph_capture_gib is not None:
         add("graph memory", f"{tl.graph_capture_gib:.2f} GiB in {tl.graph_capture_seconds:.0f} s")
     if tl.ready:
-        add("ready", tl.ready_url or (f"yes (line {tl.ready_ref.line})" if tl.ready_ref else "yes"))
+        at = f" (line {tl.ready_ref.line})" if tl.ready_ref else ""
+        if tl.ready_url:
+            add("ready", tl.ready_url)
+        elif tl.serving:
+            add("ready", f"yes{at}")
+        else:
+            add("ready", f"engine only{at}; no API server ready line")
     add("last phase", tl.last_phase)
     return rows
 

@@ -43,6 +43,8 @@ PACKAGE_ROOTS = {
     "nvidia-cuda-runtime": lambda v: WHEELS / "other" / f"nvidia-cuda-runtime-{v}",
     "glibc": lambda v: Path("/"),
     "linux-source-6.1": lambda v: WHEELS / "other" / f"linux-source-6.1-{v}",
+    "containerd": lambda v: WHEELS / "other" / f"containerd-{v}",
+    "kubernetes-client": lambda v: WHEELS / "other" / f"kubernetes-client-{v}",
 }
 FRAGMENTS: dict[str, list[str]] = {
     "eco_nccl_watchdog_timeout": ["Watchdog caught collective operation timeout: "],
@@ -65,6 +67,7 @@ FRAGMENTS: dict[str, list[str]] = {
                            "Task was killed due to the node running low on memory."],
     "eco_ray_worker_system_error": ["A worker died or was killed while executing a task by an unexpected system error."],
     "eco_kernel_oom_kill": ["Killed process %d (%s)"],
+    "eco_container_oom_killed": ["OOMKilled", "Last State", "Exit Code:"],
     "eco_ray_actor_died": ["The actor died unexpectedly before finishing this task.",
                            "The actor is dead because its worker process has died. Worker exit type: "],
     "eco_ray_placement_group": ["Cannot provide a placement group", "is not included in a placement",
@@ -109,6 +112,7 @@ EVIDENCE = {
     "eco_ray_actor_died": "ActorDiedError: The actor died unexpectedly before finishing this task.",
     "eco_ray_worker_system_error": "A worker died or was killed while executing a task by an unexpected system error.",
     "eco_kernel_oom_kill": "Out of memory: Killed process 4242 (VLLM::Worker_TP)",
+    "eco_container_oom_killed": "Reason:       OOMKilled",
     "eco_ray_placement_group__timeout": "ValueError: Cannot provide a placement group requiring 8 GPUs",
     "eco_ray_placement_group__driver_node": "is not included in a placement group",
     "eco_ray_placement_group__no_gpu_on_driver": "ValueError: Current node has no GPU available. current_node_resource=",

@@ -26,6 +26,7 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
 # fixture -> (verdict, exit code, root cause id, ids that must be among the findings)
 EXPECTED = {
     "address_in_use": ("failed", 3, "address_in_use", []),
+    "cli_arguments_rejected": ("failed", 3, "cli_arguments_rejected", []),
     "autofit_reduced_legacy": ("healthy", 0, None, ["autofit_reduced"]),
     "autofit_reduced_v031": ("healthy", 0, None, ["autofit_reduced"]),
     "autofit_reduced_v032": ("healthy", 0, None, ["autofit_reduced"]),

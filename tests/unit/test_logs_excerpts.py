@@ -393,3 +393,151 @@ def test_the_h200_core_dump_capture_alone_names_deepgemms_metadata_kernel():
     assert "_ZN9deep_gemm5sched30sm90_paged_mqa_logits_metadata" in root.evidence[0].text
     assert root.evidence[0].raw.startswith("[11:12:22.536845] coredump:")
     assert any("CUDBG_EXCEPTION_WARP_OUT_OF_RANGE_ADDRESS" in e.text for e in root.evidence)
+
+
+# ------------------------------------------------------------------- what the server did after the error
+
+ACCESS_OK = 'INFO:     10.1.2.9:41270 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+ACCESS_400 = 'INFO:     127.0.0.1:58814 - "POST /v1/chat/completions HTTP/1.1" 400 Bad Request\n'
+THROUGHPUT = ("(APIServer pid=1) INFO 11-02 10:15:31 [loggers.py:335] Engine 000: Avg prompt throughput: 88.4 tokens/s, "
+              "Avg generation throughput: 41.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs\n")
+
+
+@pytest.mark.parametrize("after", [ACCESS_OK, ACCESS_400, THROUGHPUT])
+def test_an_error_the_server_answered_requests_after_did_not_take_it_down(after):
+    # No ready line in the paste: the access line (uvicorn) or vLLM's throughput line says the server was up,
+    # so the error before it is one it survived (a warning quoting it), never a failure.
+    error = "RuntimeError: Worker failed with error 'LoRA rank 64 is greater than max_lora_rank 16.'\n"
+    d = run(error + after)
+    assert (d.verdict, int(d.exit_code)) == ("healthy", 0)
+    assert d.timeline.ready and d.timeline.serving
+    survived = next(f for f in d.findings if f.id == "error_survived")
+    assert survived.evidence[0].text.startswith("RuntimeError: Worker failed with error")
+
+
+def test_the_same_error_with_nothing_after_it_is_a_failure():
+    d = run("RuntimeError: Worker failed with error 'LoRA rank 64 is greater than max_lora_rank 16.'\n")
+    assert d.verdict == "failed"
+
+
+def test_a_clients_exception_group_quoting_the_servers_error_body_names_vllms_check():
+    # Python 3.11's exception-group rendering ('| ' inside the group) from the user's own client, then the
+    # server's 400s: the message in the JSON body is vLLM's (SamplingParams), not the client's frame.
+    d = run(
+        "  + Exception Group Traceback (most recent call last):\n"
+        '  |   File "/home/dev/evals/sweep.py", line 32, in <module>\n'
+        "  |     asyncio.run(main())\n"
+        "  | ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)\n"
+        "  +-+---------------- 1 ----------------\n"
+        "    | Traceback (most recent call last):\n"
+        '    |   File "/home/dev/evals/sweep.py", line 16, in post\n'
+        '    |     raise ServerError(f"HTTP {status}: {json.dumps(body)}")\n'
+        '    | ServerError: HTTP 400: {"error": {"message": "Requested sample logprobs of 50, which is greater than '
+        'max allowed: 20", "type": "BadRequestError", "param": "logprobs", "code": 400}}\n'
+        "    +------------------------------------\n" + ACCESS_400
+    )
+    assert d.verdict == "healthy"
+    survived = next(f for f in d.findings if f.id == "error_survived")
+    assert survived.details["exception"] == "ServerError"  # the sub-exception, not the group that wraps it
+    assert survived.details["function"] == "SamplingParams._validate_logprobs"
+    assert survived.details["cite"].startswith("vllm==")
+
+
+def test_a_clients_error_json_is_a_record_that_names_vllms_message():
+    # curl | jq of an error response: the "message" line is the error; the 400 access line says the server lived.
+    d = run('{\n  "error": {\n    "message": "The provided JSON schema contains features not supported by xgrammar.",\n'
+            '    "type": "BadRequestError",\n    "code": 400\n  }\n}\n' + ACCESS_400)
+    survived = next(f for f in d.findings if f.id == "error_survived")
+    assert survived.evidence[0].line == 3
+    assert survived.details["function"] == "validate_xgrammar_grammar"
+
+
+# ----------------------------------------------------------------- engine ready, API server not yet serving
+
+ENGINE_READY = ("(EngineCore_DP0 pid=188) INFO 12-04 09:15:20 [core.py:413] init engine (profile, create kv cache, "
+                "warmup model) took 61.52 s (compilation: 30.15 s)\n")
+
+
+def test_an_error_while_the_api_server_waits_for_its_engines_fails_the_start():
+    # The engine's "init engine … took" line is not the server serving: the API server still waits for the
+    # other data-parallel engines (wait_for_engine_startup), and its error ends the start.
+    d = run(
+        ENGINE_READY + "Traceback (most recent call last):\n  [...]\n"
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/utils.py", line 1393, in launch_core_engines\n'
+        "    wait_for_engine_startup(\n"
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/utils.py", line 1570, in wait_for_engine_startup\n'
+        "    raise RuntimeError(\n"
+        "RuntimeError: Configuration mismatch detected for engine 1. All DP workers must have identical configurations "
+        "for parameters that affect collective communication (e.g., enable_eplb, eplb_config.log_balancedness).\n"
+    )
+    assert (d.verdict, d.phase) == ("failed", "startup")
+    assert d.timeline.ready and not d.timeline.serving
+    assert root_texts(d)[0].startswith("RuntimeError: Configuration mismatch detected for engine 1.")
+
+
+def test_an_uncaught_error_building_the_app_fails_the_start():
+    # Static --lora-modules are loaded in init_app_state after the engine is ready; the traceback the
+    # interpreter prints from the `vllm` script's <module> frame is the process exiting.
+    d = run(
+        ENGINE_READY + "Traceback (most recent call last):\n"
+        '  File "/usr/local/bin/vllm", line 10, in <module>\n    sys.exit(main())\n'
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/launchers/api_server/app_state.py", line 86, '
+        "in init_app_state\n    await state.openai_serving_models.init_static_loras()\n"
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/openai/models/serving.py", line 139, in '
+        "init_static_loras\n    raise ValueError(load_result.error.message)\n"
+        "ValueError: Call to add_lora method failed: LoRA rank 64 is greater than max_lora_rank 16.\n"
+    )
+    assert (d.verdict, d.phase) == ("failed", "startup")
+    assert (d.phase_basis.basis, d.phase_basis.word) == ("words", "in init_app_state")
+
+
+def test_an_offline_scripts_uncaught_request_error_is_still_a_request_error():
+    # The uncaught rule does not turn a rejected request into a failure: the engine answered it.
+    d = run(
+        ENGINE_READY + "Traceback (most recent call last):\n"
+        '  File "/srv/batch/run.py", line 31, in <module>\n    outputs = llm.generate(prompts, params)\n'
+        "vllm.exceptions.VLLMValidationError: The decoder prompt (length 40211) is longer than the maximum model "
+        "length of 32768. Make sure that `max_model_len` is no smaller than the number of text tokens.\n"
+    )
+    assert d.verdict != "failed"
+    assert any(f.id == "prompt_too_long" for f in d.findings)
+
+
+# -------------------------------------------------------------------------------- more shapes of a paste
+
+def test_json_formatted_records_are_read_as_records():
+    # A JSON logging config (python-json-logger's fields): process, level and message come from the object.
+    line = parse_line('{"asctime": "2026-12-04 09:10:09,871", "levelname": "ERROR", "name": "vllm.config.model", '
+                      '"processName": "EngineCore_DP0", "process": 188, "message": "Using max model len 32768"}', "x", 1)
+    assert (line.process, line.level, line.message) == ("EngineCore_DP0", "ERROR", "Using max model len 32768")
+
+
+def test_a_lowercase_dotted_exception_type_is_an_exception():
+    # socket.gaierror: CPython's own name for a resolver failure (no capital, no "Error" suffix in the class).
+    recs = assemble("socket.gaierror: [Errno -2] Name or service not known\n")
+    assert [r.type for r in recs] == ["socket.gaierror"]
+    assert run("socket.gaierror: [Errno -2] Name or service not known\n").verdict == "failed"
+
+
+def test_argparse_rejecting_a_flag_is_the_cause():
+    d = run("usage: vllm serve [model_tag] [options]\n"
+            "vllm serve: error: unrecognized arguments: --gpu-memory-utilisation 0.92\n")
+    assert (d.verdict, d.root_cause.id, d.phase) == ("failed", "cli_arguments_rejected", "startup")
+    assert "--gpu-memory-utilisation" in root_texts(d)[0]
+
+
+def test_kubectl_describe_oomkilled_names_the_container_limit():
+    d = run("Containers:\n  vllm:\n    Last State:     Terminated\n      Reason:       OOMKilled\n"
+            "      Exit Code:    137\n")
+    assert (d.verdict, d.root_cause.id) == ("failed", "eco_container_oom_killed")
+
+
+def test_a_paste_is_read_in_full_and_a_long_log_through_the_prefilter(monkeypatch):
+    # The access line is not a prefilter keyword: read in full it counts, through the prefilter it does not.
+    from dsv4ctl.logs import diagnose as diagnose_module
+
+    text = "RuntimeError: Worker failed with error 'LoRA rank 64 is greater than max_lora_rank 16.'\n" + ACCESS_OK
+    assert not prefilter.line_matches(ACCESS_OK.strip())
+    assert run(text).verdict == "healthy"
+    monkeypatch.setattr(diagnose_module, "FULL_READ_BYTES", 0)
+    assert run(text).verdict == "failed"

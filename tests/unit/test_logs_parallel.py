@@ -1,7 +1,9 @@
 """The parallel scan of big files gives byte-for-byte the sequential result.
 
 The threshold is lowered to a few bytes here, so small files (fixtures padded with serving noise and
-concatenated) take the parallel path; nothing big is written.
+concatenated) take the parallel path; nothing big is written. The one-process reference reads them
+through the prefilter as well: a file below `FULL_READ_BYTES` is otherwise read in full, which no file
+big enough to be scanned in parallel (64 MiB) ever is.
 """
 
 from __future__ import annotations
@@ -18,12 +20,20 @@ from hypothesis import strategies as st
 
 from dsv4ctl.errors import InputError
 from dsv4ctl.logs import parallel, prefilter
+from dsv4ctl.logs import diagnose as diagnose_module
 from dsv4ctl.logs.diagnose import diagnose
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
 EXAMPLES = Path(__file__).resolve().parents[2] / "dsv4ctl" / "examples"
 LOGS = sorted(FIXTURES.glob("*.log")) + sorted(EXAMPLES.glob("*.log"))
 ENGINES = ["re"] + (["hyperscan"] if prefilter.hyperscan_available() else [])
+
+
+
+@pytest.fixture(autouse=True)
+def _prefiltered_reference(monkeypatch):
+    monkeypatch.setattr(diagnose_module, "FULL_READ_BYTES", 0)
+
 
 # Serving noise no pattern selects (a uvicorn access line and a metrics line).
 NOISE = (

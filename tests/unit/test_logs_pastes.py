@@ -70,6 +70,7 @@ from pastes import CATALOGUE_DIR, EXAMPLES, FIXTURES, Fixture, Paste, make_fixtu
 # Core fixtures and examples: the line (1-based, in the file) the whole log's root cause quotes first.
 CORE_CAUSE_LINE = {
     "address_in_use": 8,
+    "cli_arguments_rejected": 5,
     "compile_error": 24,
     "cuda_driver_too_old": 17,
     "cuda_fault_while_serving": 35,
