@@ -38,12 +38,12 @@ from dsv4ctl.errors import ExitCode
 from dsv4ctl.logs import deployment, parallel, prefilter
 from dsv4ctl.logs.reader import LogLine, Source, close_source, open_source, parse_line, printable, source_list, source_name
 from dsv4ctl.logs.records import DEATH_RE, ErrorAssembler, ErrorRecord, kernel_of
-from dsv4ctl.logs.signature_index import LineSorter, SignatureIndex
+from dsv4ctl.catalogue.signature_index import LineSorter, SignatureIndex
 from dsv4ctl.logs.starts import StartSplitter
 
 if TYPE_CHECKING:
     from dsv4ctl.planning.safe_length import SafeLength
-from dsv4ctl.logs.signatures import AFFECTED_STALE, BY_ID, CATALOGUE, FIXED_STALE, Signature
+from dsv4ctl.catalogue.signatures import AFFECTED_STALE, BY_ID, CATALOGUE, FIXED_STALE, Signature
 from dsv4ctl.logs.timeline import LineRef, StartupTimeline, StartupTracker
 from dsv4ctl.units import GiB, cdiv, format_tokens, round_up
 

@@ -226,7 +226,7 @@ def _ere(literal: str) -> str:
 def _signature_keywords(hand: tuple[str, ...]) -> tuple[str, ...]:
     """A keyword for every catalogue pattern no hand-written entry covers: the pattern's literal text, so a
     signature's line is selected whatever wraps it, or when it is pasted alone without its exception name."""
-    from dsv4ctl.logs.signatures import CATALOGUE  # noqa: PLC0415 - the catalogue imports nothing from here
+    from dsv4ctl.catalogue.signatures import CATALOGUE  # noqa: PLC0415 - the catalogue imports nothing from here
 
     hand_re = re.compile(_factored(hand), re.ASCII)
     out: list[str] = []

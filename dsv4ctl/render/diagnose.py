@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dsv4ctl.logs.diagnose import Diagnosis, Finding
-from dsv4ctl.logs.signatures import BY_ID
+from dsv4ctl.catalogue.signatures import BY_ID
 from dsv4ctl.logs.examples import Example
 from dsv4ctl.logs.timeline import StartupTimeline
 from dsv4ctl.render import cut_around, print_command, print_prose

@@ -145,7 +145,7 @@ def diagnose_log(log_file: Path) -> Any:
     return diagnose([str(log_file)])
 
 
-# Root causes a shorter explicit --max-model-len avoids (ids of dsv4ctl.logs.signatures).
+# Root causes a shorter explicit --max-model-len avoids (ids of dsv4ctl.catalogue.signatures).
 RETRYABLE_CAUSES = ("stale_max_model_len", "kv_cache_insufficient")
 
 

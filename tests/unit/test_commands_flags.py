@@ -174,7 +174,7 @@ def source_mentions() -> Iterator[Mention]:
 
 
 def catalogue_mentions() -> Iterator[Mention]:
-    from dsv4ctl.logs import signatures
+    from dsv4ctl.catalogue import signatures
 
     catalogues = [v for k, v in vars(signatures).items() if k.isupper() and isinstance(v, tuple)]
     for catalogue in catalogues:

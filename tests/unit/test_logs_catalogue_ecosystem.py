@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from dsv4ctl.logs import prefilter
-from dsv4ctl.logs import signatures as signatures_module
+from dsv4ctl.catalogue import signatures as signatures_module
 from dsv4ctl.logs.reader import iter_log_lines
-from dsv4ctl.logs.signatures import CATALOGUE
-from dsv4ctl.logs.signatures_ecosystem import SIGNATURES
+from dsv4ctl.catalogue.signatures import CATALOGUE
+from dsv4ctl.catalogue.signatures_ecosystem import SIGNATURES
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "logs"
@@ -256,7 +256,7 @@ def spliced(monkeypatch):
     # With the other parts of the catalogue that exist (vLLM's own messages), so overlaps show here.
     others: tuple = ()
     try:
-        from dsv4ctl.logs.signatures_vllm import SIGNATURES as vllm_part
+        from dsv4ctl.catalogue.signatures_vllm import SIGNATURES as vllm_part
     except ImportError:
         vllm_part = ()
     spliced_ids = {s.id for s in CATALOGUE}

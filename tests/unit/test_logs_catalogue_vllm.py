@@ -1,4 +1,4 @@
-"""The `vllm` part of diagnose's catalogue (dsv4ctl/logs/signatures_vllm.py): what vLLM itself raises at startup.
+"""The `vllm` part of diagnose's catalogue (dsv4ctl/catalogue/signatures_vllm.py): what vLLM itself raises at startup.
 
 One fixture per wording (tests/fixtures/logs/catalogue/vllm_<id>[__<wording>].log, written by vllm_generate.py
 there). The tests that need no splice check each signature on its fixtures line by line; the diagnose tests run
@@ -17,8 +17,8 @@ import pytest
 from dsv4ctl.logs import prefilter
 from dsv4ctl.logs.diagnose import diagnose
 from dsv4ctl.logs.reader import iter_log_lines
-from dsv4ctl.logs.signatures import BY_ID, CATALOGUE, DERIVED
-from dsv4ctl.logs.signatures_vllm import SIGNATURES
+from dsv4ctl.catalogue.signatures import BY_ID, CATALOGUE, DERIVED
+from dsv4ctl.catalogue.signatures_vllm import SIGNATURES
 
 ROOT = Path(__file__).resolve().parents[2]
 CATALOGUE_DIR = ROOT / "tests" / "fixtures" / "logs" / "catalogue"

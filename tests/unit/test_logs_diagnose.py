@@ -19,7 +19,7 @@ from dsv4ctl.errors import ExitCode
 from dsv4ctl.logs import prefilter
 from dsv4ctl.logs.diagnose import c128a_capacity, diagnose, diagnose_lines, safe_length_from_log
 from dsv4ctl.logs.reader import iter_log_lines
-from dsv4ctl.logs.signatures import BY_ID, CATALOGUE
+from dsv4ctl.catalogue.signatures import BY_ID, CATALOGUE
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
 
@@ -83,7 +83,7 @@ def test_every_fixture_has_an_expectation_and_every_signature_a_fixture():
     assert {p.stem for p in FIXTURES.glob("*.log")} == set(EXPECTED)
     covered = {root for _, _, root, _ in EXPECTED.values() if root} | {i for *_, ids in EXPECTED.values() for i in ids}
     # The family modules (signatures_vllm, …) have fixtures of their own under fixtures/logs/catalogue/.
-    from dsv4ctl.logs import signatures_ecosystem, signatures_vllm
+    from dsv4ctl.catalogue import signatures_ecosystem, signatures_vllm
 
     family = {s.id for s in signatures_vllm.SIGNATURES + signatures_ecosystem.SIGNATURES}
     assert {s.id for s in CATALOGUE} - family <= covered

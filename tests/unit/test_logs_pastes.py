@@ -64,7 +64,7 @@ import test_logs_catalogue_ecosystem as eco_tests
 import test_logs_catalogue_vllm as vllm_tests
 import test_logs_diagnose as diagnose_tests
 from dsv4ctl.logs.diagnose import Diagnosis, diagnose
-from dsv4ctl.logs.signatures import BY_ID, CATALOGUE
+from dsv4ctl.catalogue.signatures import BY_ID, CATALOGUE
 from pastes import CATALOGUE_DIR, EXAMPLES, FIXTURES, Fixture, Paste, make_fixture, pastes
 
 # Core fixtures and examples: the line (1-based, in the file) the whole log's root cause quotes first.

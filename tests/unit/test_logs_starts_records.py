@@ -378,8 +378,8 @@ def test_a_benign_nccl_warn_neither_fails_a_loading_start_nor_a_serving_one(tmp_
 
 
 def test_the_signature_index_finds_the_same_candidates_with_and_without_hyperscan():
-    from dsv4ctl.logs import signature_index
-    from dsv4ctl.logs.signatures import CATALOGUE
+    from dsv4ctl.catalogue import signature_index
+    from dsv4ctl.catalogue.signatures import CATALOGUE
 
     pytest.importorskip("hyperscan")
     plain_index = signature_index.SignatureIndex(CATALOGUE)
@@ -399,7 +399,7 @@ def test_every_fatal_signature_line_wakes_a_quietly_serving_start():
     signature matches in any fixture, and every start or shutdown marker, must be among them."""
     from dsv4ctl.logs import diagnose as core
     from dsv4ctl.logs.reader import iter_log_lines
-    from dsv4ctl.logs.signatures import CATALOGUE
+    from dsv4ctl.catalogue.signatures import CATALOGUE
     from dsv4ctl.logs.starts import marker_of
 
     fatal = [s for s in CATALOGUE if s.fatal]
@@ -444,7 +444,7 @@ def test_a_second_file_of_the_launch_is_read_in_full_after_the_first_showed_it_r
 
 
 def test_the_line_sorter_sorts_alike_with_and_without_hyperscan():
-    from dsv4ctl.logs.signature_index import LineSorter
+    from dsv4ctl.catalogue.signature_index import LineSorter
 
     pytest.importorskip("hyperscan")
     groups = [[r"maximum context length is (?P<n>[0-9]+)"], [r"chat template"]]

@@ -13,7 +13,7 @@ Named groups become the finding's details and fill the `{placeholders}` of meani
 
 from __future__ import annotations
 
-from dsv4ctl.logs.signature import Signature
+from dsv4ctl.catalogue.signature import Signature
 
 _PIECEWISE = "--compilation-config '{{\"cudagraph_mode\": \"PIECEWISE\"}}'"
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from dsv4ctl.logs.signature import Signature
+from dsv4ctl.catalogue.signature import Signature
 
 ALTERNATION_AFTER = 500  # selected lines before the one `re` alternation is worth compiling (about 50 ms)
 HYPERSCAN_AFTER = 4000  # selected lines before the hyperscan database is worth compiling

@@ -1,4 +1,4 @@
-"""One signature of the catalogue: a failure `diagnose` knows, as data (see dsv4ctl/logs/signatures.py).
+"""One signature of the catalogue: a failure `diagnose` knows, as data (see dsv4ctl/catalogue/signatures.py).
 
 A module of its own so the catalogue's family modules (signatures_vllm, signatures_ecosystem) and the
 catalogue itself import it without importing each other.

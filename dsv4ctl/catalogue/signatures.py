@@ -23,7 +23,7 @@ within a tier the earliest evidence wins.
 
 from __future__ import annotations
 
-from dsv4ctl.logs.signature import Signature
+from dsv4ctl.catalogue.signature import Signature
 
 
 AFFECTED_STALE = "0.29.0–0.30.x"
@@ -524,8 +524,8 @@ DERIVED: tuple[Signature, ...] = (
 
 # The catalogue's families beyond DeepSeek-V4, each in a module of its own (each entry cites the source
 # file:line of the package that prints the message).
-from dsv4ctl.logs.signatures_ecosystem import SIGNATURES as _ECOSYSTEM  # noqa: E402
-from dsv4ctl.logs.signatures_vllm import SIGNATURES as _VLLM  # noqa: E402
+from dsv4ctl.catalogue.signatures_ecosystem import SIGNATURES as _ECOSYSTEM  # noqa: E402
+from dsv4ctl.catalogue.signatures_vllm import SIGNATURES as _VLLM  # noqa: E402
 
 CATALOGUE = CATALOGUE + _VLLM + _ECOSYSTEM
 

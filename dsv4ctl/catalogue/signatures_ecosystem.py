@@ -10,7 +10,7 @@ in parentheses, the C++ source file named next to the string in it). Binaries we
 
 from __future__ import annotations
 
-from dsv4ctl.logs.signature import Signature
+from dsv4ctl.catalogue.signature import Signature
 
 # torch 2.14.1 (CUDA 13 build) links these; their text is what a vLLM on that torch prints.
 _LIBNCCL = "nvidia-nccl-cu13==2.30.7 nvidia/nccl/lib/libnccl.so.2 (ncclGetErrorString)"
