@@ -101,7 +101,7 @@ def generate(path: Path, size: int) -> int:
 DIAGNOSE_SNIPPET = """
 import json, resource, sys, time
 t = time.perf_counter()
-from dsv4ctl.logs.diagnose import diagnose
+from dsv4ctl.advice import diagnose
 d = diagnose([sys.argv[1]], engine=sys.argv[2])
 elapsed = time.perf_counter() - t
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -201,7 +201,7 @@ def diagnose_command(
     SIGTERM/SIGHUP.
     """
     from dsv4ctl.errors import UsageError
-    from dsv4ctl.logs.diagnose import diagnose
+    from dsv4ctl.advice import diagnose
     from dsv4ctl.logs.examples import example_path, list_examples as all_examples
     from dsv4ctl.render import emit_json, out_console
     from dsv4ctl.render.diagnose import render_diagnosis, render_examples
@@ -309,7 +309,13 @@ def fit_length_command(
         inherit_from_log=from_log is not None,
         explicit=_given(ctx, num_speculative_tokens="speculative_config"),
     )
-    result = _plan_fit_or_say_what_replaces_the_gpus(plan_fit, request)
+    if from_log is not None:
+        from dsv4ctl.advice import read_log_facts
+
+        log_facts = read_log_facts(from_log)
+    else:
+        log_facts = None
+    result = _plan_fit_or_say_what_replaces_the_gpus(plan_fit, request, log_facts)
     if json_output:
         emit_json(result.to_json())
     else:
@@ -338,12 +344,12 @@ def _given(ctx: typer.Context, **renamed: str) -> frozenset[str]:
     return frozenset(given | {field for field, option in renamed.items() if option in given})
 
 
-def _plan_fit_or_say_what_replaces_the_gpus(plan_fit: Any, request: Any) -> Any:
+def _plan_fit_or_say_what_replaces_the_gpus(plan_fit: Any, request: Any, log_facts: Any) -> Any:
     """No readable GPU: name the flags that let fit-length answer without one."""
     from dsv4ctl.errors import GpuUnavailableError
 
     try:
-        return plan_fit(request)
+        return plan_fit(request, log_facts=log_facts)
     except GpuUnavailableError as exc:
         if request.gpus:
             raise

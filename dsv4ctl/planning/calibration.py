@@ -19,7 +19,10 @@ import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from dsv4ctl.logs.facts import LogCalibration
 
 STATE_DIR_ENV = "DSV4CTL_STATE_DIR"
 FILE_NAME = "calibration.jsonl"
@@ -118,15 +121,17 @@ def find(key: CalibrationKey, path: Path | None = None) -> CalibrationRecord | N
     return None
 
 
-def record_from_serve(plan: dict[str, Any] | None, log_file: str | os.PathLike[str], enforce_eager: bool = False) -> CalibrationRecord | None:
+def record_from_serve(
+    plan: dict[str, Any] | None, read_log: Callable[[], "LogCalibration"], log_file: str | os.PathLike[str],
+    enforce_eager: bool = False,
+) -> CalibrationRecord | None:
     """After a serve start: when the plan predicted (or calibrated) the KV memory and the log measured it, remember
-    the measured figure for this configuration. Never raises (a start must not fail over its calibration)."""
+    the measured figure for this configuration. `read_log` gives the start's log figures (read only when they can
+    be recorded). Never raises (a start must not fail over its calibration)."""
     try:
         if not plan or plan.get("kv_cache_memory_source") not in ("predicted", "calibrated") or not plan.get("gpus"):
             return None
-        from dsv4ctl.planning.fit import read_log_calibration
-
-        log = read_log_calibration(str(log_file))
+        log = read_log()
         if log.available_kv_bytes is None:
             return None
         gpu = plan["gpus"][0]  # the GPU the lookup keys on too (fit-length: the first planned device)

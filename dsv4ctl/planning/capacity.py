@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dsv4ctl.planning.fit import FitRequest, _build_specs, _worker_layer_sets, max_concurrent_batches
+from dsv4ctl.planning.layers import build_specs, worker_layer_sets
+from dsv4ctl.planning.request import FitRequest, max_concurrent_batches
 from dsv4ctl.planning.geometry import load_geometry
 from dsv4ctl.planning.kv_planner import blocks_per_request, plan_kv_cache
 from dsv4ctl.planning.kv_specs import resolve_kv_layout
@@ -46,12 +47,12 @@ def log_figures(
     request = FitRequest(model=model, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype,
                          max_num_batched_tokens=max_num_batched_tokens, pipeline_parallel_size=pipeline_parallel_size)
     layout = resolve_kv_layout(kv_cache_dtype, None, None)
-    specs = _build_specs(geometry, request, layout)
+    specs = build_specs(geometry, request, layout)
     in_flight = max_concurrent_batches(async_scheduling, pipeline_parallel_size) * max_num_batched_tokens
     autofit = request.is_auto
     plan = plan_kv_cache(
         specs,
-        _worker_layer_sets(specs, geometry, pipeline_parallel_size),
+        worker_layer_sets(specs, geometry, pipeline_parallel_size),
         [available_kv_bytes] * pipeline_parallel_size,
         original_max_model_len=geometry.model_max_model_len if autofit else int(max_model_len or 0),
         autofit=autofit,

@@ -192,30 +192,6 @@ def safe_length(
     return SafeLength(length, ceiling, model_max, cut, rule.describe(), tuple(knobs[:MAX_KNOBS]))
 
 
-def safe_length_for_log(
-    model: str,
-    available_kv_bytes: int,
-    **vllm_args: Any,
-) -> SafeLength | None:
-    """The safe length for exactly `available_kv_bytes` of KV memory per GPU (a library entry point;
-    `diagnose` goes through fit-length's `--from-log` path, which also takes the log's rounding into account).
-
-    `vllm_args` are the run's EngineArgs names as the log shows them (max_num_batched_tokens,
-    async_scheduling, tensor_parallel_size, pipeline_parallel_size, kv_cache_dtype,
-    num_speculative_tokens, ...). None when the model is not a DeepSeek-V4 dsv4ctl can plan.
-    """
-    from dsv4ctl.errors import Dsv4ctlError
-    from dsv4ctl.planning.fit import FitRequest, plan_fit
-
-    fields = set(FitRequest.__dataclass_fields__)
-    known = {k: v for k, v in vllm_args.items() if k in fields and v is not None}
-    try:
-        result = plan_fit(FitRequest(model=model, kv_cache_memory_bytes=int(available_kv_bytes), **known))
-    except Dsv4ctlError:
-        return None
-    return result.safe_length
-
-
 def safe_length_scaled(ceiling: int, kv_memory_bytes: int | None, model_max: int | None = None) -> SafeLength:
     """The same rule for a log whose model dsv4ctl cannot plan: the margin taken off the memory scales the
     length the log says fits (KV per token is constant for full attention; an estimate otherwise, and said

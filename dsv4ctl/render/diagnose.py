@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dsv4ctl.logs.diagnose import Diagnosis, Finding
+from dsv4ctl.diagnosis.model import Diagnosis, Finding
 from dsv4ctl.catalogue.signatures import BY_ID
 from dsv4ctl.logs.examples import Example
 from dsv4ctl.logs.timeline import StartupTimeline

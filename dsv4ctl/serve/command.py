@@ -116,10 +116,13 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
     if refusal is not None:
         raise refusal
     if decision.plan is not None:
+        from dsv4ctl.advice import read_log_facts
         from dsv4ctl.planning.calibration import record_from_serve
 
         # The start measured the KV memory: remember it for this host and configuration.
-        record_from_serve(decision.plan, log_file, bool(getattr(namespace, "enforce_eager", False)))
+        record_from_serve(
+            decision.plan, lambda: read_log_facts(str(log_file)), log_file, bool(getattr(namespace, "enforce_eager", False))
+        )
     assert outcome is not None
     result = ServeResult(ExitCode.OK, decision, outcome, environment=environment)
     if outcome.status == INTERRUPTED:
@@ -140,7 +143,7 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
 
 
 def diagnose_log(log_file: Path) -> Any:
-    from dsv4ctl.logs.diagnose import diagnose
+    from dsv4ctl.advice import diagnose
 
     return diagnose([str(log_file)])
 

@@ -327,7 +327,7 @@ def test_defaults_mirror_vllm(vllm_available):
     from vllm.config.scheduler import SchedulerConfig
 
     from dsv4ctl.cli import fit_length_command
-    from dsv4ctl.planning.fit import DEFAULT_GPU_MEMORY_UTILIZATION, SCHEDULER_DEFAULT_MAX_NUM_BATCHED_TOKENS
+    from dsv4ctl.planning.request import DEFAULT_GPU_MEMORY_UTILIZATION, SCHEDULER_DEFAULT_MAX_NUM_BATCHED_TOKENS
 
     assert CacheConfig.__pydantic_fields__["gpu_memory_utilization"].default == DEFAULT_GPU_MEMORY_UTILIZATION
     assert SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS == SCHEDULER_DEFAULT_MAX_NUM_BATCHED_TOKENS

@@ -346,7 +346,7 @@ def test_serve_end_to_end_with_vllm_autofit_kept(tmp_path, models):
 def test_serve_length_that_cannot_fit_is_diagnosed(tmp_path, models):
     """An explicit length whose KV cache does not fit the budget: vLLM refuses at start-up, dsv4ctl
     prints the diagnosis of the captured log and exits with the diagnose exit code."""
-    from dsv4ctl.logs.diagnose import diagnose
+    from dsv4ctl.advice import diagnose
 
     server = Server(tmp_path, "nofit", [
         str(models["llama_long"]), "--load-format", "dummy", "--enforce-eager",

@@ -249,30 +249,13 @@ def test_cited_lines_hold_the_message():
 
 
 @pytest.fixture
-def spliced(monkeypatch):
-    """diagnose with this part appended to the catalogue (what the splice will do)."""
-    from dsv4ctl.logs import diagnose as diagnose_module
+def spliced():
+    """diagnose with this part of the catalogue in place (it is spliced into the registry: checked here)."""
+    from dsv4ctl.advice import diagnose
 
-    # With the other parts of the catalogue that exist (vLLM's own messages), so overlaps show here.
-    others: tuple = ()
-    try:
-        from dsv4ctl.catalogue.signatures_vllm import SIGNATURES as vllm_part
-    except ImportError:
-        vllm_part = ()
-    spliced_ids = {s.id for s in CATALOGUE}
-    others = tuple(s for s in vllm_part if s.id not in spliced_ids)
-    catalogue = tuple(CATALOGUE) + others + SIGNATURES
-    by_id = {**signatures_module.BY_ID, **{s.id: s for s in others}, **BY_ID}
-    for module in (diagnose_module, signatures_module):
-        if hasattr(module, "CATALOGUE"):
-            monkeypatch.setattr(module, "CATALOGUE", catalogue)
-        if hasattr(module, "BY_ID"):
-            monkeypatch.setattr(module, "BY_ID", by_id)
-    if hasattr(diagnose_module, "_ANY_SIGNATURE"):
-        # diagnose's quick "can any signature match?" test, compiled from the catalogue at import
-        plain = (re.sub(r"[(][?]P<\w+>", "(?:", p) for sig in catalogue for p in sig.patterns)
-        monkeypatch.setattr(diagnose_module, "_ANY_SIGNATURE", re.compile("|".join(f"(?:{p})" for p in plain)))
-    return diagnose_module.diagnose
+    registered = {s.id for s in signatures_module.CATALOGUE}
+    assert all(s.id in registered for s in SIGNATURES)
+    return diagnose
 
 
 def _check_diagnosis(diagnosis, path):
@@ -320,6 +303,6 @@ def test_named_groups_fill_the_details_meaning_and_actions(spliced):
 
 @pytest.mark.parametrize("path", FIXTURE_PATHS, ids=ids(FIXTURE_PATHS))
 def test_diagnose_names_it_as_the_root_cause(path):
-    from dsv4ctl.logs.diagnose import diagnose
+    from dsv4ctl.advice import diagnose
 
     _check_diagnosis(diagnose([path]), path)

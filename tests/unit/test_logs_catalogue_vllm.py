@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dsv4ctl.logs import prefilter
-from dsv4ctl.logs.diagnose import diagnose
+from dsv4ctl.advice import diagnose
 from dsv4ctl.logs.reader import iter_log_lines
 from dsv4ctl.catalogue.signatures import BY_ID, CATALOGUE, DERIVED
 from dsv4ctl.catalogue.signatures_vllm import SIGNATURES

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dsv4ctl.logs.diagnose import diagnose
+from dsv4ctl.advice import diagnose
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
 EXAMPLES = Path(__file__).resolve().parents[2] / "dsv4ctl" / "examples"

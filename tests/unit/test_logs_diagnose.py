@@ -17,7 +17,8 @@ import pytest
 
 from dsv4ctl.errors import ExitCode
 from dsv4ctl.logs import prefilter
-from dsv4ctl.logs.diagnose import c128a_capacity, diagnose, diagnose_lines, safe_length_from_log
+from dsv4ctl.advice import diagnose, diagnose_lines, safe_length_from_log
+from dsv4ctl.diagnosis.dsv4 import c128a_capacity
 from dsv4ctl.logs.reader import iter_log_lines
 from dsv4ctl.catalogue.signatures import BY_ID, CATALOGUE
 
@@ -397,16 +398,19 @@ def test_grep_agrees_with_the_prefilter_on_a_fixture():
 def test_memory_stays_bounded_on_a_log_full_of_errors():
     import io
 
-    from dsv4ctl.logs import diagnose as core
+    from dsv4ctl.diagnosis import analyzer as core
+    from dsv4ctl.diagnosis.conclude import conclude_start
+    from dsv4ctl.diagnosis.model import MAX_EVIDENCE
+    from dsv4ctl.logs.reader import parse_line
 
     line = b"(Worker_TP0 pid=1) ERROR 10-21 09:00:00 [x.py:1] RuntimeError: NCCL error: unhandled system error\n"
-    analyzer = core._Analyzer(0)
+    analyzer = core.StartAnalyzer(0)
     for n, raw in prefilter.scan_source(io.BytesIO(line * 20000), engine="re"):
-        analyzer.feed(core.parse_line(raw, "big.log", n), n)
+        analyzer.feed(parse_line(raw, "big.log", n), n)
     assert len(analyzer.hits) <= core.HIT_CAP * len(CATALOGUE)
     assert len(analyzer.records) <= core.RECORD_CAP
     assert analyzer.occurrences("nccl_error") == 20000
     analyzer.finish()
-    result = core._conclude(analyzer, ["big.log"])
+    result = conclude_start(analyzer, ["big.log"])
     assert result.root_cause.id == "eco_nccl_system_error" and result.root_cause.details["occurrences"] == 20000
-    assert len(result.root_cause.evidence) <= core.MAX_EVIDENCE
+    assert len(result.root_cause.evidence) <= MAX_EVIDENCE

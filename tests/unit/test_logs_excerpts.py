@@ -14,7 +14,7 @@ import json
 import pytest
 
 from dsv4ctl.logs import prefilter
-from dsv4ctl.logs.diagnose import diagnose
+from dsv4ctl.advice import diagnose
 from dsv4ctl.logs.reader import parse_line
 from dsv4ctl.logs.records import ErrorAssembler, demangle, raised
 
@@ -534,7 +534,7 @@ def test_kubectl_describe_oomkilled_names_the_container_limit():
 
 def test_a_paste_is_read_in_full_and_a_long_log_through_the_prefilter(monkeypatch):
     # The access line is not a prefilter keyword: read in full it counts, through the prefilter it does not.
-    from dsv4ctl.logs import diagnose as diagnose_module
+    from dsv4ctl.diagnosis import run as diagnose_module
 
     text = "RuntimeError: Worker failed with error 'LoRA rank 64 is greater than max_lora_rank 16.'\n" + ACCESS_OK
     assert not prefilter.line_matches(ACCESS_OK.strip())

@@ -47,7 +47,7 @@ def quoted(findings: list[dict], wanted: list[str]) -> bool:
 
 def score_one(item: dict) -> dict:
     """One label scored as score.py scores it, from `diagnose(path).to_json()`."""
-    from dsv4ctl.logs.diagnose import diagnose
+    from dsv4ctl.advice import diagnose
 
     path = PASTES / item["file"]
     res = {"file": item["file"], "want": f"{item['verdict']}/{item['phase']}", "root_cause": item["root_cause"]}

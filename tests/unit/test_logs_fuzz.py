@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from dsv4ctl.errors import InputError
 from dsv4ctl.logs import prefilter
-from dsv4ctl.logs.diagnose import diagnose, diagnose_lines
+from dsv4ctl.advice import diagnose, diagnose_lines
 from dsv4ctl.logs.reader import MAX_LINE_BYTES, iter_log_lines
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logs"

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from dsv4ctl.errors import InputError
 from dsv4ctl.logs import parallel, prefilter
-from dsv4ctl.logs import diagnose as diagnose_module
-from dsv4ctl.logs.diagnose import diagnose
+from dsv4ctl.diagnosis import run as diagnose_module
+from dsv4ctl.advice import diagnose
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
 EXAMPLES = Path(__file__).resolve().parents[2] / "dsv4ctl" / "examples"
@@ -585,7 +585,7 @@ def test_every_engine_selects_what_line_matches_selects(pieces, engine):
 def test_a_span_is_tagged_as_its_lines_are_one_by_one():
     """The scanners tag a read's selected lines at once (`LineSorter.sort_span`: one hyperscan pass, `re` on the
     lines it may match); each must get the kind `re` gives it alone."""
-    from dsv4ctl.logs import diagnose as core
+    from dsv4ctl.diagnosis import analyzer as core
     from dsv4ctl.logs.reader import MAX_LINE_BYTES, decode
 
     if not prefilter.hyperscan_available():
@@ -598,7 +598,7 @@ def test_a_span_is_tagged_as_its_lines_are_one_by_one():
         ends.append(pos + min(len(line), MAX_LINE_BYTES))
         raws.append(decode(line[:MAX_LINE_BYTES]))
         pos += len(line) + 1
-    sorter = core._SERVING_SORTER
+    sorter = core.SERVING_SORTER
     import numpy as np
 
     kinds = sorter.sort_span(data, 0, len(data), np.array(starts), np.array(ends)).tolist()

@@ -63,7 +63,8 @@ import pytest
 import test_logs_catalogue_ecosystem as eco_tests
 import test_logs_catalogue_vllm as vllm_tests
 import test_logs_diagnose as diagnose_tests
-from dsv4ctl.logs.diagnose import Diagnosis, diagnose
+from dsv4ctl.advice import diagnose
+from dsv4ctl.diagnosis import Diagnosis
 from dsv4ctl.catalogue.signatures import BY_ID, CATALOGUE
 from pastes import CATALOGUE_DIR, EXAMPLES, FIXTURES, Fixture, Paste, make_fixture, pastes
 

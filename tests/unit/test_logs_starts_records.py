@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dsv4ctl.logs.diagnose import applicable, diagnose
+from dsv4ctl.advice import applicable, diagnose
 from dsv4ctl.logs.reader import parse_line
 from dsv4ctl.logs.records import ErrorAssembler, demangle, generic_error, kernel_of
 from dsv4ctl.logs.starts import StartSplitter
@@ -397,7 +397,7 @@ def test_the_signature_index_finds_the_same_candidates_with_and_without_hypersca
 def test_every_fatal_signature_line_wakes_a_quietly_serving_start():
     """While a start serves quietly only lines that can change its verdict are analysed: every line a fatal
     signature matches in any fixture, and every start or shutdown marker, must be among them."""
-    from dsv4ctl.logs import diagnose as core
+    from dsv4ctl.diagnosis import analyzer as core
     from dsv4ctl.logs.reader import iter_log_lines
     from dsv4ctl.catalogue.signatures import CATALOGUE
     from dsv4ctl.logs.starts import marker_of
@@ -406,7 +406,7 @@ def test_every_fatal_signature_line_wakes_a_quietly_serving_start():
     request = [s for s in CATALOGUE if s.role == "request"]
     for path in sorted(FIXTURES.glob("*.log")) + sorted((FIXTURES / "catalogue").glob("*.log")) + sorted(EXAMPLES.glob("*.log")):
         for line in iter_log_lines([path]):
-            kind = core._SERVING_SORTER.sort(line.raw)
+            kind = core.SERVING_SORTER.sort(line.raw)
             if any(s.match(line.message) for s in fatal) or marker_of(line.message):
                 assert kind == core.LineSorter.ALERT, (path.name, line.lineno)
             if any(s.match(line.message) for s in request):

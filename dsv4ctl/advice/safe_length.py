@@ -1,0 +1,63 @@
+"""The safe --max-model-len for a start a log shows: planned by `dsv4ctl.planning` from the log's own figures."""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import TYPE_CHECKING, Any
+
+from dsv4ctl.logs import deployment
+from dsv4ctl.logs.timeline import StartupTimeline
+from dsv4ctl.units import GiB, format_tokens
+
+if TYPE_CHECKING:
+    from dsv4ctl.planning.safe_length import SafeLength
+
+
+def safe_length_from_log(tl: StartupTimeline, fits: int) -> "SafeLength":
+    """The explicit --max-model-len to recommend when the log says `fits` tokens fit: what
+    `fit-length MODEL --from-log LOG` recommends (the one safe-length rule, planned from the log's KV
+    memory and the launch's own flags); scaled from `fits` when dsv4ctl cannot plan the model."""
+    from dsv4ctl.planning.safe_length import safe_length_scaled  # the planner only when a length is asked
+
+    if tl.model and tl.available_kv_gib and tl.available_kv_gib > 0.005:
+        args = json.dumps(deployment.launch_args(tl), sort_keys=True, default=str)
+        planned = _planned_safe_length(tl.model, tl.available_kv_gib, tl.vllm_version, args)
+        if planned is not None and planned.ceiling > 0:
+            return planned
+    # vLLM logs the memory rounded to 0.01 GiB: the margin is taken from the low end of that interval.
+    memory = int(round(tl.available_kv_gib * GiB) - 0.005 * GiB) if tl.available_kv_gib and tl.available_kv_gib > 0.005 else None
+    return safe_length_scaled(fits, memory, tl.max_model_len)
+
+
+@functools.lru_cache(maxsize=32)
+def _planned_safe_length(model: str, available_kv_gib: float, vllm_version: str | None, args: str) -> "SafeLength | None":
+    """fit-length's plan for a log's figures; one per configuration (the starts of a crash loop repeat one)."""
+    from dsv4ctl.errors import Dsv4ctlError
+    from dsv4ctl.logs.facts import LogCalibration
+    from dsv4ctl.planning.fit import FitRequest, plan_fit
+
+    calibration = LogCalibration(
+        path="<log>", available_kv_bytes=int(round(available_kv_gib * GiB)), weights_bytes=None, graph_bytes=None,
+        autofit_from=None, autofit_to=None, max_model_len=None, vllm_version=vllm_version, serve_args=json.loads(args),
+    )
+    try:
+        return plan_fit(FitRequest(model=model, inherit_from_log=True), log_facts=calibration).safe_length
+    except Dsv4ctlError:
+        return None
+
+
+def safe_length_details(tl: StartupTimeline, fits: int) -> dict[str, Any]:
+    """What a finding shows of the safe length: `safe_len`, the plan (`safe_length`) and, past the cliff, the
+    setting that recovers what the margin costs (`knob_action`)."""
+    safe = safe_length_from_log(tl, fits)
+    d: dict[str, Any] = {}
+    if safe.length > 0:
+        d["safe_len"] = safe.length
+        d["safe_length"] = safe.to_json()
+    if safe.knobs:
+        k = safe.knobs[0]
+        d["knob_action"] = (
+            f"Keep more context with the same memory ({format_tokens(k.length)} becomes safe, {k.cost}): {k.flags}"
+        )
+    return d

@@ -1,0 +1,227 @@
+"""One start of vLLM as its lines arrive: the timeline, the catalogue's hits and the error records, with the
+bookkeeping of when it was ready, serving or shutting down (per-start state; the conclusion is `conclude`)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from dsv4ctl.catalogue.signature import Signature
+from dsv4ctl.catalogue.signature_index import LineSorter, SignatureIndex
+from dsv4ctl.catalogue.signatures import CATALOGUE
+from dsv4ctl.diagnosis.model import MAX_EVIDENCE
+from dsv4ctl.logs.reader import LogLine
+from dsv4ctl.logs.records import ErrorAssembler, ErrorRecord, kernel_of
+from dsv4ctl.logs.timeline import StartupTracker
+
+# Memory stays bounded on logs full of errors: per signature (and per before/after ready/shutdown) only
+# the first HIT_CAP matches are kept, the rest are counted; likewise for exception lines.
+HIT_CAP = 2 * MAX_EVIDENCE
+
+RECORD_CAP = 256
+
+WEAK_RECORD_CAP = 32
+
+@dataclass
+class Hit:
+    sig: Signature
+    line: LogLine
+    seq: int
+    order: tuple
+    phase: str | None
+    capture_mode: str | None
+    groups: dict[str, str]
+    after_ready: bool = False
+    after_shutdown: bool = False
+
+# Lines that look like vLLM's or Python's own output (a log record, a process tag, a traceback):
+# a text without any of them is not a vLLM log.
+_PY_LINE_RE = re.compile(r"^(?:Traceback \(most recent call last\)|File \"[^\"]+\", line [0-9]+)")
+
+_ERROR_LEVELS = (None, "ERROR", "CRITICAL")
+
+# The server answered a request after an error (uvicorn's access line with a status below 500, vLLM's throughput
+# line; see timeline.py "answered"): that error did not take it down.
+_ALIVE_RE = re.compile(r'- "[A-Z]+ \S* HTTP/[0-9.]+" [1-4][0-9]{2}|Engine [0-9]+: Avg prompt throughput: ')
+
+# The stale-max_model_len fix as dsv4ctl's plugin reports it in every process (dsv4ctl/fixes summary_line).
+_STALE_FIX_RE = re.compile(r"dsv4ctl fixes:.*\bstale-max-model-len applied")
+
+# Which signatures can match a line, in one pass over it (most selected lines: none).
+_INDEX = SignatureIndex(CATALOGUE)
+
+# While a start serves quietly, a raw line is analysed only when it can matter (see `LogPass.feed_raw`):
+# - a start or shutdown marker, or a sign that the server is going down (the wording of fatal catalogue
+#   signatures, wrappers that say the engine died, errors that are not Python's);
+_SERVING_ALERT = (
+    r"server version", r"non-default args", r"Initializing a V1 LLM engine", r"█",
+    r"shutdown", r"Shutting down", r"Finished server process", r"KeyboardInterrupt",
+    # (phrases, not the process tags: "(EngineCore pid=…)" is on every engine line)
+    r"EngineCore failed", r"EngineCore encountered", r"Engine core initialization", r"EngineDead", r"WorkerProc",
+    r"Worker proc", r"died unexpectedly", r"fatal error", r"output_handler", r"RPC call", r"has died", r"were killed",
+    r"killed due to", r"NODE_OUT_OF_MEMORY", r"died or was killed",
+    r"CUDA error", r"Cuda error", r"illegal memory", r"cudaErrorIllegalAddress", r"CUDBG", r"coredump", r"CUDA Exception",
+    r"NCCL", r"Watchdog", r"Check failed", r"paged_mqa_logits_metadata",
+    r"terminate called", r"Killed", r"Segmentation fault", r"Fatal Python", r"Aborted", r"Bus error", r"Errno 98",
+    r"out of memory", r"OutOfMemory",
+)
+
+# - the catalogue's request-level errors (a prompt too long, no chat template): warnings, analysed alone.
+_REQUEST_SIGNATURES = tuple(sig for sig in CATALOGUE if sig.role == "request")
+
+# A request line's kind names its signature: LineSorter.REQUEST + its index here.
+SERVING_SORTER = LineSorter(_SERVING_ALERT, [sig.patterns for sig in _REQUEST_SIGNATURES])
+
+def request_signature(kind: int) -> Signature:
+    """The request-level signature of a line the sorter gave `kind` (its patterns have no anchors, so they
+    match the raw line as they match its message)."""
+    return _REQUEST_SIGNATURES[kind - LineSorter.REQUEST]
+
+HELD_LINES = 256  # held lines analysed when trouble starts: a (long) traceback printed just before the sign
+
+class StartAnalyzer:
+    """Everything one start of vLLM showed: the timeline, signature hits and error records."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.tracker = StartupTracker()
+        self.assembler = ErrorAssembler()
+        self.hits: list[Hit] = []
+        self.records: list[ErrorRecord] = []
+        self.ready_seq: int | None = None
+        self.shutdown_seq: int | None = None
+        self.last_ts: dict[str, str] = {}
+        self.traced_deepgemm: list[tuple[int, LogLine]] = []
+        self.progress_phase: str | None = None  # the last startup phase, ignoring failed/shutdown
+        self.hit_counts: dict[tuple[str, bool, bool], int] = {}
+        self.record_counts: dict[bool, int] = {}
+        self.first: LogLine | None = None
+        self.last: LogLine | None = None
+        self.log_lines = 0
+        self.stale_fix_active = False
+        self.evidence_seen = False  # a signature matched or an error was recognised (in any grammar)
+        self.alive: LogLine | None = None  # the last line showing the server answer a request (not with a 5xx)
+        self.alive_seq: int | None = None
+        self.light = False  # an earlier start: its verdict and root cause only, no planning for the report
+        self.alert = False  # while serving, a sign that the server is going down was seen
+        self.ready_source: str | None = None
+        self._unsettled: dict[tuple[str, str | None], list[ErrorRecord]] = {}
+
+    @property
+    def quiet_serving(self) -> bool:
+        """Serving, not shutting down, no sign of trouble: most lines can change nothing now."""
+        return (self.ready_seq is not None and self.shutdown_seq is None and not self.alert
+                and self.tracker.timeline.serving)
+
+    @property
+    def settled(self) -> bool:
+        """The start reached an end: ready, failing or shutting down."""
+        tl = self.tracker.timeline
+        return tl.ready or tl.last_phase in ("failed", "shutdown") or any(self._unsettled.values())
+
+    def feed(self, line: LogLine, seq: int) -> None:
+        msg = line.message
+        if self.first is None:
+            self.first = line
+        self.last = line
+        if line.level is not None or line.process is not None or _PY_LINE_RE.match(msg):
+            self.log_lines += 1
+        if line.timestamp:
+            self.last_ts[line.source] = line.timestamp
+        order = (self.last_ts.get(line.source, ""), seq)
+        phase_before = self.progress_phase
+        capture = self.tracker.timeline.capture
+        capture_mode = capture.mode if capture is not None else None
+        for ev in self.tracker.feed(line):
+            if ev.phase not in ("failed", "shutdown"):
+                self.progress_phase = ev.phase
+                # The process went on starting up: what it printed before was not fatal.
+                for rec in self._unsettled.pop((line.source, line.process), ()):
+                    rec.survived = True
+            if ev.phase == "ready" and self.ready_seq is None:
+                self.ready_seq = seq
+                self.ready_source = line.source
+            if ev.phase == "shutdown" and self.shutdown_seq is None:
+                self.shutdown_seq = seq
+        if ('HTTP/' in msg or "Avg prompt throughput" in msg) and _ALIVE_RE.search(msg):
+            self.alive, self.alive_seq = line, seq
+        if "paged_mqa_logits_metadata" in msg or "IndexerMetadataBuilder" in msg:
+            if len(self.traced_deepgemm) < 2 * MAX_EVIDENCE:
+                self.traced_deepgemm.append((seq, line))
+        if "dsv4ctl fixes:" in msg and _STALE_FIX_RE.search(msg):
+            self.stale_fix_active = True
+        for rec in self.assembler.feed(line, seq, order):
+            self._add_record(rec)
+        if (kernel := kernel_of(msg, coredump=line.process == "coredump")) is not None:
+            dumps = [r for r in self.records if r.kind == "coredump" and "kernel" not in r.details]
+            if dumps:
+                dumps[-1].details["kernel"] = kernel
+                dumps[-1].details["kernel_line"] = line
+            elif not any(r.kind == "coredump" for r in self.records):
+                # The faulting warp's stack without the exception line above it (an excerpt): the driver
+                # prints a kernel's stack in a core dump only for the warp that faulted.
+                rec = ErrorRecord(kind="coredump", line=line, text=msg, details={"kernel": kernel, "kernel_line": line})
+                rec.first = rec.end = line
+                rec.seq, rec.order = seq, order
+                self._add_record(rec)
+        for sig in _INDEX.candidates(msg):
+            m = sig.match(msg)
+            if m and self._count_hit(sig.id, seq):
+                groups = {k: v for k, v in m.groupdict().items() if v is not None}
+                self.hits.append(Hit(sig, line, seq, order, phase_before, capture_mode, groups))
+                self.evidence_seen = True
+
+    def _add_record(self, rec: ErrorRecord) -> None:
+        if rec.line.level not in _ERROR_LEVELS:
+            return  # a traceback logged at INFO/WARNING level: vLLM handled it
+        self.evidence_seen = True
+        # Weak records (ERROR lines in words of their own) have a cap of their own: a log full of them
+        # never crowds out the traceback that holds the cause.
+        weak = rec.weak
+        self.record_counts[weak] = self.record_counts.get(weak, 0) + 1
+        if self.record_counts[weak] > (WEAK_RECORD_CAP if weak else RECORD_CAP):
+            return
+        self.records.append(rec)
+        self._unsettled.setdefault((rec.line.source, rec.line.process), []).append(rec)
+
+    def finish(self) -> None:
+        for rec in self.assembler.close():
+            self._add_record(rec)
+        for h in self.hits:
+            h.after_ready = self.after_ready(h.seq)
+            h.after_shutdown = self.after_shutdown(h.seq)
+
+    def after_ready(self, seq: int) -> bool:
+        return self.ready_seq is not None and seq > self.ready_seq
+
+    def after_shutdown(self, seq: int) -> bool:
+        return self.shutdown_seq is not None and seq >= self.shutdown_seq
+
+    def _count_hit(self, sig_id: str, seq: int) -> bool:
+        key = (sig_id, self.ready_seq is not None, self.shutdown_seq is not None)
+        n = self.hit_counts.get(key, 0) + 1
+        self.hit_counts[key] = n
+        return n <= HIT_CAP
+
+    def count_beyond_cap(self, sig_id: str, n: int = 1) -> bool:
+        """Count `n` more matches of `sig_id` without their lines when HIT_CAP matches are held already."""
+        key = (sig_id, self.ready_seq is not None, self.shutdown_seq is not None)
+        if self.hit_counts.get(key, 0) < HIT_CAP:
+            return False
+        self.hit_counts[key] += n
+        return True
+
+    def capped(self, sig_id: str) -> bool:
+        return self.hit_counts.get((sig_id, self.ready_seq is not None, self.shutdown_seq is not None), 0) >= HIT_CAP
+
+    def occurrences(self, sig_id: str) -> int:
+        return sum(n for (sid, _, _), n in self.hit_counts.items() if sid == sig_id)
+
+
+def window_of(a: StartAnalyzer, seq: int) -> str:
+    """Which window of the start a line at `seq` is in: "startup", "serving" (after ready) or "noise"."""
+    if a.after_shutdown(seq):
+        return "noise"
+    if a.after_ready(seq):
+        return "serving"
+    return "startup"

@@ -1,0 +1,251 @@
+"""The conclusion for one start: verdict, phase (and what it rests on), root cause and findings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dsv4ctl.catalogue.signatures import BY_ID
+from dsv4ctl.diagnosis.analyzer import Hit, StartAnalyzer, window_of
+from dsv4ctl.diagnosis.checklist import checklist
+from dsv4ctl.diagnosis.dsv4 import is_dsv4
+from dsv4ctl.diagnosis.evidence import evidence_of, fill, line_of, make_finding, ref_evidence
+from dsv4ctl.diagnosis.model import Diagnosis, Finding, PhaseBasis
+from dsv4ctl.diagnosis.ranking import originating
+from dsv4ctl.diagnosis.windows import (
+    is_request_error,
+    serving_warnings,
+    survived_warnings,
+    takes_down,
+    window_findings,
+)
+from dsv4ctl.logs.records import ErrorRecord
+from dsv4ctl.logs.timeline import StartupTimeline
+
+# When an excerpt has no ready line, the frames of its errors say whether vLLM was starting or serving
+# (vllm==0.32.0): the engine's loop (v1/engine/core.py:1547 run_busy_loop, :1603 _process_engine_step, :657 step,
+# :698 step_with_batch_queue, :1573 _process_input_queue; v1/worker/gpu_worker.py:1302 execute_model, :1295
+# sample_tokens, :1431 execute_dummy_batch) runs only once the engine is up; its start (v1/worker/gpu_worker.py:436
+# init_device, :587 load_model, :634 determine_available_memory, :853 initialize_from_config, :908
+# compile_or_warm_up_model; v1/worker/gpu_model_runner.py:6133 profile_run, :5508 _dummy_run, :6482 capture_model;
+# v1/engine/core.py:261 _initialize_kv_caches) comes before. A start function wins: legacy V0 profiles through
+# execute_model.
+# The API server building its app once the engine is up (vllm==0.33.0 entrypoints/launchers/api_server/entry.py:
+# 135-139, build_app, init_app_state before "Starting vLLM server on"; 0.27.1 entrypoints/openai/api_server.py:189,
+# 355; openai/models/serving.py:124 init_static_loras): an error there ends a start whose engine was ready.
+APP_BUILD_FUNCTIONS = frozenset({"build_app", "init_app_state", "init_static_loras"})
+
+# What the API server runs after an engine's "init engine … took" line and before it serves: waiting for every
+# engine (vllm==0.33.0 v1/engine/utils.py:1206 launch_core_engines, :1403 wait_for_engine_startup; 0.27.1 :1054,
+# :1206) and building its app.
+SERVER_START_FUNCTIONS = APP_BUILD_FUNCTIONS | {"launch_core_engines", "wait_for_engine_startup"}
+
+SERVING_FUNCTIONS = frozenset({
+    "run_busy_loop", "_process_engine_step", "step", "step_with_batch_queue", "_process_input_queue",
+    "execute_model", "sample_tokens", "execute_dummy_batch",
+})
+
+STARTUP_FUNCTIONS = frozenset({
+    "init_device", "load_model", "determine_available_memory", "initialize_from_config", "compile_or_warm_up_model",
+    "profile_run", "_dummy_run", "_dummy_sampler_run", "capture_model", "_initialize_kv_caches",
+    "determine_num_available_blocks", "create_engine_config", "from_engine_args", *APP_BUILD_FUNCTIONS,
+})
+
+# The engine says itself which it was doing when it died (vllm==0.33.0 v1/engine/core.py:1584/1586, 0.27.1
+# :1349/1351: "EngineCore failed to start." while it had no engine yet, "EngineCore encountered a fatal error."
+# once it ran its loop; v1/engine/async_llm.py:943 "AsyncLLM output_handler failed.", the API server's
+# output loop, which only runs once serving); the workers' "WorkerProc failed to start." /
+# "WorkerProc initialization failed" (v1/executor/multiproc_executor.py) and the API server's "Engine core
+# initialization failed" (v1/engine/utils.py) say it was starting.
+PHASE_WORDS: tuple[tuple[str, str], ...] = (
+    ("EngineCore encountered a fatal error", "serving"),
+    ("output_handler failed", "serving"),
+    ("EngineCore failed to start", "startup"),
+    ("WorkerProc failed to start", "startup"),
+    ("WorkerProc initialization failed", "startup"),
+    ("Engine core initialization failed", "startup"),
+)
+
+def phase_from_words(
+    records: list[ErrorRecord], origin: ErrorRecord | None, hits: list[Hit] = ()
+) -> tuple[str | None, PhaseBasis]:
+    """"serving" or "startup" as the engine's own wrappers say it (the first that does), else the frames of the
+    originating error (else of any error), with the line."""
+    for h in sorted(hits, key=lambda h: h.order):
+        for words, phase in PHASE_WORDS:
+            if words in h.line.message:
+                return phase, PhaseBasis("words", evidence_of(h.line), words)
+    for pool in ([origin] if origin is not None else [], records):
+        for rec in pool:
+            startup = rec.functions & STARTUP_FUNCTIONS
+            serving = rec.functions & SERVING_FUNCTIONS
+            if startup or serving:
+                phase = "startup" if startup else "serving"
+                word = sorted(startup or serving)[0]
+                return phase, PhaseBasis("words", evidence_of(rec.line), f"in {word}")
+    return None, PhaseBasis("default")
+
+
+@dataclass
+class _Windows:
+    """A start's hits and records sorted by window: before its ready line, after it, after shutdown began."""
+
+    hits: dict[str, dict[str, list[Hit]]]
+    noise: list[Hit]
+    records: dict[str, list[ErrorRecord]]
+    survived: list[ErrorRecord]  # errors the server answered requests after: they did not take it down
+    live_startup: list[ErrorRecord]  # errors before ready that can end the start
+    answered: list[ErrorRecord]  # errors of a request the server answered
+    request_hits: list[Hit]
+
+
+def _windows(a: StartAnalyzer) -> _Windows:
+    hits: dict[str, dict[str, list[Hit]]] = {"startup": {}, "serving": {}}
+    noise: list[Hit] = []
+    for h in a.hits:
+        sid = h.sig.id
+        if sid == "autofit_reduced":
+            hits["startup"].setdefault(sid, []).append(h)
+            continue
+        if sid == "shutdown_noise":
+            if h.after_shutdown or "leaked" in h.line.message:
+                noise.append(h)
+            continue
+        w = window_of(a, h.seq)
+        if w == "noise":
+            noise.append(h)
+        else:
+            hits[w].setdefault(sid, []).append(h)
+    records: dict[str, list[ErrorRecord]] = {"startup": [], "serving": [], "noise": []}
+    survived: list[ErrorRecord] = []
+    for r in a.records:
+        if a.alive_seq is not None and r.seq < a.alive_seq:
+            survived.append(r)
+            continue
+        records[window_of(a, r.seq)].append(r)
+    # An interrupted start (Ctrl-C, SIGTERM: KeyboardInterrupt) did not fail.
+    live_startup = [r for r in records["startup"] if not r.survived and not r.type.endswith("KeyboardInterrupt")]
+    # A request's error (a prompt too long, no chat template) is the server answering a request: it was up.
+    request_hits = [h for hs in hits["startup"].values() for h in hs if h.sig.role == "request"]
+    answered = [r for r in live_startup if any(r.spans(h.line) for h in request_hits)]
+    live_startup = [r for r in live_startup if not any(r is x for x in answered)]
+    return _Windows(hits, noise, records, survived, live_startup, answered, request_hits)
+
+
+def _failed_phase(a: StartAnalyzer, tl: StartupTimeline, w: _Windows) -> tuple[str | None, PhaseBasis]:
+    """Which window failed: the startup (an error ended it before ready), or the serving (after ready, an error
+    that takes the server down); None when neither did."""
+    phase: str | None = None
+    basis = PhaseBasis("default")
+    if not tl.ready:
+        startup_sigs = [sid for sid in w.hits["startup"] if BY_ID[sid].role in ("cause", "symptom")
+                        and BY_ID[sid].severity == "critical" and not BY_ID[sid].context]
+        # An ERROR line in words of its own names a cause once a failure is certain; it does not make one.
+        if startup_sigs or any(not r.weak for r in w.live_startup):
+            phase = "startup"
+            # No ready line in the excerpt: the words of the errors say when it died.
+            wrapper_hits = [h for sid in ("engine_core_failed", "shutdown_noise") for h in w.hits["startup"].get(sid, [])]
+            worded, basis = phase_from_words(w.live_startup, originating(w.live_startup), wrapper_hits)
+            phase = worded or phase
+    elif any(takes_down(a, h) for hs in w.hits["serving"].values() for h in hs) or any(
+        r.fatal and not is_request_error(r, w.hits["serving"]) for r in w.records["serving"]
+    ):
+        phase = "serving"
+        basis = PhaseBasis("ready_line", ref_evidence(tl.ready_ref))
+    if tl.ready and not tl.serving:
+        # Ready rests on an engine's "init engine … took" line; the API server never said it serves. An error
+        # raised where the server still starts (building its app, waiting for the other engines) ended the start.
+        building = next((r for r in w.records["serving"] if r.functions & SERVER_START_FUNCTIONS and not r.weak), None)
+        if building is not None:
+            word = sorted(building.functions & SERVER_START_FUNCTIONS)[0]
+            phase, basis = "startup", PhaseBasis("words", evidence_of(building.line), f"in {word}")
+    return phase, basis
+
+
+def _findings(
+    a: StartAnalyzer, tl: StartupTimeline, log: str, w: _Windows, phase: str | None, dsv4: bool
+) -> tuple[list[Finding], Finding | None]:
+    """Every finding of the start and, when it failed, the root cause (of the window that failed: before the
+    ready line, all of an excerpt without one whatever its words say of the phase, or after it)."""
+    findings: list[Finding] = []
+    root: Finding | None = None
+    failed_window = None if phase is None else ("serving" if tl.ready else "startup")
+    if failed_window == "startup":
+        found, root = window_findings(a, tl, log, w.hits["startup"], w.live_startup, dsv4, "startup")
+        findings += found
+    else:
+        # Startup findings of a start that went on (or of one that did not end): context, never the cause.
+        found, _ = window_findings(a, tl, log, w.hits["startup"], [], dsv4, "startup")
+        findings += found
+        if tl.ready:
+            for f in findings:
+                if f.severity == "critical":
+                    f.details["startup_completed_later"] = True
+    if failed_window == "serving":
+        found, root = window_findings(a, tl, log, w.hits["serving"], w.records["serving"], dsv4, "serving")
+        findings += found
+    elif tl.ready:
+        findings += serving_warnings(a, tl, log, w.hits["serving"], w.records["serving"])
+    if phase is None and w.survived:
+        findings += survived_warnings(a, w.survived, findings)
+    if w.noise:
+        findings.append(make_finding(BY_ID["shutdown_noise"], w.noise, {"count": len(w.noise)}))
+    if dsv4 and tl.kv_cache_dtype == "auto" and not tl.uses_fp8_ds_mla and tl.available_kv_gib is not None:
+        ref = tl.refs.get("engine_config") or tl.refs.get("available_kv")
+        findings.append(
+            make_finding(BY_ID["kv_cache_dtype_auto_bf16"], [], {"kv_cache_dtype": "auto"}, extra=[line_of(ref)] if ref else [])
+        )
+    return findings, root
+
+
+_SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
+
+
+def conclude_start(a: StartAnalyzer, sources: list[str]) -> Diagnosis:
+    """The diagnosis of one start, as its log shows it (what to do about it is `dsv4ctl.advice`'s)."""
+    tl = a.tracker.timeline
+    if len(sources) <= 1:
+        # One source: its own line order is the order; timestamps only matter across files.
+        for item in (*a.hits, *a.records):
+            item.order = ("", item.seq)
+    log = sources[0] if len(sources) == 1 and sources[0] not in ("-", "<stream>") else "<log>"
+    w = _windows(a)
+    dsv4 = is_dsv4(tl)
+    phase, basis = _failed_phase(a, tl, w)
+    findings, root = _findings(a, tl, log, w, phase, dsv4)
+    if root is not None and phase is not None and BY_ID[root.id].phase:
+        phase = BY_ID[root.id].phase  # e.g. a port that could not be bound: the server never served
+    # Without a ready line, an excerpt that ends on the auto-fit report, or shows the server answering a
+    # request, shows no failure: healthy, with the warning.
+    autofit_only = tl.autofit is not None and tl.last_phase == "kv_cache" and "engine_waiting" not in w.hits["startup"]
+    up = tl.ready or bool(w.answered) or bool(w.request_hits) or autofit_only
+    verdict = "failed" if phase else ("healthy" if up else "inconclusive")
+    if root is not None:
+        root.is_root_cause = True
+    findings.sort(key=lambda f: (not f.is_root_cause, _SEVERITY_RANK.get(f.severity, 3), f.order or (0, 0)))
+    pre_records = w.live_startup if not tl.ready else []
+    answers = checklist(a, tl, findings, pre_records) if (dsv4 or tl.autofit is not None or tl.autofit_full_fit) else []
+    return Diagnosis(
+        verdict=verdict,
+        findings=findings,
+        root_cause=root,
+        timeline=tl,
+        checklist=answers,
+        next_command=None,
+        sources=sources,
+        phase=phase,
+        phase_basis=basis if phase else None,
+        facts={"log": log, "stale_fix_active": a.stale_fix_active, "dsv4": dsv4},
+    )
+
+
+def not_a_vllm_log(sources: list[str], lines_read: int, selected: int) -> Diagnosis:
+    sig = BY_ID["not_a_vllm_log"]
+    details = {"lines_read": lines_read}
+    f = Finding(
+        id=sig.id, severity=sig.severity, title=sig.title, meaning=fill(sig.meaning, details) or sig.meaning,
+        evidence=[], details=details, actions=list(sig.actions), role=sig.role,
+    )
+    return Diagnosis(
+        verdict="inconclusive", findings=[f], root_cause=None, timeline=StartupTimeline(), checklist=[],
+        next_command=None, sources=sources, lines_examined=selected, lines_read=lines_read,
+    )

@@ -1,0 +1,168 @@
+"""The numbers a finding shows, derived from the log itself (per signature)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from dsv4ctl.catalogue.signatures import AFFECTED_STALE, FIXED_STALE
+from dsv4ctl.diagnosis.analyzer import Hit, StartAnalyzer
+from dsv4ctl.diagnosis.dsv4 import C128A_COMPRESS_RATIO, C128A_TOPK_ALIGNMENT, c128a_capacity, stale_bug_status
+from dsv4ctl.diagnosis.evidence import command_parts
+from dsv4ctl.logs.timeline import StartupTimeline
+from dsv4ctl.units import format_tokens
+
+PHASE_TO_OOM = {
+    None: "load",
+    "starting": "load",
+    "loading_weights": "load",
+    "weights_loaded": "profile",
+    "profiling": "profile",
+    "kv_cache": "profile",
+    "capturing": "capture",
+    "ready": "serving",
+    "failed": "profile",
+    "shutdown": "serving",
+}
+
+_OOM_PHASE_TEXT = {
+    "load": "loading the weights",
+    "profile": "profiling memory / allocating the KV cache",
+    "capture": "capturing CUDA graphs",
+    "serving": "serving requests",
+}
+
+_OOM_PHASE_ACTION = {
+    "load": "The weights do not fit: free GPU memory held by other processes, add GPUs "
+    "(--tensor-parallel-size, or --data-parallel-size with --enable-expert-parallel), or use a quantized checkpoint",
+    "profile": "Lower the activation peak (--max-num-batched-tokens, --max-num-seqs) or leave more headroom with a "
+    "lower --gpu-memory-utilization",
+    "capture": "CUDA graphs did not fit: lower --gpu-memory-utilization so graphs have room, lower --max-num-seqs, "
+    "or run with --enforce-eager",
+    "serving": "Lower --max-num-seqs / --max-num-batched-tokens, or lower --gpu-memory-utilization",
+}
+
+FITS = "_fits"  # the tokens the log says fit: `dsv4ctl.advice` plans the safe length from it (not in the JSON)
+
+
+def _fits(d: dict[str, Any], a: StartAnalyzer, fits: int) -> None:
+    if not a.light:  # an earlier start: its verdict and root cause only, nothing planned
+        d[FITS] = fits
+
+
+def derive(sig_id: str, hits: list[Hit], a: StartAnalyzer, tl: StartupTimeline, log: str) -> dict[str, Any]:
+    """Numbers a finding shows, derived from the log itself."""
+    d: dict[str, Any] = {"occurrences": a.occurrences(sig_id), **command_parts(tl, log)}
+    af = tl.autofit
+    if sig_id in ("autofit_reduced", "stale_max_model_len") and af is not None:
+        d.update(
+            from_len=af.from_len,
+            to_len=af.to_len,
+            memory=af.memory_text or "memory not stated",
+            memory_gib=af.memory_gib,
+        )
+        _fits(d, a, af.to_len)
+    per_signature = _DERIVE.get(sig_id)
+    if per_signature is not None:
+        per_signature(d, [h.line.message for h in hits], hits, a, tl)
+    return d
+
+
+def _stale(d: dict[str, Any], msgs: list[str], hits: list[Hit], a: StartAnalyzer, tl: StartupTimeline) -> None:
+    af = tl.autofit
+    d.update(affected=AFFECTED_STALE, fixed=FIXED_STALE, vllm_version=tl.vllm_version)
+    d["version_status"] = stale_bug_status(tl.vllm_version)
+    if af is not None:
+        cap = c128a_capacity(af.to_len)
+        req = af.from_len // C128A_COMPRESS_RATIO
+        d.update(capacity=cap, requested=req)
+        # Operands inside the formula without thousands separators (a comma there reads like another
+        # argument); the results, standalone numbers, with them.
+        d["arithmetic"] = (
+            f"capacity align_up(cdiv({af.to_len}, {C128A_COMPRESS_RATIO}), {C128A_TOPK_ALIGNMENT}) "
+            f"= {format_tokens(cap)} {'<' if cap < req else '>='} requested {af.from_len} // "
+            f"{C128A_COMPRESS_RATIO} = {format_tokens(req)}"
+        )
+    elif tl.max_concurrency_tokens:
+        _fits(d, a, tl.max_concurrency_tokens)
+
+
+_KV_NUMBERS = (
+    ("max_model_len", r"max seq len \(([0-9]+)\)", int),
+    ("needed_gib", r"\(([0-9]+(?:\.[0-9]+)?) GiB KV cache is needed", float),
+    ("available_gib", r"available KV cache memory \(([0-9]+(?:\.[0-9]+)?) GiB\)", float),
+    ("estimated_max_model_len", r"estimated maximum model length is ([0-9]+)", int),
+    ("kv_cache_tokens", r"stored in KV cache \(([0-9]+)\)", int),
+)
+
+
+def _kv_insufficient(d: dict[str, Any], msgs: list[str], hits: list[Hit], a: StartAnalyzer, tl: StartupTimeline) -> None:
+    text = " ".join(msgs)
+    for key, pattern, kind in _KV_NUMBERS:
+        if m := re.search(pattern, text):
+            d[key] = kind(m.group(1))
+    fits = d.get("estimated_max_model_len") or d.get("kv_cache_tokens")
+    if fits:
+        _fits(d, a, fits)
+    if "Cannot auto-fit" in text:
+        d["reason"] = "not enough memory for even a single token"
+    elif "No available memory" in text:
+        d["reason"] = "no memory left for the KV cache at all"
+    clause = ""
+    if "needed_gib" in d and "available_gib" in d:
+        clause = f" ({d['needed_gib']} GiB needed, {d['available_gib']} GiB available)"
+    elif "reason" in d:
+        clause = f" ({d['reason']})"
+    d["needed_clause"] = clause
+
+
+def _cuda_oom(d: dict[str, Any], msgs: list[str], hits: list[Hit], a: StartAnalyzer, tl: StartupTimeline) -> None:
+    first = hits[0]
+    phase = PHASE_TO_OOM.get(first.phase, "profile")
+    if "Failed to load model" in first.line.message:
+        phase = "load"
+    elif "warming up" in first.line.message:
+        phase = "profile"
+    if first.after_ready:
+        phase = "serving"
+    d.update(phase=phase, phase_text=_OOM_PHASE_TEXT[phase], phase_action=_OOM_PHASE_ACTION[phase])
+    if m := re.search(r"Tried to allocate ([0-9.]+ [GM]iB)", " ".join(msgs)):
+        d["tried_to_allocate"] = m.group(1)
+
+
+_FREE_RE = re.compile(
+    r"\(([0-9]+(?:\.[0-9]+)?)/([0-9]+(?:\.[0-9]+)?) GiB\) on startup is less than desired GPU memory utilization "
+    r"\(([0-9]+(?:\.[0-9]+)?), ([0-9]+(?:\.[0-9]+)?) GiB\)"
+)
+
+
+def _free_memory(d: dict[str, Any], msgs: list[str], hits: list[Hit], a: StartAnalyzer, tl: StartupTimeline) -> None:
+    m = _FREE_RE.search(msgs[0])
+    if m is None:
+        d["free_text"] = "see the evidence"
+        return
+    free, total, util, wanted = (float(x) for x in m.groups())
+    d.update(free_gib=free, total_gib=total, requested_utilization=util, requested_gib=wanted)
+    d["free_text"] = f"{free} GiB free of {total} GiB, {wanted} GiB requested at {util}"
+    if total > 0:
+        d["suggested_util"] = round(max(0.01, int(free / total * 100) / 100 - 0.01), 2)
+
+
+def _worker_died(d: dict[str, Any], msgs: list[str], hits: list[Hit], a: StartAnalyzer, tl: StartupTimeline) -> None:
+    codes = [m.group(1) for t in msgs if (m := re.search(r"exit code: (-?[0-9]+|None)", t))]
+    d["exit_codes"] = [None if c == "None" else int(c) for c in codes]
+    if not codes:
+        d["exit_text"] = "exit code not stated"
+    elif codes[0] == "None":
+        d["exit_text"] = "no exit code yet: it was still stopping"
+    else:
+        d["exit_text"] = f"exit code {codes[0]}"
+
+
+_DERIVE = {
+    "stale_max_model_len": _stale,
+    "kv_cache_insufficient": _kv_insufficient,
+    "cuda_oom": _cuda_oom,
+    "free_memory_below_utilization": _free_memory,
+    "worker_died": _worker_died,
+}

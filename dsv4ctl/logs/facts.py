@@ -1,0 +1,70 @@
+"""The figures a startup log showed that planning takes as data (`LogCalibration`): the measured KV memory, the
+weights and graph sizes, auto-fit's lengths, the release and the launch's own flags. `from_timeline` reads them
+off a `StartupTimeline`; planning never reads a log itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dsv4ctl.logs.deployment import launch_args
+from dsv4ctl.units import GiB
+
+@dataclass(frozen=True)
+class LogCalibration:
+    """What a previous startup log says (the lines fit-length reads)."""
+
+    path: str
+    available_kv_bytes: int | None
+    weights_bytes: int | None
+    graph_bytes: int | None
+    autofit_from: int | None
+    autofit_to: int | None
+    max_model_len: int | None
+    vllm_version: str | None = None  # the version the log's banner names
+    serve_args: dict[str, Any] = field(default_factory=dict)  # the log's `non-default args`
+    predicted_from_log: int | None = None  # our auto-fit for the logged memory, to compare with autofit_to
+    predicted_range: tuple[int, int] | None = None  # auto-fit across the log's 0.01 GiB rounding interval
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "available_kv_cache_memory_bytes": self.available_kv_bytes,
+            "model_loading_bytes": self.weights_bytes,
+            "graph_capture_bytes": self.graph_bytes,
+            "logged_autofit_from": self.autofit_from,
+            "logged_autofit_to": self.autofit_to,
+            "logged_max_model_len": self.max_model_len,
+            "vllm_version": self.vllm_version,
+            "predicted_autofit_for_logged_memory": self.predicted_from_log,
+            "predicted_autofit_range": list(self.predicted_range) if self.predicted_range else None,
+        }
+
+
+def from_timeline(timeline: Any, path: str | None) -> LogCalibration:
+    """The fit-relevant figures of a `dsv4ctl.logs.timeline.StartupTimeline` (GiB as vLLM rounds them)."""
+    if isinstance(timeline, LogCalibration):
+        return timeline
+
+    def gib_bytes(value: Any) -> int | None:
+        return None if value is None else int(round(float(value) * GiB))
+
+    autofit = getattr(timeline, "autofit", None)
+    max_len = getattr(timeline, "max_model_len", None)
+    if autofit is not None:
+        logged_from, logged_to = autofit.from_len, autofit.to_len
+    elif getattr(timeline, "autofit_full_fit", False):
+        logged_from = logged_to = max_len
+    else:
+        logged_from = logged_to = None
+    return LogCalibration(
+        path=path or "<timeline>",
+        available_kv_bytes=gib_bytes(getattr(timeline, "available_kv_gib", None)),
+        weights_bytes=gib_bytes(getattr(timeline, "weights_gib", None)),
+        graph_bytes=gib_bytes(getattr(timeline, "graph_capture_gib", None)),
+        autofit_from=logged_from,
+        autofit_to=logged_to,
+        max_model_len=getattr(timeline, "effective_max_model_len", None) or max_len,
+        vllm_version=getattr(timeline, "vllm_version", None),
+        serve_args=launch_args(timeline),
+    )

@@ -1,0 +1,137 @@
+"""The GPUs a plan runs on and what each holds: the devices a snapshot offers for TP x PP x DP, the memory
+predicted per GPU (requested budget - weights - overhead), and the limiting GPU's KV memory term by term."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsv4ctl.errors import GpuUnavailableError, InputError
+from dsv4ctl.logs.facts import LogCalibration
+from dsv4ctl.planning.geometry import Dsv4Geometry
+from dsv4ctl.planning.memory import (
+    NON_KV_OVERHEAD_SPREAD_BYTES,
+    UNIFIED_MEMORY_SPREAD_BYTES,
+    GpuMemoryPrediction,
+    KvMemoryEstimate,
+    KvTerm,
+    check_startup_memory,
+    combine_terms,
+    weights_per_rank,
+)
+from dsv4ctl.planning.request import FitRequest
+from dsv4ctl.units import GiB, format_gib
+
+def select_devices(snapshot: Any, request: FitRequest):
+    devices = list(snapshot.devices)
+    if not devices:
+        raise GpuUnavailableError("no GPUs in the snapshot", hint="take the snapshot on the GPU box: dsv4ctl gpus --save snapshot.json")
+    whole = [d for d in devices if not d.is_mig]
+    if not whole:
+        raise GpuUnavailableError(
+            "only MIG instances are visible: fit-length plans whole GPUs",
+            hint="give the KV memory directly with --kv-cache-memory, or expose whole GPUs via CUDA_VISIBLE_DEVICES",
+        )
+    need = request.tensor_parallel_size * request.pipeline_parallel_size * request.data_parallel_size
+    if len(whole) < need:
+        raise GpuUnavailableError(
+            f"TP×PP×DP = {need} GPUs needed, {len(whole)} visible",
+            hint="lower --tensor-parallel-size/--pipeline-parallel-size/--data-parallel-size or use a snapshot of a bigger box",
+        )
+    whole.sort(key=lambda d: d.cuda_index)
+    return whole[:need]
+
+
+def predict_memory(
+    devices: list[Any], geometry: Dsv4Geometry, request: FitRequest, overhead: int, weights_override: int | None
+) -> tuple[list[GpuMemoryPrediction], list[str]]:
+    notes: list[str] = []
+    tp, pp = request.tensor_parallel_size, request.pipeline_parallel_size
+    predictions = []
+    if weights_override is None and geometry.weights is None:
+        raise InputError(
+            f"cannot predict KV memory for {geometry.model}: the weight size per GPU is unknown",
+            hint="pass the checkpoint directory (its safetensors headers give the size), --weights-memory SIZE, "
+            "--from-log startup.log, or --kv-cache-memory SIZE",
+        )
+    for rank, dev in enumerate(devices):
+        pp_rank = (rank // tp) % pp
+        if weights_override is not None:
+            weights = weights_override
+        else:
+            weights = weights_per_rank(
+                geometry.weights,
+                tensor_parallel_size=tp,
+                pipeline_parallel_size=pp,
+                data_parallel_size=request.data_parallel_size,
+                enable_expert_parallel=request.enable_expert_parallel,
+                pp_rank=pp_rank,
+                load_mtp=request.num_speculative_tokens > 0,
+            )
+        start = check_startup_memory(dev, request.gpu_memory_utilization)
+        predictions.append(
+            GpuMemoryPrediction(
+                cuda_index=dev.cuda_index,
+                name=dev.name,
+                pp_rank=pp_rank,
+                total_bytes=dev.total_bytes,
+                cuda_total_bytes=dev.cuda_total_bytes,
+                free_bytes=dev.free_bytes,
+                cuda_free_at_start=start.cuda_free_at_start,
+                requested_bytes=start.requested_bytes,
+                weights_bytes=weights,
+                overhead_bytes=overhead,
+                available_kv_bytes=start.requested_bytes - weights - overhead,
+                refusal=start.refusal,
+            )
+        )
+    if any(d.is_unified_memory for d in devices):
+        notes.append(
+            "unified-memory GPU: free memory swings with the host's page cache; consider --margin 25%"
+        )
+    return predictions, notes
+
+
+def kv_estimate(
+    request: FitRequest, source: str, kv_memory: int, log_cal: LogCalibration | None, gpu: GpuMemoryPrediction | None,
+    devices: Any, calibration_log: str | None = None,
+) -> KvMemoryEstimate:
+    """The limiting GPU's available KV memory as vLLM's worker computes it, term by term, with basis and range."""
+    if source == "given":
+        term = KvTerm("kv_cache_memory", kv_memory, kv_memory, kv_memory, "exact", "--kv-cache-memory(-bytes)")
+        return KvMemoryEstimate(kv_memory, kv_memory, kv_memory, "exact", (term,))
+    if source in ("log", "calibrated") or gpu is None:
+        half = GiB // 200  # vLLM logs the figure rounded to 0.01 GiB
+        basis = "calibrated" if source == "calibrated" else "measured"
+        where = calibration_log if source == "calibrated" else (log_cal.path if log_cal is not None else "the startup log")
+        term = KvTerm("kv_cache_memory", kv_memory, kv_memory - half, kv_memory + half - 1, basis,
+                      f"{where}: \"Available KV cache memory\" (rounded to 0.01 GiB)")
+        return KvMemoryEstimate(kv_memory, term.low, term.high, basis, (term,),
+                                "--kv-cache-memory-bytes with the logged figure makes it exact")
+    req = gpu.requested_bytes
+    requested = KvTerm(
+        "requested", req, req, req, "measured",
+        f"ceil(CUDA total {format_gib(gpu.cuda_total_bytes)} x --gpu-memory-utilization {request.gpu_memory_utilization:g}), "
+        f"cuda:{gpu.cuda_index} {gpu.name} ({'snapshot ' + str(request.gpus) if request.gpus else 'NVML'})",
+    )
+    w = gpu.weights_bytes
+    weights = KvTerm("weights", w, w, w, "exact" if request.weights_bytes_per_rank is not None else "checkpoint",
+                     "--weights-memory" if request.weights_bytes_per_rank is not None
+                     else "the checkpoint's safetensors headers, split by TP/PP/EP")
+    o = gpu.overhead_bytes
+    if request.non_kv_overhead_bytes is not None:
+        overhead = KvTerm("non_kv_overhead", o, o, o, "exact", "--overhead")
+    else:
+        overhead = KvTerm(
+            "non_kv_overhead", o, max(0, o - NON_KV_OVERHEAD_SPREAD_BYTES), o + NON_KV_OVERHEAD_SPREAD_BYTES, "estimated",
+            "activation peak, non-torch memory and the CUDA-graph estimate: 6 GiB +/- 4 GiB "
+            "(vllm#54677: the same launch needed ~4 GiB/GPU more on 0.28.0 than on 0.26.0)",
+        )
+    subtracted = [weights, overhead]
+    if devices and any(getattr(d, "is_unified_memory", False) for d in devices):
+        u = UNIFIED_MEMORY_SPREAD_BYTES
+        subtracted.append(KvTerm("unified_memory_swing", 0, -u, u, "estimated",
+                                 "unified memory follows host memory (upstream report: 9.81 vs 12.3 GiB on two starts)"))
+    return combine_terms(
+        requested, subtracted,
+        "--from-log LOG (a startup's measured KV memory), --overhead SIZE or --kv-cache-memory SIZE narrows it",
+    )

@@ -1,0 +1,75 @@
+"""Flags in and out of a plan: the log's own `non-default args` a request inherits, and the `vllm serve` flags
+that pin every input the answer depends on."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+from dsv4ctl.errors import Dsv4ctlError
+from dsv4ctl.logs.deployment import flag_tokens
+from dsv4ctl.logs.facts import LogCalibration
+from dsv4ctl.planning.request import FitRequest, speculative_tokens
+
+# The log's `non-default args` (vLLM's EngineArgs names) that a FitRequest field takes as they are.
+LOG_FIELDS = ("gpu_memory_utilization", "kv_cache_dtype", "block_size", "max_num_batched_tokens", "max_num_seqs",
+               "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "enable_expert_parallel",
+               "async_scheduling", "attention_backend")
+
+
+def inherit_log_flags(request: FitRequest, log_cal: LogCalibration) -> tuple[FitRequest, list[str]]:
+    """The request with the log's own flags for every field the operator did not give, and what was taken."""
+    args = log_cal.serve_args
+    taken: dict[str, Any] = {}
+    for name in LOG_FIELDS:
+        if name in args and name not in request.explicit and args[name] is not None:
+            taken[name] = args[name]
+    if "speculative_config" in args and "num_speculative_tokens" not in request.explicit:
+        try:
+            taken["num_speculative_tokens"] = speculative_tokens(args["speculative_config"])
+        except Dsv4ctlError:
+            pass
+    if not taken:
+        return request, []
+    shown = ", ".join(f"{k}={v}" for k, v in taken.items())
+    return replace(request, **taken), [f"from {log_cal.path}'s non-default args: {shown}"]
+
+
+def vllm_flags(request: FitRequest, max_model_len: int, mnbt: int, async_on: bool) -> list[str]:
+    """The `vllm serve` flags that pin every input the answer depends on."""
+    flags = ["--max-model-len", str(max_model_len), "--max-num-batched-tokens", str(mnbt)]
+    if request.kv_cache_memory_bytes is not None:
+        flags += ["--kv-cache-memory-bytes", str(request.kv_cache_memory_bytes)]
+    else:
+        flags += ["--gpu-memory-utilization", f"{request.gpu_memory_utilization:g}"]
+    if request.kv_cache_dtype != "auto":
+        flags += ["--kv-cache-dtype", request.kv_cache_dtype]
+    if request.attention_backend:
+        flags += ["--attention-backend", request.attention_backend]
+    if request.max_num_seqs is not None:
+        flags += ["--max-num-seqs", str(request.max_num_seqs)]
+    if request.tensor_parallel_size > 1:
+        flags += ["--tensor-parallel-size", str(request.tensor_parallel_size)]
+    if request.pipeline_parallel_size > 1:
+        flags += ["--pipeline-parallel-size", str(request.pipeline_parallel_size)]
+    if request.data_parallel_size > 1:
+        flags += ["--data-parallel-size", str(request.data_parallel_size)]
+    if request.enable_expert_parallel:
+        flags += ["--enable-expert-parallel"]
+    if request.async_scheduling is False:
+        flags += ["--no-async-scheduling"]
+    if request.num_speculative_tokens > 0:
+        flags += ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": request.num_speculative_tokens})]
+    return flags
+
+
+def log_only_flags(log_cal: LogCalibration) -> list[str]:
+    """The log's other non-default args (the port, --trust-remote-code, a compilation config, …): the
+    printed `vllm serve` line is then that deployment's, changed only where the plan says."""
+    planned = {*LOG_FIELDS, "speculative_config", "max_model_len", "kv_cache_memory_bytes", "model", "model_tag"}
+    tokens: list[str] = []
+    for name, value in log_cal.serve_args.items():
+        if name not in planned:
+            tokens += flag_tokens(name, value)
+    return tokens
