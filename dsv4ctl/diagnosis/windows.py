@@ -29,42 +29,10 @@ def window_findings(
     nccl_cuda = [h for h in nccl if "unhandled cuda error" in h.line.message.lower() or "UnhandledCuda" in h.line.message]
     dg_hits = by_id.pop("deepgemm_metadata_oob", [])
     fault_hits = ima or nccl_cuda
-    dumps = [r for r in records if r.kind == "coredump" and is_metadata_kernel(str(r.details.get("kernel", "")))]
-    if fault_hits or dumps:
-        first_fault = min(fault_hits, key=lambda h: h.order) if fault_hits else None
-        traced_lines = [ln for seq, ln in a.traced_deepgemm if window_of(a, seq) == window]
-        traced = bool(traced_lines) or bool(dumps)
-        attributable = dsv4 and first_fault is not None and full_capture(tl, first_fault)
-        if traced or attributable:
-            details = derive("deepgemm_metadata_oob", fault_hits, a, tl, log)
-            details["attribution"] = "traced" if traced else "attributable"
-            details["masked_by_nccl"] = not ima
-            if dumps:
-                details["kernel"] = dumps[0].details["kernel"]
-            details["capture"] = tl.capture.desc + f" {tl.capture.n}/{tl.capture.total}" if tl.capture else None
-            details["vllm_version"] = tl.vllm_version
-            v = parse_version(tl.vllm_version)
-            if tl.deep_gemm_source == "vendored" and v is not None and v[:2] >= (0, 28):
-                details["note"] = (
-                    "This log shows vLLM used its vendored DeepGEMM, which is guarded from 0.28.0 on; "
-                    "the fault may have another cause."
-                )
-            elif v is not None and v[:2] <= (0, 27):
-                details["note"] = f"vLLM {tl.vllm_version} vendors an unguarded DeepGEMM (≤ 0.27.x)."
-            sig = BY_ID["deepgemm_metadata_oob"]
-            f = make_finding(sig, ([first_fault] if first_fault else []) + dg_hits, details, extra=traced_lines)
-            if first_fault is not None:
-                # The fault's own line first: the call sites place it, the fault is what happened.
-                fault = evidence_of(first_fault.line)
-                f.evidence = [fault] + [e for e in f.evidence if (e.source, e.line) != (fault.source, fault.line)]
-            if dumps:
-                # The core dump names the faulting kernel: that line holds the cause.
-                kernel = evidence_of(dumps[0].details["kernel_line"])
-                rest = [e for e in f.evidence if (e.source, e.line) != (kernel.source, kernel.line)]
-                f.evidence = [kernel, *rest][:MAX_EVIDENCE]
-            f.order = first_fault.order if first_fault else dumps[0].order
-            findings.append(f)
-            by_id.pop("cuda_illegal_memory_access", None)
+    metadata = _metadata_fault(a, tl, log, records, dsv4, window, fault_hits, dg_hits, masked=not ima)
+    if metadata is not None:
+        findings.append(metadata)
+        by_id.pop("cuda_illegal_memory_access", None)
     # NCCL errors when a CUDA fault exists anywhere are its symptom.
     if nccl and (ima or any(f.id == "deepgemm_metadata_oob" for f in findings)):
         f = make_finding(BY_ID["nccl_error"], nccl, {"symptom_of": "deepgemm_metadata_oob" if any(
@@ -114,6 +82,51 @@ def window_findings(
         # that died first, else the earliest).
         root = min(symptoms, key=lambda f: (f.id != "worker_died", f.order))
     return findings, root
+
+def _metadata_fault(
+    a: StartAnalyzer, tl: StartupTimeline, log: str, records: list[ErrorRecord], dsv4: bool, window: str,
+    fault_hits: list[Hit], dg_hits: list[Hit], *, masked: bool,
+) -> Finding | None:
+    """The DeepGEMM metadata fault when the log traces it (the metadata builder's frames, or a core dump naming
+    the kernel) or it is attributable (an illegal access during FULL capture of a DeepSeek-V4 model)."""
+    dumps = [r for r in records if r.kind == "coredump" and is_metadata_kernel(str(r.details.get("kernel", "")))]
+    if not (fault_hits or dumps):
+        return None
+    first_fault = min(fault_hits, key=lambda h: h.order) if fault_hits else None
+    traced_lines = [ln for seq, ln in a.traced_deepgemm if window_of(a, seq) == window]
+    traced = bool(traced_lines) or bool(dumps)
+    attributable = dsv4 and first_fault is not None and full_capture(tl, first_fault)
+    if not (traced or attributable):
+        return None
+    details = derive("deepgemm_metadata_oob", fault_hits, a, tl, log)
+    details["attribution"] = "traced" if traced else "attributable"
+    details["masked_by_nccl"] = masked
+    if dumps:
+        details["kernel"] = dumps[0].details["kernel"]
+    details["capture"] = tl.capture.desc + f" {tl.capture.n}/{tl.capture.total}" if tl.capture else None
+    details["vllm_version"] = tl.vllm_version
+    v = parse_version(tl.vllm_version)
+    if tl.deep_gemm_source == "vendored" and v is not None and v[:2] >= (0, 28):
+        details["note"] = (
+            "This log shows vLLM used its vendored DeepGEMM, which is guarded from 0.28.0 on; "
+            "the fault may have another cause."
+        )
+    elif v is not None and v[:2] <= (0, 27):
+        details["note"] = f"vLLM {tl.vllm_version} vendors an unguarded DeepGEMM (≤ 0.27.x)."
+    f = make_finding(BY_ID["deepgemm_metadata_oob"], ([first_fault] if first_fault else []) + dg_hits, details,
+                     extra=traced_lines)
+    if first_fault is not None:
+        # The fault's own line first: the call sites place it, the fault is what happened.
+        fault = evidence_of(first_fault.line)
+        f.evidence = [fault] + [e for e in f.evidence if (e.source, e.line) != (fault.source, fault.line)]
+    if dumps:
+        # The core dump names the faulting kernel: that line holds the cause.
+        kernel = evidence_of(dumps[0].details["kernel_line"])
+        rest = [e for e in f.evidence if (e.source, e.line) != (kernel.source, kernel.line)]
+        f.evidence = [kernel, *rest][:MAX_EVIDENCE]
+    f.order = first_fault.order if first_fault else dumps[0].order
+    return f
+
 
 def serving_warnings(
     a: StartAnalyzer, tl: StartupTimeline, log: str, by_id: dict[str, list[Hit]], records: list[ErrorRecord]

@@ -21,10 +21,11 @@ from dsv4ctl.logs.facts import LogCalibration, from_timeline
 from dsv4ctl.planning.devices import kv_estimate, predict_memory, select_devices
 from dsv4ctl.planning.flags import LOG_FIELDS, inherit_log_flags, log_only_flags, vllm_flags
 from dsv4ctl.planning.geometry import Dsv4Geometry, load_geometry
-from dsv4ctl.planning.kv_planner import KvPlan, blocks_per_request, needed_bytes, plan_kv_cache
+from dsv4ctl.planning.kv_planner import KvPlan, blocks_per_request
 from dsv4ctl.planning.kv_specs import KvLayoutChoice, LayerKvSpec, resolve_kv_layout
 from dsv4ctl.planning.layers import build_specs, worker_layer_sets
 from dsv4ctl.planning.memory import DEFAULT_NON_KV_OVERHEAD_BYTES, GpuMemoryPrediction, KvMemoryEstimate, check_startup_memory
+from dsv4ctl.planning.plans import Planner, autofit_len, full_context_bytes, what_if_rows
 from dsv4ctl.planning.request import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
     FitRequest,
@@ -45,7 +46,6 @@ from dsv4ctl.units import GiB, format_gib, format_tokens
 
 # Releases that crash in CUDA-graph capture after auto-fit shrank the length (stale max_model_len; fixed in 0.31).
 STALE_LENGTH_RELEASES = ("0.29.0", "0.30.0")
-WHAT_IF_BATCHED_TOKENS = (2048, 4096, 8192, 16384)
 
 
 @dataclass
@@ -85,40 +85,19 @@ class _WorkerMemory:
     calibration: Any = None
 
 
-class _Planner:
-    """vLLM's KV planner over this request's layers, each answer kept (the safe-length rule and the what-if table
-    ask for the same plans again)."""
+@dataclass
+class _Lengths:
+    """What the planner answers for this memory: auto-fit, vLLM's refusal if any, the KV memory's estimate and
+    range, and the safe length."""
 
-    def __init__(self, specs: dict[str, LayerKvSpec], worker_layers: list[set[str]], rules: Any) -> None:
-        self.specs, self.worker_layers, self.rules = specs, worker_layers, rules
-        self._plans: dict[tuple, KvPlan] = {}
-
-    def __call__(self, memory: list[int], *, length: int, auto: bool, tokens_in_flight: int) -> KvPlan:
-        key = (tuple(memory), length, auto, tokens_in_flight)
-        if key not in self._plans:
-            self._plans[key] = plan_kv_cache(
-                self.specs, self.worker_layers, memory, original_max_model_len=length, autofit=auto,
-                max_in_flight_tokens=tokens_in_flight, rules=self.rules,
-            )
-        return self._plans[key]
-
-    def autofit(self, memory: list[int], length: int, tokens_in_flight: int) -> int:
-        return _autofit_len(self(memory, length=length, auto=True, tokens_in_flight=tokens_in_flight))
-
-
-def _autofit_len(plan: KvPlan) -> int:
-    """The length an auto-fit plan ends with; 0 when not even one token fits."""
-    return 0 if plan.error else plan.max_model_len
-
-
-def _full_context_bytes(plan: KvPlan, length: int) -> int:
-    """`--kv-cache-memory-bytes` that holds one request of `length` tokens on every worker (plus the null block
-    on releases that hold one back)."""
-    rules = plan.rules
-    return max(
-        needed_bytes(w.groups, length, plan.max_in_flight_tokens, rules) + (w.bytes_per_block if rules.null_block else 0)
-        for w in plan.workers
-    )
+    auto_plan: KvPlan
+    autofit: int
+    explicit: int | None
+    kv_memory: int
+    refusal: str | None
+    available_kv: KvMemoryEstimate
+    autofit_range: tuple[int, int] | None
+    safe: SafeLength
 
 
 def plan_fit(
@@ -136,23 +115,33 @@ def plan_fit(
             return _plan_nodes(request, tuple(request.gpus), log_facts, geometry)
         request = replace(request, gpus=request.gpus[0] if request.gpus else None)
     inputs = _resolve(request, snapshot, log_facts, geometry)
-    request, notes, warnings = inputs.request, inputs.notes, inputs.warnings
     sched = _scheduling(inputs)
     memory = _worker_memory(inputs, sched)
-    tp, pp = request.tensor_parallel_size, request.pipeline_parallel_size
+    tp, pp = inputs.request.tensor_parallel_size, inputs.request.pipeline_parallel_size
     stage_layers = worker_layer_sets(inputs.specs, geometry, pp)
     # Worker order: rank = pp_rank * tp + tp_rank.
-    planner = _Planner(inputs.specs, [stage_layers[rank // tp] for rank in range(tp * pp)], inputs.version.rules)
+    planner = Planner(inputs.specs, [stage_layers[rank // tp] for rank in range(tp * pp)], inputs.version.rules)
+    positive = [max(m, 0) for m in memory.per_worker]
+    lengths = _plan_lengths(inputs, sched, memory, planner, positive)
+    model_max = geometry.model_max_model_len
+    log_cal = _check_log_autofit(inputs, memory.source, planner, positive, lengths.autofit, model_max, sched.in_flight)
+    verdict = "does_not_fit" if lengths.refusal is not None else ("shrinks" if lengths.autofit < model_max else "fits")
+    _length_warnings(inputs, verdict, lengths.safe.length, lengths.autofit, model_max, lengths.explicit)
+    return _result(inputs, sched, memory, planner, positive, lengths, log_cal, verdict)
 
+
+def _plan_lengths(
+    inputs: _Inputs, sched: _Scheduling, memory: _WorkerMemory, planner: Planner, positive: list[int]
+) -> _Lengths:
+    """Auto-fit with this memory, the refusal, the KV memory's range and basis, and the safe length (computed from
+    the low end of the range)."""
+    request, geometry = inputs.request, inputs.geometry
     model_max = geometry.model_max_model_len
     explicit = None if request.is_auto else request.max_model_len
-    positive = [max(m, 0) for m in memory.per_worker]
     auto_plan = planner(positive, length=model_max, auto=True, tokens_in_flight=sched.in_flight)
-    autofit = _autofit_len(auto_plan)
+    autofit = autofit_len(auto_plan)
     kv_memory = memory.per_worker[auto_plan.limiting_pp_rank]
     refusal = _refusal(memory.refusal, planner, positive, explicit, auto_plan, geometry, sched.in_flight)
-
-    # The KV memory's range and basis; the recommendation is computed from the low end.
     available_kv = kv_estimate(
         request, memory.source, kv_memory, inputs.log_cal,
         memory.replica[auto_plan.limiting_pp_rank] if memory.replica else None, inputs.devices,
@@ -161,7 +150,7 @@ def plan_fit(
     below = max(0, available_kv.value - available_kv.low)
     autofit_range = _autofit_range(planner, positive, available_kv, model_max, sched.in_flight)
     if available_kv.basis == "estimated":
-        notes.append(
+        inputs.notes.append(
             f"KV memory per GPU {format_gib(available_kv.value)} is an estimate: {format_gib(max(available_kv.low, 0))}–"
             f"{format_gib(available_kv.high)} ({format_gib(available_kv.width)} wide, auto-fit "
             f"{format_tokens(autofit_range[0])}–{format_tokens(autofit_range[1])}); the recommendation uses the low end; "
@@ -171,18 +160,26 @@ def plan_fit(
     safe = safe_length(
         lambda cut, tokens: planner.autofit([max(m - cut - below, 0) for m in positive], model_max, tokens),
         kv_memory_bytes=kv_memory, model_max=model_max, max_num_batched_tokens=sched.max_num_batched_tokens,
-        async_scheduling=sched.async_on, pipeline_parallel_size=pp, margin=as_margin(request.margin),
+        async_scheduling=sched.async_on, pipeline_parallel_size=request.pipeline_parallel_size,
+        margin=as_margin(request.margin),
     )
     if safe.length <= 0 and autofit > 0:
-        warnings.append(
+        inputs.warnings.append(
             f"no length survives a margin of {format_gib(safe.margin_bytes)}: the KV memory is too tight to recommend "
             "an explicit length"
         )
-    log_cal = _check_log_autofit(inputs, memory.source, planner, positive, autofit, model_max, sched.in_flight)
-    verdict = "does_not_fit" if refusal is not None else ("shrinks" if autofit < model_max else "fits")
-    _length_warnings(inputs, verdict, safe.length, autofit, model_max, explicit)
+    return _Lengths(auto_plan, autofit, explicit, kv_memory, refusal, available_kv, autofit_range, safe)
 
-    flags = vllm_flags(request, safe.length if safe.length > 0 else (explicit or autofit), sched.max_num_batched_tokens, sched.async_on)
+
+def _result(
+    inputs: _Inputs, sched: _Scheduling, memory: _WorkerMemory, planner: Planner, positive: list[int],
+    lengths: _Lengths, log_cal: LogCalibration | None, verdict: str,
+) -> FitResult:
+    request, geometry, safe, autofit = inputs.request, inputs.geometry, lengths.safe, lengths.autofit
+    model_max = geometry.model_max_model_len
+    auto_plan = lengths.auto_plan
+    flags = vllm_flags(request, safe.length if safe.length > 0 else (lengths.explicit or autofit),
+                       sched.max_num_batched_tokens, sched.async_on)
     if log_cal is not None and request.inherit_from_log:
         flags += log_only_flags(log_cal)
     limiting = auto_plan.workers[auto_plan.limiting_pp_rank]
@@ -190,20 +187,20 @@ def plan_fit(
         geometry=geometry,
         request=request,
         verdict=verdict,
-        refusal=refusal,
+        refusal=lengths.refusal,
         model_max_model_len=model_max,
         autofit_max_model_len=autofit,
         will_shrink=autofit < model_max,
         shrink_tokens=max(0, model_max - autofit),
-        requested_max_model_len=explicit,
+        requested_max_model_len=lengths.explicit,
         recommended_max_model_len=max(safe.length, 0),
-        kv_cache_memory_bytes=kv_memory,
+        kv_cache_memory_bytes=lengths.kv_memory,
         kv_cache_memory_source=memory.source,
         margin_bytes=safe.margin_bytes,
         bytes_per_block=max(w.bytes_per_block for w in auto_plan.workers),
         blocks_per_request=blocks_per_request(limiting.groups, max(autofit, 1), sched.in_flight),
         num_blocks=min(w.num_blocks for w in auto_plan.workers),  # vLLM gives every worker the smallest count
-        full_context_kv_memory_bytes=_full_context_bytes(auto_plan, model_max),
+        full_context_kv_memory_bytes=full_context_bytes(auto_plan, model_max),
         max_num_batched_tokens=sched.max_num_batched_tokens,
         max_num_batched_tokens_source=sched.source,
         max_num_seqs=sched.max_num_seqs,
@@ -214,14 +211,15 @@ def plan_fit(
         num_kv_layers=len(inputs.specs),
         gpus=tuple(memory.predictions),
         log=log_cal,
-        what_if=tuple(_what_if(planner, positive, sched, model_max, pp)),
-        warnings=tuple(warnings),
-        notes=tuple(notes),
+        what_if=tuple(what_if_rows(planner, positive, sched.max_num_batched_tokens, sched.async_on, model_max,
+                                   request.pipeline_parallel_size)),
+        warnings=tuple(inputs.warnings),
+        notes=tuple(inputs.notes),
         vllm_flags=tuple(flags),
         safe_length=safe,
         version=inputs.version,
-        available_kv=available_kv,
-        autofit_range=autofit_range,
+        available_kv=lengths.available_kv,
+        autofit_range=lengths.autofit_range,
     )
 
 
@@ -371,7 +369,7 @@ def _predict(inputs: _Inputs, memory: _WorkerMemory, workers: int) -> None:
 
 
 def _refusal(
-    refusal: str | None, planner: _Planner, positive: list[int], explicit: int | None, auto_plan: KvPlan,
+    refusal: str | None, planner: Planner, positive: list[int], explicit: int | None, auto_plan: KvPlan,
     geometry: Dsv4Geometry, in_flight: int,
 ) -> str | None:
     """vLLM's own error text when it would refuse: the memory's, else an explicit length's, else auto-fit's."""
@@ -390,7 +388,7 @@ def _refusal(
 
 
 def _autofit_range(
-    planner: _Planner, positive: list[int], available_kv: KvMemoryEstimate, model_max: int, in_flight: int
+    planner: Planner, positive: list[int], available_kv: KvMemoryEstimate, model_max: int, in_flight: int
 ) -> tuple[int, int] | None:
     """Auto-fit at the low and high ends of the KV memory's range (None when the figure is exact)."""
     below = max(0, available_kv.value - available_kv.low)
@@ -403,25 +401,8 @@ def _autofit_range(
     )
 
 
-def _what_if(planner: _Planner, positive: list[int], sched: _Scheduling, model_max: int, pp: int) -> list[WhatIfRow]:
-    rows = []
-    for row_mnbt in sorted(set(WHAT_IF_BATCHED_TOKENS) | {sched.max_num_batched_tokens}):
-        row_in_flight = max_concurrent_batches(sched.async_on, pp) * row_mnbt
-        row_plan = planner(positive, length=model_max, auto=True, tokens_in_flight=row_in_flight)
-        rows.append(
-            WhatIfRow(
-                max_num_batched_tokens=row_mnbt,
-                max_in_flight_tokens=row_in_flight,
-                autofit_max_model_len=_autofit_len(row_plan),
-                full_context_kv_memory_bytes=_full_context_bytes(row_plan, model_max),
-                current=row_mnbt == sched.max_num_batched_tokens,
-            )
-        )
-    return rows
-
-
 def _check_log_autofit(
-    inputs: _Inputs, source: str, planner: _Planner, positive: list[int], autofit: int, model_max: int, in_flight: int
+    inputs: _Inputs, source: str, planner: Planner, positive: list[int], autofit: int, model_max: int, in_flight: int
 ) -> LogCalibration | None:
     """The log's figures with this plan's auto-fit for its logged memory; a warning when the log's own auto-fit
     lies outside it (vLLM logs the memory rounded to 0.01 GiB: the run had something in [x - 0.005, x + 0.005))."""

@@ -1,0 +1,69 @@
+"""vLLM's KV planner over one request's layers, its answers kept: auto-fit lengths, the memory a full context
+needs, and the what-if rows of other batch sizes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsv4ctl.planning.kv_planner import KvPlan, needed_bytes, plan_kv_cache
+from dsv4ctl.planning.kv_specs import LayerKvSpec
+from dsv4ctl.planning.request import max_concurrent_batches
+from dsv4ctl.planning.result import WhatIfRow
+
+WHAT_IF_BATCHED_TOKENS = (2048, 4096, 8192, 16384)
+
+
+class Planner:
+    """vLLM's KV planner over this request's layers, each answer kept (the safe-length rule and the what-if table
+    ask for the same plans again)."""
+
+    def __init__(self, specs: dict[str, LayerKvSpec], worker_layers: list[set[str]], rules: Any) -> None:
+        self.specs, self.worker_layers, self.rules = specs, worker_layers, rules
+        self._plans: dict[tuple, KvPlan] = {}
+
+    def __call__(self, memory: list[int], *, length: int, auto: bool, tokens_in_flight: int) -> KvPlan:
+        key = (tuple(memory), length, auto, tokens_in_flight)
+        if key not in self._plans:
+            self._plans[key] = plan_kv_cache(
+                self.specs, self.worker_layers, memory, original_max_model_len=length, autofit=auto,
+                max_in_flight_tokens=tokens_in_flight, rules=self.rules,
+            )
+        return self._plans[key]
+
+    def autofit(self, memory: list[int], length: int, tokens_in_flight: int) -> int:
+        return autofit_len(self(memory, length=length, auto=True, tokens_in_flight=tokens_in_flight))
+
+
+def autofit_len(plan: KvPlan) -> int:
+    """The length an auto-fit plan ends with; 0 when not even one token fits."""
+    return 0 if plan.error else plan.max_model_len
+
+
+def full_context_bytes(plan: KvPlan, length: int) -> int:
+    """`--kv-cache-memory-bytes` that holds one request of `length` tokens on every worker (plus the null block
+    on releases that hold one back)."""
+    rules = plan.rules
+    return max(
+        needed_bytes(w.groups, length, plan.max_in_flight_tokens, rules) + (w.bytes_per_block if rules.null_block else 0)
+        for w in plan.workers
+    )
+
+
+def what_if_rows(
+    planner: Planner, positive: list[int], mnbt: int, async_on: bool, model_max: int, pp: int
+) -> list[WhatIfRow]:
+    """Auto-fit and the full context's memory at the usual batch sizes and this one."""
+    rows = []
+    for row_mnbt in sorted(set(WHAT_IF_BATCHED_TOKENS) | {mnbt}):
+        row_in_flight = max_concurrent_batches(async_on, pp) * row_mnbt
+        row_plan = planner(positive, length=model_max, auto=True, tokens_in_flight=row_in_flight)
+        rows.append(
+            WhatIfRow(
+                max_num_batched_tokens=row_mnbt,
+                max_in_flight_tokens=row_in_flight,
+                autofit_max_model_len=autofit_len(row_plan),
+                full_context_kv_memory_bytes=full_context_bytes(row_plan, model_max),
+                current=row_mnbt == mnbt,
+            )
+        )
+    return rows
