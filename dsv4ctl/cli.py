@@ -6,6 +6,9 @@ error into one line plus a hint (a traceback only with DSV4CTL_DEBUG=1).
 
 Keep imports at module level light: `dsv4ctl --help`, `diagnose` and `fit-length` must start fast on
 a machine without vLLM, torch or a GPU. Import heavy modules inside the command that needs them.
+
+Kept whole: every command's options and exit codes in one file, so `--help` and the error funnel read from
+one place; each command body only parses, calls the core and renders.
 """
 
 from __future__ import annotations

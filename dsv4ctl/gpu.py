@@ -10,6 +10,9 @@ Memory figures (see docs/gpus.md): NVML's v2 memory struct splits the driver-res
 "used"; CUDA (`cudaMemGetInfo`, `torch.cuda.mem_get_info`) reports a total *without* it, and vLLM sizes
 its budget from CUDA's total. `GpuDevice.cuda_total_bytes` is that figure.
 
+Kept whole: the one place that talks to NVML, by design (tests replace this module, never the world): the
+snapshot dataclasses, the JSON form they round-trip through, and the NVML calls that fill them.
+
 `pynvml` is imported lazily inside `read_snapshot`, so `dsv4ctl --help`, `diagnose` and `fit-length`
 never load it. Tests replace it by putting a fake module in `sys.modules["pynvml"]`.
 """

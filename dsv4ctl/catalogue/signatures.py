@@ -5,6 +5,9 @@ Each `Signature` says what it means, which log messages are its evidence (regexe
 actions are filled in from the log (`{placeholders}` are keys of the finding's `details`); an action
 whose placeholders the log cannot fill is left out rather than printed with a guess.
 
+Kept whole (this file and signatures_vllm.py, signatures_ecosystem.py): data, one entry per signature with its
+words, source and advice; split by size the registry would scatter.
+
 role:
 - "cause": can be the root cause of a failed startup;
 - "symptom": a consequence that points elsewhere (EngineCore failed to start, a worker died, an NCCL

@@ -6,6 +6,8 @@ Every pattern is copied from the installed package that prints the message; `sou
 package, version and file (`path:line` for Python sources; for compiled libraries the binary and,
 in parentheses, the C++ source file named next to the string in it). Binaries were read with
 `strings -a`; the wording of a message may differ in other versions of a compiled library.
+
+Kept whole: data, one entry per message (see signatures.py).
 """
 
 from __future__ import annotations

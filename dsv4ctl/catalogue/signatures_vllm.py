@@ -9,6 +9,8 @@ the patterns search the message anywhere in the line, so they match that form, t
 `ValueError: <message>` of a worker traceback and an engine's `Worker failed with error '<message>'` alike.
 
 Named groups become the finding's details and fill the `{placeholders}` of meaning and actions.
+
+Kept whole: data, one entry per message (see signatures.py).
 """
 
 from __future__ import annotations

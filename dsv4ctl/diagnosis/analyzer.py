@@ -11,7 +11,8 @@ from dsv4ctl.catalogue.signature_index import LineSorter, SignatureIndex
 from dsv4ctl.catalogue.signatures import CATALOGUE
 from dsv4ctl.diagnosis.model import MAX_EVIDENCE
 from dsv4ctl.logs.reader import LogLine
-from dsv4ctl.logs.records import ErrorAssembler, ErrorRecord, kernel_of
+from dsv4ctl.logs.grammars import kernel_of
+from dsv4ctl.logs.records import ErrorAssembler, ErrorRecord
 from dsv4ctl.logs.timeline import StartupTracker
 
 # Memory stays bounded on logs full of errors: per signature (and per before/after ready/shutdown) only

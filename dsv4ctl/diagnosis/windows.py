@@ -12,7 +12,8 @@ from dsv4ctl.diagnosis.dsv4 import full_capture, is_metadata_kernel, parse_versi
 from dsv4ctl.diagnosis.evidence import dedupe_frames, evidence_of, line_of, make_finding
 from dsv4ctl.diagnosis.model import MAX_EVIDENCE, Finding
 from dsv4ctl.diagnosis.ranking import ends_in, indexed_finding, lookup, originating, quoting_wrapper, unrecognized_finding
-from dsv4ctl.logs.records import DEATH_RE, ErrorRecord
+from dsv4ctl.logs.grammars import DEATH_RE
+from dsv4ctl.logs.records import ErrorRecord
 from dsv4ctl.logs.timeline import StartupTimeline
 
 def window_findings(

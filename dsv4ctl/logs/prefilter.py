@@ -24,6 +24,10 @@ where a quarter of the lines are engine errors), numpy finds all of them at once
 
 The patterns are written in the subset that Python `re`, hyperscan and POSIX ERE (`grep -E`) read
 the same way, so the benchmark can hand the very same list to `grep -c -E`.
+
+Kept whole: the scan is one profile-tuned loop over shared state (the compiled database or alternation,
+numpy's availability, the dense/sparse switch, the chunk cursor and its gaps); split across modules, the
+hot loop would reach through module globals, and the tests that pin its equivalence patch them here.
 """
 
 from __future__ import annotations

@@ -210,6 +210,9 @@ def _json_record(text: str) -> tuple[str, str | None, str | None, str | None] | 
 def parse_line(raw: str, source: str = "-", lineno: int = 0) -> LogLine:
     """Parse one raw line (without its newline) into a `LogLine`. Never raises.
 
+    Kept whole: it runs on every line read (a 1 GiB log: millions); one call per layer would cost more than
+    the peeling itself.
+
     The wrappers around a line are peeled from its start one layer at a time, in any order and
     nesting (`_LAYERS`): timestamps (RFC 3339, bracketed, time of day, CRI), journald, kubectl's
     --prefix, docker compose, torch's rank prefix, c10/glog and Ray's C++ records, vLLM's and Ray's

@@ -35,124 +35,36 @@ Every wording here is copied from the source that prints it (cited next to each 
 
 from __future__ import annotations
 
-import ast
-import re
 from dataclasses import dataclass, field
 
+from dsv4ctl.logs.grammars import (
+    CHAIN_RE,
+    DEATH_RE,
+    DETAIL_RE,
+    EXC_RE,
+    GENERIC,
+    GENERIC_WORDS,
+    HEADER_RE,
+    MAX_CHAIN,
+    MAX_FRAMES,
+    MAX_RAISE_LINES,
+    PYDANTIC_LOC_RE,
+    QUOTED_RE,
+    SHORT_FRAME_RE,
+    STEP_FUNCTIONS,
+    TB_EXC_RE,
+    WRAPPER_RE,
+    CALL_RE,
+    FRAME_RE,
+    ExceptionInfo,
+    Frame,
+    is_entry_frame,
+    same_record,
+    exception_line,
+    is_gap,
+    raised,
+)
 from dsv4ctl.logs.reader import LogLine
-
-MAX_FRAMES = 64
-MAX_CHAIN = 8
-MAX_RAISE_LINES = 6  # continuation lines of a `raise X("…" "…")` statement kept for its message
-
-# A frame line of a Python traceback (CPython's traceback module), and the short form rich-style
-# tracebacks and pasted call chains use ("vllm/models/deepseek_v4/sparse_mla.py:262 in _build_c128a_metadata").
-FRAME_RE = re.compile(r'^File "([^"]+)", line ([0-9]+), in (\S+)')
-SHORT_FRAME_RE = re.compile(r"^(?:[│|]\s*)?((?:[\w.<>-]+/)*[\w.<>-]+\.py):([0-9]+) in (\w+)")
-# The exception line that ends a traceback: `module.Type: message` or a bare `Type`. Outside a traceback
-# only names with the suffixes exception classes use count (`…Error`, `…Exception`, `KeyboardInterrupt`,
-# `SystemExit`, ray's `RayTaskError(RuntimeError)`), builtins without one (`Exception`, `StopIteration`) and
-# classes of an exceptions module (`torch._dynamo.exc.Unsupported`, `triton.runtime.errors.OutOfResources`);
-# inside one, any class name: a frame's code line never has the `Name: ` shape.
-_EXC_SUFFIX = r"(?:Error|Exception|Interrupt|Exit|Failed|Warning)"
-EXC_RE = re.compile(
-    r"^((?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*" + _EXC_SUFFIX + r"|Exception|BaseException|StopIteration|GeneratorExit"
-    r"|OutOfResources)(?:\([\w.]+\))?"
-    r"|(?:[A-Za-z_]\w*\.)*(?:exc|errors?|exceptions)\.[A-Z]\w*"
-    # C modules' own lower-case classes: socket.gaierror, socket.herror
-    r"|(?:[A-Za-z_]\w*\.)+[a-z]\w*error)(?::\s?(.*))?$"
-)
-TB_EXC_RE = re.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:\([\w.]+\))?)(?::\s(.*)|:)?$")
-# CPython traceback.py: the header, and the two headers between the exceptions of a chain. vLLM also logs
-# a traceback as the text of one record ("EngineCore hit an exception: Traceback (most recent call last):").
-HEADER_RE = re.compile(r"Traceback \(most recent call last\):?\s*$")
-CHAIN_RE = re.compile(
-    r"^(?:The above exception was the direct cause of the following exception:"
-    r"|During handling of the above exception, another exception occurred:)"
-)
-# pydantic's ValidationError names the failing check on a line of its own below the exception line
-# ("1 validation error for ModelConfig" / "  Value error, <the validator's message> [type=value_error, …]"):
-# that line holds the cause.
-# A field's error names the field on the line above it ("gpu_memory_utilization" / "  Input should be less than or
-# equal to 1 [type=less_than_equal, input_value=90.0, input_type=float]"): pydantic-core==2.50.5's display
-# format (its binary's string table: " [type=", ", input_value=", ", input_type=").
-DETAIL_RE = re.compile(r"^(?:Value error|Assertion failed), |^\S.*? \[type=[a-z_]+(?:, input_value=.*)?\]$")
-PYDANTIC_LOC_RE = re.compile(r"^[A-Za-z_][\w.\[\]]*$")
-# What is not log content: a gap an excerpt marks ("...", "…", "[... trimmed ...]"), Python 3.13's elided
-# lines ("...<2 lines>..."), the carets under a frame's code, a Markdown code fence around a paste.
-GAP_RE = re.compile(r"^(?:\.\.\.|…)|^\[\.\.\..*\]$|^[\^~]+$|^```|^\+[-+]")
-
-# Messages that only repeat an error printed elsewhere (vllm 0.32.0 sources):
-#   v1/executor/multiproc_executor.py:442  TimeoutError(f"RPC call to {method} timed out.")
-#   v1/executor/multiproc_executor.py:445  RuntimeError(f"Worker failed with error '{result}', please check the stack trace above for the root cause")
-#   v1/executor/multiproc_executor.py:316  "Worker proc %s died unexpectedly (exit code: %s), shutting down executor."
-#   v1/engine/core.py:1510 / 1512 / 2663   "EngineCore failed to start." / "EngineCore encountered a fatal error."
-#   v1/engine/utils.py:1428 / 1433         "… failed during engine core initialization. See root cause above. …"
-#   v1/engine/exceptions.py:16             "EngineCore encountered an issue. See stack trace (above) for the root cause."
-WRAPPER_RE = re.compile(
-    r"Worker failed with error '|RPC call to \S+ timed out|EngineCore failed to start|EngineCore encountered"
-    r"|Engine core initialization failed|Frontend process failed during engine core initialization"
-    r"|See root cause above|See stack trace \(above\)|WorkerProc initialization failed|WorkerProc failed to start"
-    r"|WorkerProc hit an exception|EngineDeadError|output_handler failed|died unexpectedly|EngineCore hit an exception"
-    r"|Exception in worker \S+ while processing method"
-    r"|ExceptionGroup: "  # an exception group only gathers the errors printed in it
-)
-QUOTED_RE = re.compile(r"Worker failed with error '(.*)', please check the stack trace above")
-# Words that say the engine died (vllm==0.33.0 v1/engine/core.py:1586 "EngineCore encountered a fatal error.",
-# v1/engine/exceptions.py EngineDeadError, v1/engine/async_llm.py:943 "AsyncLLM output_handler failed.",
-# v1/executor/multiproc_executor.py "Worker proc %s died unexpectedly").
-DEATH_RE = re.compile(r"EngineCore encountered a fatal error|EngineDeadError|output_handler failed|died unexpectedly")
-# The engine's step, the model running in it (vllm==0.32.0 v1/engine/core.py run_busy_loop/step,
-# v1/worker/gpu_worker.py execute_model/sample_tokens; torch's Module call): an error there ends the engine.
-STEP_FUNCTIONS = frozenset({
-    "run_busy_loop", "_process_engine_step", "step", "step_with_batch_queue", "execute_model", "sample_tokens",
-    "execute_dummy_batch", "_call_impl", "forward",
-})
-
-
-def _is_entry_frame(frame: "Frame") -> bool:
-    """The outermost frame of a process's own stack: a script's top level (`vllm` in bin/, not a module being
-    imported from site-packages) or `python -m`'s runpy entry. A traceback that starts there was not caught."""
-    if frame.function == "_run_module_as_main":
-        return True
-    return frame.function == "<module>" and "-packages/" not in frame.file and "<frozen" not in frame.file
-
-
-# `raise X(…)` as a frame's code line shows it: the type, and the string literals of its message.
-_RAISE_RE = re.compile(r"^raise ((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)\b\s*(?:\((.*))?$")
-_CALL_RE = re.compile(r"([A-Za-z_]\w*)\s*\(")
-_STRING_RE = re.compile(r"""(?:[rRbBuU]|[fF][rR]?|[rR][fF])?("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')""")
-
-
-@dataclass(frozen=True)
-class Frame:
-    file: str
-    lineno: int
-    function: str
-    line: LogLine
-    code: LogLine | None = None  # the source line Python printed under the frame
-
-
-@dataclass
-class ExceptionInfo:
-    """One exception of a chain: `type: message` as Python printed it, and its innermost frame.
-
-    shown_by: how the log shows it when not by its own exception line: "raise" (the `raise` statement of
-    the innermost frame), "headline" (the line logged before the traceback), "frame" (only the frames),
-    "assert" (a bare AssertionError whose `assert` statement is the message)."""
-
-    type: str
-    message: str
-    line: LogLine
-    last_frame: Frame | None = None
-    detail: LogLine | None = None  # pydantic's "Value error, …" line under a ValidationError
-    shown_by: str | None = None
-    support: LogLine | None = None  # a second line that states it (the `assert` statement of a bare AssertionError)
-
-    @property
-    def text(self) -> str:
-        return f"{self.type}: {self.message}" if self.message else self.type
-
 
 @dataclass
 class ErrorRecord:
@@ -257,117 +169,6 @@ class ErrorRecord:
         return out
 
 
-# ---------------------------------------------------------------------------------------------
-# Errors that are not Python tracebacks. (kind, regex); named groups become the record's details.
-GENERIC: tuple[tuple[str, re.Pattern[str]], ...] = (
-    # CUDA driver core dump (CUDA_ENABLE_COREDUMP_ON_EXCEPTION=1, CUDA_COREDUMP_SHOW_PROGRESS=1), as driver
-    # 580.159.04 prints it (benchmarks/results/h200-2026-11-30/coredump-deepgemm-0.27.1-stderr.txt):
-    #   "coredump: Detected an exception of type CUDBG_EXCEPTION_WARP_OUT_OF_RANGE_ADDRESS (5)"
-    ("coredump", re.compile(r"Detected an exception of type (?P<exception>CUDBG_EXCEPTION_\w+)")),
-    # cuda-gdb on that core: "CUDA Exception: Warp Out-of-range Address"
-    ("coredump", re.compile(r"^CUDA Exception: (?P<exception>.+)")),
-    # torch's CUDA check, as torch 2.11 printed it on the H200 (benchmarks/results/h200-2026-11-30/
-    # torch-2.11-fault-texts.txt): "torch.AcceleratorError: CUDA error: an illegal memory access was encountered";
-    # a condensed chain quotes the code too ("CUDA error 700: an illegal memory access was encountered").
-    ("cuda", re.compile(r"CUDA error(?: (?P<code>[0-9]+))?: (?P<cuda_error>[^.\n]+)")),
-    # C++ extensions (FlashInfer, DeepGEMM, vLLM's CUDA_CHECK): "Cuda error <file>:<line> '<message>'"
-    ("cuda", re.compile(r"Cuda error:? (?P<where>\S+?:[0-9]+) '(?P<cuda_error>[^']+)'")),
-    # c10's CHECK (torch==2.13.0 torch/include/c10/util/logging_is_not_google_glog.h:109): "Check failed: <condition>"
-    ("cpp", re.compile(r"Check failed: (?P<condition>.+)")),
-    # C and CUDA assertions: glibc's assert (glibc 2.36 assert/assert.c: "%s%s%s:%u: %s%sAssertion `%s' failed."),
-    # the CUDA device-side assert (torch-2.11-fault-texts.txt: "… Assertion `…` failed."), and kernels' own
-    # host asserts in that form (FlashMLA: "Assertion `res == CUresult::CUDA_SUCCESS` failed (file:line):").
-    ("cpp", re.compile(r"Assertion `(?P<condition>[^`']+)['`] failed")),
-    # GCC libstdc++'s verbose terminate handler (not a Python package: its text as the runtime prints it):
-    # "terminate called after throwing an instance of 'c10::Error'"
-    ("cpp", re.compile(r"terminate called after throwing an instance of '(?P<cpp_type>[^']+)'")),
-    # NCCL's debug output (nvidia-nccl-cu13==2.30.7 libnccl.so.2, format "[%d] %s:%d NCCL WARN %s" after the
-    # host:pid:tid prefix): "node1:123:456 [0] NCCL WARN <message>"
-    ("nccl", re.compile(r"NCCL WARN (?P<nccl_warn>.+)")),
-    # torch c10d ProcessGroupNCCL.cpp: "[PG ID 0 PG GUID 0 Rank 1] Watchdog caught collective operation timeout: …"
-    ("nccl", re.compile(r"Watchdog caught collective operation timeout: (?P<collective>.+)")),
-    # OS errors as Python prints them: "OSError: [Errno 98] Address already in use", and asyncio's bind error
-    # (CPython 3.11.7 asyncio/base_events.py:1525): "[Errno 98] error while attempting to bind on address …"
-    ("os", re.compile(r"\[Errno (?P<errno>-?[0-9]+)\] (?P<os_error>.+)")),
-    # argparse's error exit (CPython 3.11.7 argparse.py:2630 "%(prog)s: error: %(message)s"): "vllm serve: error: …"
-    ("usage", re.compile(r"^(?P<prog>[\w.-]+(?: [\w.-]+)?): error: (?P<usage_error>.+)")),
-    # An HTTP error body as a client prints it (vLLM's ErrorResponse, pretty-printed by jq): '"message": "…",'
-    ("http_error", re.compile(r'^"message": "(?P<http_error>.+?)",?$')),
-    # Processes killed: vLLM's monitor reports the exit code (-9 = SIGKILL, the kernel's OOM killer);
-    # the shell prints "Killed" for a foreground process killed by SIGKILL.
-    ("killed", re.compile(r"died unexpectedly \(exit code: (?P<exit_code>-9)\)")),
-    ("killed", re.compile(r"^(?:\S+: line [0-9]+: +[0-9]+ )?Killed(?:\s+.*)?$")),
-    # CPython's fatal-error handler and the shell (not Python packages: their texts as they print them):
-    # "Fatal Python error: Segmentation fault", "Segmentation fault (core dumped)"
-    ("crash", re.compile(r"^Fatal Python error: (?P<fatal>.+)")),
-    ("crash", re.compile(r"^(?:\S+: line [0-9]+: +[0-9]+ )?(?P<fatal>Segmentation fault|Aborted|Bus error)(?: +\(core dumped\))?")),
-    # A program's own "Error: <message>" line (FlashMLA's TMA set-up: "Error: Failed to initialize the TMA descriptor").
-    ("text", re.compile(r"^(?:Error|FATAL|Fatal error): (?P<error>\S.*)")),
-)
-
-# cuda-gdb / the core dump's stack: a mangled C++ kernel name (Itanium ABI).
-_MANGLED_RE = re.compile(r"\b(_Z[A-Za-z0-9_]+)")
-_COREDUMP_FRAME_RE = re.compile(r"(?:coredump:\s+|^)#\s?[0-9]+\s+0x[0-9a-fA-F]+\s+(_Z\w+)")
-_GDB_PC_RE = re.compile(r"The exception was triggered at PC 0x[0-9a-fA-F]+\s+(?:void )?(?P<kernel>[\w:]+)")
-
-
-def demangle(name: str) -> str:
-    """The qualified name of an Itanium-mangled function, without template arguments or parameters.
-
-    `_ZN9deep_gemm5sched30sm90_paged_mqa_logits_metadataILj256E…` -> `deep_gemm::sched::sm90_paged_mqa_logits_metadata`.
-    A name cut short in the log keeps what it has (`_ZN9deep_gemm5sched30sm90_paged_mqa_lo` ->
-    `deep_gemm::sched::sm90_paged_mqa_lo…`). Returns the input when it is not a mangled name this reads.
-    """
-    if not name.startswith("_Z"):
-        return name
-    i = 2
-    nested = name.startswith("_ZN")
-    if nested:
-        i = 3
-        while i < len(name) and name[i] in "rVKRO":  # cv- and ref-qualifiers of a member function
-            i += 1
-    parts: list[str] = []
-    while i < len(name) and name[i].isdigit():
-        j = i
-        while j < len(name) and name[j].isdigit():
-            j += 1
-        n = int(name[i:j])
-        if n <= 0:
-            break
-        if j + n > len(name):
-            if j < len(name):
-                parts.append(name[j:] + "…")  # the log cut the name
-            break
-        parts.append(name[j : j + n])
-        i = j + n
-        if not nested or (i < len(name) and name[i] in "EI"):
-            break
-    return "::".join(parts) if parts else name
-
-
-def kernel_of(message: str, coredump: bool = False) -> str | None:
-    """The faulting kernel a core-dump or cuda-gdb line names, demangled; None when it names none.
-    `coredump`: the line came from the core dump (its "coredump:" tag already taken off by the reader)."""
-    if not coredump and "coredump" not in message and "<<<" not in message and "exception was triggered" not in message:
-        return None
-    m = _COREDUMP_FRAME_RE.search(message)
-    if m:
-        return demangle(m.group(1))
-    m = _GDB_PC_RE.search(message)
-    if m:
-        return m.group("kernel")
-    if "<<<" in message and (m := _MANGLED_RE.search(message)):
-        return demangle(m.group(1))
-    return None
-
-
-# A word each GENERIC wording contains: most lines hold none, and `in` is cheaper than any regex.
-_GENERIC_WORDS = ("CUDBG_EXCEPTION", "CUDA Exception", "CUDA error", "Cuda error", "Check failed", "Assertion `",
-                  "terminate called", "NCCL WARN", "Watchdog caught", "[Errno", "died unexpectedly", "Killed",
-                  "Fatal Python error", "Segmentation fault", "Aborted", "Bus error", "Error: ", "FATAL: ",
-                  "Fatal error: ", ": error: ", '"message": "')
-
-
 def log_error(line: LogLine) -> ErrorRecord:
     """An ERROR/CRITICAL log record that states an error in words of its own (no traceback, no known
     wording): the weakest evidence, used for the root cause only when nothing stronger is in the log."""
@@ -377,7 +178,7 @@ def log_error(line: LogLine) -> ErrorRecord:
 def generic_error(line: LogLine) -> ErrorRecord | None:
     """The non-Python error a line states, or None."""
     msg = line.message
-    if not any(word in msg for word in _GENERIC_WORDS):
+    if not any(word in msg for word in GENERIC_WORDS):
         return None
     for kind, rx in GENERIC:
         m = rx.search(msg)
@@ -385,45 +186,6 @@ def generic_error(line: LogLine) -> ErrorRecord | None:
             details = {k: v for k, v in m.groupdict().items() if v is not None}
             return ErrorRecord(kind=kind, line=line, text=msg, details=details)
     return None
-
-
-def exception_line(msg: str) -> tuple[str, str] | None:
-    """(type, message) when `msg` is an exception line on its own (see `EXC_RE`), else None."""
-    if not msg or not (msg[0].isalpha() or msg[0] == "_"):
-        return None
-    m = EXC_RE.match(msg)
-    if m is None or m.group(1).endswith("Warning"):
-        return None  # a warning is not an error
-    return m.group(1), (m.group(2) or "").strip()
-
-
-def raised(code: str) -> tuple[str, str] | None:
-    """(type, message) of a `raise X("…")` statement as a frame's code line shows it; the message is the
-    string literals it holds (an f-string's placeholders kept as written), "" when it shows none."""
-    m = _RAISE_RE.match(code)
-    if m is None:
-        return None
-    parts = []
-    for lit in _STRING_RE.findall(m.group(2) or ""):
-        try:
-            value = ast.literal_eval(lit)
-        except (ValueError, SyntaxError):
-            value = lit[1:-1]
-        parts.append(value if isinstance(value, str) else "")
-    return m.group(1), "".join(parts).strip()
-
-
-def is_gap(msg: str) -> bool:
-    return bool(msg) and GAP_RE.match(msg) is not None
-
-
-def _same_record(a: LogLine | None, b: LogLine) -> bool:
-    """Whether `b` continues the log record `a` started: the same level, location and time (vLLM's
-    NewLineFormatter repeats the whole prefix on every line of a multi-line message)."""
-    return (
-        a is not None and b.level is not None and b.level == a.level and b.fileinfo is not None
-        and b.fileinfo == a.fileinfo and b.timestamp == a.timestamp and b.process == a.process
-    )
 
 
 class ErrorAssembler:
@@ -445,6 +207,11 @@ class ErrorAssembler:
         return out
 
     def _feed(self, line: LogLine, seq: int, order: tuple) -> list[ErrorRecord]:
+        """One line into the open record of its process: the assembler's state machine (see the module docstring).
+
+        Kept whole: it runs on every selected line, and its branches share the open record's state in an order
+        that matters (a gap, a chain line, a frame, an exception line, a pydantic detail, a headline).
+        """
         msg = line.message
         key = (line.source, line.process)
         out: list[ErrorRecord] = []
@@ -458,7 +225,7 @@ class ErrorAssembler:
                 cur.start_traceback(line)
                 return out
             headline: LogLine | None = None
-            if cur is not None and cur.can_head and _same_record(cur.last_line, line):
+            if cur is not None and cur.can_head and same_record(cur.last_line, line):
                 # The message of the log record whose next lines are the traceback (logger.exception), or an
                 # exception's text vLLM logs before its traceback: the same record, so the same prefix. Without
                 # a prefix an exception line before a traceback ended another one.
@@ -545,7 +312,7 @@ class ErrorAssembler:
             if cur.in_traceback or cur.chained:
                 if line.level is None or cur.first is None or line.level == cur.first.level:
                     return out  # other text inside an open traceback (a message's continuation, a C++ stack)
-            elif (cur.exceptions or cur.log_line is not None) and _same_record(cur.last_line, line):
+            elif (cur.exceptions or cur.log_line is not None) and same_record(cur.last_line, line):
                 cur.last_line = line  # the next line of a multi-line log record (vLLM repeats its prefix)
                 return out
         out += self._close(key)
@@ -623,7 +390,7 @@ class _Open:
         self.frames = []
 
     def frame(self, frame: Frame) -> None:
-        if not self.frames and _is_entry_frame(frame):
+        if not self.frames and is_entry_frame(frame):
             self.uncaught = True
         self.frames.append(frame)
         if len(self.functions) < 4 * MAX_FRAMES:
@@ -638,7 +405,7 @@ class _Open:
             self.frames[-1] = Frame(last.file, last.lineno, last.function, last.line, line)
             # The function this frame was calling is on the stack too, even when the excerpt ends here
             # ("engine_core.run_busy_loop()").
-            if (call := _CALL_RE.search(line.message)) is not None and len(self.functions) < 4 * MAX_FRAMES:
+            if (call := CALL_RE.search(line.message)) is not None and len(self.functions) < 4 * MAX_FRAMES:
                 self.functions.add(call.group(1))
             self.raise_lines = [line] if line.message.startswith("raise ") else []
         elif self.raise_lines and len(self.raise_lines) < MAX_RAISE_LINES:

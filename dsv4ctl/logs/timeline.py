@@ -13,142 +13,12 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from dsv4ctl.logs.reader import LogLine, strip_ansi
+from dsv4ctl.logs.timeline_model import PHASES, AutoFit, CaptureProgress, LineRef, ProgressEvent, StartupTimeline
 from dsv4ctl.units import format_tokens
 
-PHASES = (
-    "starting",
-    "loading_weights",
-    "weights_loaded",
-    "profiling",
-    "kv_cache",
-    "capturing",
-    "ready",
-    "failed",
-    "shutdown",
-)
-
-
-@dataclass(frozen=True)
-class LineRef:
-    """Where a value came from: the source, its 1-based line number and the message text."""
-
-    source: str
-    line: int
-    text: str
-
-    @classmethod
-    def of(cls, line: LogLine) -> "LineRef":
-        return cls(line.source, line.lineno, line.message)
-
-
-@dataclass(frozen=True)
-class ProgressEvent:
-    """A step of the startup: `phase` is one of PHASES, `text` a short line for people."""
-
-    phase: str
-    text: str
-    source: str = "-"
-    line: int = 0
-
-
-@dataclass
-class AutoFit:
-    """vLLM's auto-fit of max_model_len: reduced `from_len` -> `to_len` with `memory_text` available."""
-
-    from_len: int
-    to_len: int
-    memory_text: str | None  # as logged: "9.81 GiB GPU" or "9.81 GiB available for KV cache"
-    memory_gib: float | None
-    ref: LineRef | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"from": self.from_len, "to": self.to_len, "memory": self.memory_text, "memory_gib": self.memory_gib}
-
-
-@dataclass
-class CaptureProgress:
-    """The latest CUDA-graph capture progress bar: `mode` is FULL / PIECEWISE, `n` of `total` graphs."""
-
-    desc: str  # "Capturing CUDA graphs (decode, FULL)"
-    mode: str | None
-    n: int
-    total: int
-    ref: LineRef | None = None
-
-
-@dataclass
-class StartupTimeline:
-    """Everything a startup log says about the startup. Fields are None when the log does not say.
-
-    max_model_len: the length the engine was configured with (before auto-fit);
-    max_model_len_arg: the `--max-model-len` value from `non-default args` ("-1" means auto);
-    effective_max_model_len: after auto-fit (equals max_model_len when nothing was reduced);
-    available_kv_gib / available_kv_line: vLLM's "Available KV cache memory: X GiB" (per worker);
-    weights_gib / weights_seconds: "Model loading took X GiB memory and Y seconds";
-    graph_capture_gib / graph_capture_seconds: "Graph capturing finished in Y secs, took X GiB";
-    kv_cache_tokens / max_concurrency: "GPU KV cache size: N tokens, Maximum concurrency ... Cx";
-    capture: the latest capture progress (mode, n/N); capture_modes: every mode seen, in order;
-    ready / ready_url / ready_ref: the server said it is serving (or the engine finished init);
-    last_phase: the phase of the latest event (one of PHASES).
-    """
-
-    vllm_version: str | None = None
-    model: str | None = None
-    architecture: str | None = None
-    max_model_len: int | None = None
-    max_model_len_arg: str | None = None
-    effective_max_model_len: int | None = None
-    kv_cache_dtype: str | None = None
-    tensor_parallel_size: int | None = None
-    pipeline_parallel_size: int | None = None
-    data_parallel_size: int | None = None
-    enable_expert_parallel: bool | None = None
-    compilation_mode: str | None = None
-    cudagraph_mode: str | None = None
-    enforce_eager: bool | None = None
-    model_runner: str | None = None  # "V1" / "V2"
-    uses_fp8_ds_mla: bool = False
-    has_indexer: bool = False
-    deep_gemm_source: str | None = None  # "vendored" when vLLM logged it fell back to its own copy
-    weights_gib: float | None = None
-    weights_seconds: float | None = None
-    available_kv_gib: float | None = None
-    available_kv_line: str | None = None
-    autofit: AutoFit | None = None
-    autofit_full_fit: bool = False
-    kv_cache_tokens: int | None = None
-    max_concurrency: float | None = None
-    max_concurrency_tokens: int | None = None
-    capture: CaptureProgress | None = None
-    capture_modes: list[str] = field(default_factory=list)
-    graph_capture_gib: float | None = None
-    graph_capture_seconds: float | None = None
-    init_engine_seconds: float | None = None
-    ready: bool = False
-    ready_url: str | None = None
-    ready_ref: LineRef | None = None
-    last_phase: str | None = None
-    refs: dict[str, LineRef] = field(default_factory=dict)
-    # `non-default args: {...}` as vLLM printed it (vllm/entrypoints/utils.py log_non_default_args): the
-    # launch's own flags by their EngineArgs/FrontendArgs names, so suggested commands can repeat them.
-    serve_args: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def serving(self) -> bool:
-        """The API server said it serves (or answered a request). `ready` alone may rest on an engine's
-        "init engine … took" line, after which the server still waits for its other engines and builds its app."""
-        return self.ready_url is not None or "startup_complete" in self.refs or "answered" in self.refs
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        if self.autofit is not None:
-            data["autofit"] = {**self.autofit.to_json(), "line": self.autofit.ref.line if self.autofit.ref else None}
-        data["refs"] = {k: {"source": r.source, "line": r.line} for k, r in self.refs.items()}
-        return data
+__all__ = ["PHASES", "AutoFit", "CaptureProgress", "LineRef", "ProgressEvent", "StartupTimeline", "StartupTracker"]
 
 
 def _int(text: str) -> int:
@@ -264,13 +134,47 @@ class StartupTracker:
 
     # -- the rules --------------------------------------------------------------------------
     def feed(self, line: LogLine) -> list[ProgressEvent]:
+        """The events this line marks, the timeline updated. A rule runs only on a line holding its words (most
+        lines hold none): this runs on every line a start shows."""
         msg = line.message
         if not msg:
             return []
         tl = self.timeline
         events: list[ProgressEvent] = []
         R = _RE
+        if "version" in msg or "  model   " in msg:
+            self._identity(msg, line, events)
+        if "Initializing a V1 LLM engine" in msg or "non-default args" in msg:
+            self._launch(msg, line, events)
+        if "Using max model len" in msg or "Resolved architecture" in msg:
+            self._model_config(msg, line, events)
+        if "oad" in msg:
+            self._weights(msg, line, events)
+        if tl.last_phase in (None, "starting", "loading_weights", "weights_loaded") and R["profiling"].search(msg):
+            events.append(self._event("profiling", "Profiling memory and compiling", line))
+        if "KV cache" in msg or "max_model_len" in msg or "Maximum concurrency" in msg:
+            self._kv_cache(msg, line, events)
+        if "apturing" in msg or "apturing" in line.raw:
+            self._graphs(msg, line, events)
+        if ("init engine" in msg or "Starting vLLM" in msg or "Application startup" in msg or "HTTP/" in msg
+                or "Avg prompt throughput" in msg):
+            self._ready(msg, line, events)
+        if "Model Runner" in msg or "fp8_ds_mla" in msg or "Lightning Indexer" in msg or "deep_gemm" in msg:
+            self._backend(msg, line, events)
+        if ("fail" in msg or "died" in msg or "fatal" in msg) and R["failed"].search(msg):
+            events.append(self._event("failed", _short(msg), line))
+        elif msg.startswith("Traceback") and not tl.ready and R["traceback"].search(msg):
+            if tl.last_phase != "failed":
+                events.append(self._event("failed", "Traceback (startup failing)", line))
+        if ("hut" in msg or "Finished server" in msg or "KeyboardInterrupt" in msg) and R["shutdown"].search(msg):
+            if tl.last_phase != "shutdown":
+                events.append(self._event("shutdown", "Shutting down", line))
+        return events
 
+    def _identity(self, msg: str, line: LogLine, events: list[ProgressEvent]) -> None:
+        """The release and the model: the banner, the logo."""
+        tl = self.timeline
+        R = _RE
         if "version" in msg:
             m = R["banner"].search(msg)
             if m:
@@ -287,6 +191,11 @@ class StartupTracker:
             if m and tl.model is None:
                 tl.model = m.group(1)
                 self._ref("model", line, overwrite=False)
+
+    def _launch(self, msg: str, line: LogLine, events: list[ProgressEvent]) -> None:
+        """The engine's config line and the launch's non-default args."""
+        tl = self.timeline
+        R = _RE
         if "Initializing a V1 LLM engine" in msg:
             m = R["engine"].search(msg)
             if m:
@@ -299,6 +208,11 @@ class StartupTracker:
                 self._parse_nondefault(m.group(1), line)
                 if tl.last_phase is None:
                     events.append(self._event("starting", "Starting vLLM", line))
+
+    def _model_config(self, msg: str, line: LogLine, events: list[ProgressEvent]) -> None:
+        """The model's length and architecture as vLLM resolved them."""
+        tl = self.timeline
+        R = _RE
         if "Using max model len" in msg:
             m = R["max_len"].search(msg)
             if m:
@@ -309,6 +223,11 @@ class StartupTracker:
             if m:
                 tl.architecture = m.group(1)
                 self._ref("architecture", line)
+
+    def _weights(self, msg: str, line: LogLine, events: list[ProgressEvent]) -> None:
+        """Loading the weights: the start, the shards, the time and size."""
+        tl = self.timeline
+        R = _RE
         if "Starting to load model" in msg:
             m = R["start_load"].search(msg)
             if m:
@@ -331,8 +250,11 @@ class StartupTracker:
                 events.append(
                     self._event("weights_loaded", f"Weights loaded: {tl.weights_gib:.2f} GiB in {tl.weights_seconds:.1f} s", line)
                 )
-        if tl.last_phase in (None, "starting", "loading_weights", "weights_loaded") and R["profiling"].search(msg):
-            events.append(self._event("profiling", "Profiling memory and compiling", line))
+
+    def _kv_cache(self, msg: str, line: LogLine, events: list[ProgressEvent]) -> None:
+        """The KV cache: the memory vLLM measured, auto-fit's length, the size and concurrency."""
+        tl = self.timeline
+        R = _RE
         if "Available KV cache memory" in msg:
             m = R["available_kv"].search(msg)
             if m:
@@ -393,6 +315,11 @@ class StartupTracker:
                         line,
                     )
                 )
+
+    def _graphs(self, msg: str, line: LogLine, events: list[ProgressEvent]) -> None:
+        """CUDA-graph capture: its progress and what it took."""
+        tl = self.timeline
+        R = _RE
         if "CUDA graphs" in msg and "Capturing" in msg:
             ev = self._capture(msg, line)
             if ev is not None:
@@ -412,6 +339,11 @@ class StartupTracker:
                 tl.graph_capture_gib = float(m.group(2))
                 self._ref("graph_capture", line)
                 events.append(self._event("capturing", f"CUDA graphs captured: {tl.graph_capture_gib:.2f} GiB in {m.group(1)} s", line))
+
+    def _ready(self, msg: str, line: LogLine, events: list[ProgressEvent]) -> None:
+        """Ready: the engine's init line, the server's own lines, a request answered."""
+        tl = self.timeline
+        R = _RE
         if "init engine (profile" in msg:
             m = R["init_engine"].search(msg)
             if m:
@@ -445,6 +377,11 @@ class StartupTracker:
                 tl.ready = True
                 tl.ready_ref = LineRef.of(line)
                 events.append(self._event("ready", "Serving requests", line))
+
+    def _backend(self, msg: str, line: LogLine, events: list[ProgressEvent]) -> None:
+        """Which runner, KV layout and kernels this start used."""
+        tl = self.timeline
+        R = _RE
         if "Model Runner" in msg:
             if R["v2_runner"].search(msg):
                 tl.model_runner = "V2"
@@ -458,15 +395,7 @@ class StartupTracker:
         if "deep_gemm not found in site-packages" in msg:
             tl.deep_gemm_source = "vendored"
             self._ref("deep_gemm_source", line, overwrite=False)
-        if ("fail" in msg or "died" in msg or "fatal" in msg) and R["failed"].search(msg):
-            events.append(self._event("failed", _short(msg), line))
-        elif msg.startswith("Traceback") and not tl.ready and R["traceback"].search(msg):
-            if tl.last_phase != "failed":
-                events.append(self._event("failed", "Traceback (startup failing)", line))
-        if ("hut" in msg or "Finished server" in msg or "KeyboardInterrupt" in msg) and R["shutdown"].search(msg):
-            if tl.last_phase != "shutdown":
-                events.append(self._event("shutdown", "Shutting down", line))
-        return events
+
 
     def _capture(self, msg: str, line: LogLine) -> ProgressEvent | None:
         tl = self.timeline

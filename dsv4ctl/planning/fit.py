@@ -4,35 +4,34 @@
 vLLM would refuse the settings it *returns* a result whose `fits` is False and whose `refusal` holds vLLM's own
 error text (the CLI maps it to exit code 6); it raises `Dsv4ctlError` only for bad inputs.
 
-The steps, each a function: resolve the request (the log's figures and flags, the release whose planner to
-mirror, the GPUs, the KV layout and layers) -> schedule (vLLM's batch defaults) -> the KV memory per worker
-(given, measured in a log, calibrated, or predicted term by term) -> plan the KV cache (auto-fit, an explicit
-length, the estimate's range) -> the safe length -> what-if rows and the log's own auto-fit -> the verdict.
+The steps, each a function: resolve the request (`inputs.resolve`: the log's figures and flags, the release
+whose planner to mirror, the GPUs, the KV layout and layers) -> schedule (`inputs.scheduling`: vLLM's batch
+defaults) -> the KV memory per worker (`inputs.worker_memory`: given, measured in a log, calibrated, or
+predicted term by term) -> plan the lengths (`_plan_lengths`: auto-fit, an explicit length, the estimate's
+range, the safe length) -> the log's own auto-fit checked -> the verdict and its warnings -> the result.
 A log is read by the caller (`dsv4ctl.advice.read_log_facts`): planning takes its figures as data.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from dsv4ctl.errors import Dsv4ctlError, InputError
-from dsv4ctl.logs.facts import LogCalibration, from_timeline
-from dsv4ctl.planning.devices import kv_estimate, predict_memory, select_devices
-from dsv4ctl.planning.flags import LOG_FIELDS, inherit_log_flags, log_only_flags, vllm_flags
+from dsv4ctl.errors import Dsv4ctlError
+from dsv4ctl.logs.facts import LogCalibration
+from dsv4ctl.planning.devices import kv_estimate
+from dsv4ctl.planning.flags import LOG_FIELDS, log_only_flags, vllm_flags
 from dsv4ctl.planning.geometry import Dsv4Geometry, load_geometry
+from dsv4ctl.planning.inputs import Inputs, Scheduling, WorkerMemory, resolve, scheduling, worker_memory
 from dsv4ctl.planning.kv_planner import KvPlan, blocks_per_request
-from dsv4ctl.planning.kv_specs import KvLayoutChoice, LayerKvSpec, resolve_kv_layout
-from dsv4ctl.planning.layers import build_specs, worker_layer_sets
-from dsv4ctl.planning.memory import DEFAULT_NON_KV_OVERHEAD_BYTES, GpuMemoryPrediction, KvMemoryEstimate, check_startup_memory
+from dsv4ctl.planning.layers import worker_layer_sets
+from dsv4ctl.planning.memory import KvMemoryEstimate
 from dsv4ctl.planning.plans import Planner, autofit_len, full_context_bytes, what_if_rows
 from dsv4ctl.planning.request import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
     FitRequest,
     Margin,
     as_margin,
-    default_batch_limits,
-    max_concurrent_batches,
     parse_margin,
     parse_max_model_len,
     parse_speculative_config,
@@ -41,48 +40,10 @@ from dsv4ctl.planning.request import (
 )
 from dsv4ctl.planning.result import THINK_MAX_CONTEXT, FitResult, WhatIfRow
 from dsv4ctl.planning.safe_length import SafeLength, safe_length
-from dsv4ctl.planning.versions import VersionChoice, choose_vllm_version
 from dsv4ctl.units import GiB, format_gib, format_tokens
 
 # Releases that crash in CUDA-graph capture after auto-fit shrank the length (stale max_model_len; fixed in 0.31).
 STALE_LENGTH_RELEASES = ("0.29.0", "0.30.0")
-
-
-@dataclass
-class _Inputs:
-    """The request resolved: the log's figures, the release whose planner is mirrored, the GPUs, the layers."""
-
-    request: FitRequest
-    geometry: Dsv4Geometry
-    log_cal: LogCalibration | None
-    version: VersionChoice
-    devices: list[Any] | None
-    layout: KvLayoutChoice
-    specs: dict[str, LayerKvSpec]
-    need_prediction: bool
-    notes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-
-
-@dataclass
-class _Scheduling:
-    max_num_batched_tokens: int
-    source: str
-    max_num_seqs: int
-    async_on: bool
-    in_flight: int
-
-
-@dataclass
-class _WorkerMemory:
-    """The KV memory of every worker of the binding replica, where it came from, and any refusal so far."""
-
-    source: str  # "given" | "log" | "calibrated" | "predicted"
-    per_worker: list[int]
-    predictions: list[GpuMemoryPrediction]  # every GPU's (predicted memory only)
-    replica: list[GpuMemoryPrediction]  # the binding replica's GPUs (predicted memory only)
-    refusal: str | None
-    calibration: Any = None
 
 
 @dataclass
@@ -114,9 +75,9 @@ def plan_fit(
         if len(request.gpus) > 1:
             return _plan_nodes(request, tuple(request.gpus), log_facts, geometry)
         request = replace(request, gpus=request.gpus[0] if request.gpus else None)
-    inputs = _resolve(request, snapshot, log_facts, geometry)
-    sched = _scheduling(inputs)
-    memory = _worker_memory(inputs, sched)
+    inputs = resolve(request, snapshot, log_facts, geometry)
+    sched = scheduling(inputs)
+    memory = worker_memory(inputs, sched)
     tp, pp = inputs.request.tensor_parallel_size, inputs.request.pipeline_parallel_size
     stage_layers = worker_layer_sets(inputs.specs, geometry, pp)
     # Worker order: rank = pp_rank * tp + tp_rank.
@@ -131,7 +92,7 @@ def plan_fit(
 
 
 def _plan_lengths(
-    inputs: _Inputs, sched: _Scheduling, memory: _WorkerMemory, planner: Planner, positive: list[int]
+    inputs: Inputs, sched: Scheduling, memory: WorkerMemory, planner: Planner, positive: list[int]
 ) -> _Lengths:
     """Auto-fit with this memory, the refusal, the KV memory's range and basis, and the safe length (computed from
     the low end of the range)."""
@@ -172,7 +133,7 @@ def _plan_lengths(
 
 
 def _result(
-    inputs: _Inputs, sched: _Scheduling, memory: _WorkerMemory, planner: Planner, positive: list[int],
+    inputs: Inputs, sched: Scheduling, memory: WorkerMemory, planner: Planner, positive: list[int],
     lengths: _Lengths, log_cal: LogCalibration | None, verdict: str,
 ) -> FitResult:
     request, geometry, safe, autofit = inputs.request, inputs.geometry, lengths.safe, lengths.autofit
@@ -223,151 +184,6 @@ def _result(
     )
 
 
-def _resolve(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4Geometry) -> _Inputs:
-    """The log's figures and flags, the release, the GPUs (needed to predict memory, or to pick vLLM's default
-    max_num_batched_tokens), the KV layout and the layers."""
-    notes: list[str] = []
-    warnings: list[str] = []
-    if log_facts is not None:
-        log_cal: LogCalibration | None = from_timeline(log_facts, request.from_log)
-    elif request.from_log:
-        raise InputError(f"{request.from_log}: the log was not read", hint="read it with dsv4ctl.advice.read_log_facts")
-    else:
-        log_cal = None
-    if log_cal is not None and request.inherit_from_log:
-        request, taken = inherit_log_flags(request, log_cal)
-        notes.extend(taken)
-    if log_cal is not None and request.kv_cache_memory_bytes is None and log_cal.available_kv_bytes is None:
-        raise InputError(
-            f"{log_cal.path}: no \"Available KV cache memory\" line",
-            hint="use the log of a startup that got past memory profiling, or give --kv-cache-memory",
-        )
-    version = choose_vllm_version(request.vllm_version, log_cal.vllm_version if log_cal is not None else None)
-    if version.warning:
-        warnings.append(version.warning)
-    need_prediction = request.kv_cache_memory_bytes is None and (log_cal is None or log_cal.available_kv_bytes is None)
-    if snapshot is None and request.gpus:
-        from dsv4ctl.gpu import load_snapshot
-
-        snapshot = load_snapshot(request.gpus)
-    if snapshot is None and need_prediction:
-        from dsv4ctl.gpu import read_snapshot
-
-        snapshot = read_snapshot()
-    devices = select_devices(snapshot, request) if snapshot is not None else None
-    compute_major = devices[0].compute_capability[0] if devices else None
-    layout = resolve_kv_layout(request.kv_cache_dtype, request.attention_backend, compute_major)
-    specs = build_specs(geometry, request, layout)
-    return _Inputs(request, geometry, log_cal, version, devices, layout, specs, need_prediction, notes, warnings)
-
-
-def _scheduling(inputs: _Inputs) -> _Scheduling:
-    """max_num_batched_tokens, max_num_seqs and async scheduling as vLLM defaults them for these GPUs."""
-    request, devices = inputs.request, inputs.devices
-    batched_dp_moe = False  # needs --all2all-backend deepep_low_latency/nixl_ep, which fit-length does not take
-    dev_total = devices[0].total_bytes if devices else None
-    dev_name = devices[0].name if devices else ""
-    default_mnbt, default_seqs, why = default_batch_limits(dev_total, dev_name, batched_dp_moe=batched_dp_moe)
-    explicit = None if request.is_auto else request.max_model_len
-    length_for_defaults = explicit if explicit is not None else inputs.geometry.model_max_model_len
-    max_num_seqs = request.max_num_seqs or default_seqs
-    if request.max_num_batched_tokens is not None:
-        mnbt, source = request.max_num_batched_tokens, "given"
-    else:
-        mnbt = min(max_num_seqs * length_for_defaults, default_mnbt)
-        source = why
-        if devices is None:
-            inputs.notes.append(f"--max-num-batched-tokens not given: assumed {mnbt:,}, {why}")
-    if request.max_num_seqs is None:
-        max_num_seqs = min(max_num_seqs, mnbt)
-    async_on = True if request.async_scheduling is None else request.async_scheduling
-    in_flight = max_concurrent_batches(async_on, request.pipeline_parallel_size) * mnbt
-    return _Scheduling(mnbt, source, max_num_seqs, async_on, in_flight)
-
-
-def _calibration(inputs: _Inputs, sched: _Scheduling) -> Any:
-    """A calibration record of this host and configuration, which replaces the estimate (planning/calibration.py)."""
-    request, devices = inputs.request, inputs.devices
-    if not inputs.need_prediction or request.no_calibration or not devices:
-        return None
-    from dsv4ctl.planning.calibration import CalibrationKey, find
-
-    return find(CalibrationKey(
-        model=str(inputs.geometry.config_path or inputs.geometry.model), vllm_version=inputs.version.planned,
-        gpu_name=devices[0].name, cuda_total_bytes=devices[0].cuda_total_bytes,
-        tensor_parallel_size=request.tensor_parallel_size, pipeline_parallel_size=request.pipeline_parallel_size,
-        data_parallel_size=request.data_parallel_size, enable_expert_parallel=request.enable_expert_parallel,
-        gpu_memory_utilization=float(request.gpu_memory_utilization), max_num_batched_tokens=sched.max_num_batched_tokens,
-        max_num_seqs=sched.max_num_seqs, kv_cache_dtype=inputs.layout.kv_cache_dtype,
-        attention_class=inputs.layout.attention_class, num_speculative_tokens=request.num_speculative_tokens,
-        enforce_eager=request.enforce_eager,
-    ))
-
-
-def _worker_memory(inputs: _Inputs, sched: _Scheduling) -> _WorkerMemory:
-    """The KV memory per worker: given, measured in the log, calibrated on this host, or predicted per GPU (the
-    tightest data-parallel replica binds); and the refusal vLLM would answer at worker start."""
-    request, log_cal, notes = inputs.request, inputs.log_cal, inputs.notes
-    workers = request.tensor_parallel_size * request.pipeline_parallel_size
-    calibration = _calibration(inputs, sched)
-    memory = _WorkerMemory("predicted", [], [], [], None, calibration)
-    if request.kv_cache_memory_bytes is not None:
-        memory.source, memory.per_worker = "given", [request.kv_cache_memory_bytes] * workers
-    elif log_cal is not None and log_cal.available_kv_bytes is not None:
-        memory.source, memory.per_worker = "log", [log_cal.available_kv_bytes] * workers
-        notes.append("vLLM logs KV memory rounded to 0.01 GiB; the prediction can be a few blocks off near a boundary")
-    elif calibration is not None:
-        memory.source, memory.per_worker = "calibrated", [calibration.available_kv_bytes] * workers
-        notes.append(
-            f"KV memory from the calibration record of {calibration.log} ({calibration.recorded_at}), the same host "
-            "configuration and vLLM release; --no-calibration predicts instead"
-        )
-    else:
-        _predict(inputs, memory, workers)
-    devices = inputs.devices
-    if devices is not None:
-        starts = [check_startup_memory(dev, request.gpu_memory_utilization) for dev in devices]
-        if memory.refusal is None:
-            # vLLM checks free memory against the utilization budget at worker start even when
-            # --kv-cache-memory-bytes fixes the KV size (a prediction has checked it already).
-            memory.refusal = next((s.refusal for s in starts if s.refusal), None)
-        if memory.refusal is None:
-            slack = min(s.slack_bytes for s in starts)
-            if slack < GiB:
-                inputs.warnings.append(
-                    f"free memory is only {format_gib(slack)} above the --gpu-memory-utilization budget on the tightest "
-                    "GPU: anything else that allocates GPU memory before vLLM starts makes it refuse to start"
-                )
-    return memory
-
-
-def _predict(inputs: _Inputs, memory: _WorkerMemory, workers: int) -> None:
-    """Predicted per GPU: the utilization budget less the weights and the non-KV overhead."""
-    request, notes = inputs.request, inputs.notes
-    overhead = request.non_kv_overhead_bytes if request.non_kv_overhead_bytes is not None else DEFAULT_NON_KV_OVERHEAD_BYTES
-    if request.non_kv_overhead_bytes is None:
-        notes.append(
-            f"non-KV overhead estimated at {format_gib(overhead)} per GPU (activations, CUDA graphs, NCCL); "
-            "--from-log replaces the estimate with the measured figure"
-        )
-    predictions, more = predict_memory(inputs.devices, inputs.geometry, request, overhead, request.weights_bytes_per_rank)
-    notes.extend(more)
-    memory.predictions = predictions
-    memory.refusal = next((g.refusal for g in predictions if g.refusal), None)
-    # DP replicas are independent engines; the tightest one binds. Workers of one replica: tp*pp.
-    per_replica = [predictions[i : i + workers] for i in range(0, len(predictions), workers)]
-    tightest = min(per_replica, key=lambda reps: min(g.available_kv_bytes for g in reps))
-    memory.replica = list(tightest)
-    memory.per_worker = [g.available_kv_bytes for g in tightest]
-    if min(memory.per_worker) <= 0 and memory.refusal is None:
-        worst = min(tightest, key=lambda g: g.available_kv_bytes)
-        memory.refusal = (
-            f"No available memory for the cache blocks on cuda:{worst.cuda_index}: weights "
-            f"({format_gib(worst.weights_bytes)}) and overhead ({format_gib(worst.overhead_bytes)}) exceed "
-            f"{request.gpu_memory_utilization} of {format_gib(worst.cuda_total_bytes)}"
-        )
-
-
 def _refusal(
     refusal: str | None, planner: Planner, positive: list[int], explicit: int | None, auto_plan: KvPlan,
     geometry: Dsv4Geometry, in_flight: int,
@@ -402,7 +218,7 @@ def _autofit_range(
 
 
 def _check_log_autofit(
-    inputs: _Inputs, source: str, planner: Planner, positive: list[int], autofit: int, model_max: int, in_flight: int
+    inputs: Inputs, source: str, planner: Planner, positive: list[int], autofit: int, model_max: int, in_flight: int
 ) -> LogCalibration | None:
     """The log's figures with this plan's auto-fit for its logged memory; a warning when the log's own auto-fit
     lies outside it (vLLM logs the memory rounded to 0.01 GiB: the run had something in [x - 0.005, x + 0.005))."""
@@ -423,7 +239,7 @@ def _check_log_autofit(
 
 
 def _length_warnings(
-    inputs: _Inputs, verdict: str, recommended: int, autofit: int, model_max: int, explicit: int | None
+    inputs: Inputs, verdict: str, recommended: int, autofit: int, model_max: int, explicit: int | None
 ) -> None:
     """What the lengths mean for the operator: Think Max's context, and auto-fit's shrink on this release."""
     warnings, notes, version = inputs.warnings, inputs.notes, inputs.version

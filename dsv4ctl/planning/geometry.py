@@ -210,6 +210,37 @@ def _geometry_from_config(
     directory: Path | None,
 ) -> Dsv4Geometry:
     where = config_path or model
+    config, arch = _dsv4_config(config, where)
+    num_layers = _int_field(config, "num_hidden_layers", where)
+    num_mtp = _int_field(config, "num_nextn_predict_layers", where, default=0, minimum=0)
+    ratios, form = _compress_ratios(config, num_layers, where)
+    head_dim = _int_field(config, "head_dim", where, default=512)
+    index_head_dim = _int_field(config, "index_head_dim", where, default=128)
+    _check_modelled_layout(where, ratios, head_dim, index_head_dim)
+    sliding_window = _int_field(config, "sliding_window", where)
+    max_len, key = _max_len(config, where, directory)
+    return Dsv4Geometry(
+        model=model,
+        source=source,
+        config_form=form,
+        architecture=arch or "DeepseekV4ForCausalLM",
+        num_hidden_layers=num_layers,
+        compress_ratios=tuple(int(r) for r in ratios),
+        num_nextn_predict_layers=num_mtp,
+        sliding_window=sliding_window,
+        head_dim=head_dim,
+        index_head_dim=index_head_dim,
+        model_max_model_len=max_len,
+        max_len_key=key,
+        config_path=config_path,
+        weights=weights,
+        extra={k: config.get(k) for k in ("hidden_size", "num_attention_heads", "n_routed_experts") if k in config},
+    )
+
+
+def _dsv4_config(config: dict[str, Any], where: str) -> tuple[dict[str, Any], str | None]:
+    """The text model's config (a multimodal wrapper's `text_config`) and its planned architecture; refuses a
+    DeepSeek-V4 relative whose KV layout is not modelled, and a model that is not DeepSeek-V4."""
     text_config = config.get("text_config")
     if isinstance(text_config, dict) and text_config.get("model_type") in DSV4_MODEL_TYPES:
         merged = {**text_config, "architectures": config.get("architectures")}
@@ -235,8 +266,11 @@ def _geometry_from_config(
             f"{where}: not a DeepSeek-V4 model (model_type={shown!r})",
             hint="fit-length models DeepSeek-V4 (model_type deepseek_v4) only",
         )
-    num_layers = _int_field(config, "num_hidden_layers", where)
-    num_mtp = _int_field(config, "num_nextn_predict_layers", where, default=0, minimum=0)
+    return config, arch
+
+
+def _compress_ratios(config: dict[str, Any], num_layers: int, where: str) -> tuple[list[int], str]:
+    """Each layer's compression ratio, from either form a DeepSeek-V4 config.json writes, and which form it was."""
     if config.get("compress_ratios") is not None:
         form = "compress_ratios"
         raw = config["compress_ratios"]
@@ -259,10 +293,11 @@ def _geometry_from_config(
     for r in ratios:
         if isinstance(r, bool) or not isinstance(r, int) or r not in (0, 1, 4, 128):
             raise InputError(f"{where}: unsupported compression ratio {r!r} (vLLM's DeepSeek-V4 layers take 0, 4 or 128)")
-    head_dim = _int_field(config, "head_dim", where, default=512)
-    index_head_dim = _int_field(config, "index_head_dim", where, default=128)
-    _check_modelled_layout(where, ratios, head_dim, index_head_dim)
-    sliding_window = _int_field(config, "sliding_window", where)
+    return ratios, form
+
+
+def _max_len(config: dict[str, Any], where: str, directory: Path | None) -> tuple[int, str]:
+    """vLLM's derived max_model_len, lowered by the tokenizer's model_max_length as vLLM does."""
     max_len, key = _derived_max_model_len(config, where)
     if directory is not None:
         tokenizer_config = directory / "tokenizer_config.json"
@@ -273,23 +308,7 @@ def _geometry_from_config(
                 tok_max = None
             if isinstance(tok_max, (int, float)) and not isinstance(tok_max, bool) and 0 < tok_max < max_len:
                 max_len, key = int(tok_max), "tokenizer_config.model_max_length"
-    return Dsv4Geometry(
-        model=model,
-        source=source,
-        config_form=form,
-        architecture=arch or "DeepseekV4ForCausalLM",
-        num_hidden_layers=num_layers,
-        compress_ratios=tuple(int(r) for r in ratios),
-        num_nextn_predict_layers=num_mtp,
-        sliding_window=sliding_window,
-        head_dim=head_dim,
-        index_head_dim=index_head_dim,
-        model_max_model_len=max_len,
-        max_len_key=key,
-        config_path=config_path,
-        weights=weights,
-        extra={k: config.get(k) for k in ("hidden_size", "num_attention_heads", "n_routed_experts") if k in config},
-    )
+    return max_len, key
 
 
 # vLLM's DeepSeek-V4 compressor (`models/deepseek_v4/compressor.py`, the fused quant+cache set-up; line 313 in

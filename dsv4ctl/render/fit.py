@@ -6,9 +6,9 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from dsv4ctl.planning.fit import THINK_MAX_CONTEXT, FitResult
-from dsv4ctl.render import print_command, print_prose
 from dsv4ctl.planning.kv_specs import DSV4_BLOCK_SIZE
+from dsv4ctl.planning.result import THINK_MAX_CONTEXT, FitResult
+from dsv4ctl.render import print_command, print_prose
 from dsv4ctl.units import format_gib, format_tokens, gib
 
 
@@ -20,6 +20,26 @@ def _tokens(n: int) -> str:
 
 
 def render_fit(result: FitResult, console: Console) -> None:
+    _plan_lines(result, console)
+    if result.gpus:
+        console.print(_gpu_table(result))
+    if result.log is not None:
+        _log_line(result, console)
+    console.print()
+    console.print(_answer_table(result))
+    for line in result.safe_length.lines() if result.safe_length else ():  # the one safe-length rule, explained
+        print_prose(console, line, subsequent_indent=HANG)
+    if result.refusal:
+        console.print(f"[bold red]vLLM would refuse:[/] {result.refusal}", highlight=False)
+    console.print()
+    console.print(_what_if_table(result))
+    console.print()
+    console.print("vllm serve command:", markup=False)
+    print_command(console, result.vllm_command())
+
+
+def _plan_lines(result: FitResult, console: Console) -> None:
+    """What was planned: the model, the KV layout, the scheduling, the KV memory and its range."""
     g = result.geometry
     print_prose(
         console,
@@ -59,23 +79,24 @@ def render_fit(result: FitResult, console: Console) -> None:
             f"  range {format_gib(max(kv.low, 0))}–{format_gib(kv.high)} ({kv.basis}{span}): {terms}",
             subsequent_indent=HANG + "  ",
         )
-    if result.gpus:
-        console.print(_gpu_table(result))
-    if result.log is not None:
-        log = result.log
-        parts: list[str] = []
-        if log.weights_bytes is not None:
-            parts.append(f"weights {format_gib(log.weights_bytes)}")
-        if log.graph_bytes is not None:
-            parts.append(f"CUDA graphs {format_gib(log.graph_bytes)}")
-        if log.autofit_to is not None:
-            parts.append(f"logged auto-fit {format_tokens(log.autofit_to)}")
-        if log.predicted_range is not None:
-            low, high = log.predicted_range
-            parts.append(f"mirror for the logged memory ±0.005 GiB: {format_tokens(low)}-{format_tokens(high)}")
-        print_prose(console, f"log {log.path}: " + ", ".join(parts), subsequent_indent=HANG)
-    console.print()
 
+
+def _log_line(result: FitResult, console: Console) -> None:
+    log = result.log
+    parts: list[str] = []
+    if log.weights_bytes is not None:
+        parts.append(f"weights {format_gib(log.weights_bytes)}")
+    if log.graph_bytes is not None:
+        parts.append(f"CUDA graphs {format_gib(log.graph_bytes)}")
+    if log.autofit_to is not None:
+        parts.append(f"logged auto-fit {format_tokens(log.autofit_to)}")
+    if log.predicted_range is not None:
+        low, high = log.predicted_range
+        parts.append(f"mirror for the logged memory ±0.005 GiB: {format_tokens(low)}-{format_tokens(high)}")
+    print_prose(console, f"log {log.path}: " + ", ".join(parts), subsequent_indent=HANG)
+
+
+def _answer_table(result: FitResult) -> Table:
     answer = Table(box=box.SIMPLE_HEAD, show_header=False, pad_edge=False, show_edge=False)
     answer.add_column(justify="left", no_wrap=True)
     answer.add_column(justify="right", no_wrap=True)
@@ -93,17 +114,7 @@ def render_fit(result: FitResult, console: Console) -> None:
         f"[bold]{_tokens(result.recommended_max_model_len)}[/]  (margin {format_gib(result.margin_bytes)})",
     )
     answer.add_row("KV memory for the full context", format_gib(result.full_context_kv_memory_bytes))
-    console.print(answer)
-    for line in result.safe_length.lines() if result.safe_length else ():  # the one safe-length rule, explained
-        print_prose(console, line, subsequent_indent=HANG)
-
-    if result.refusal:
-        console.print(f"[bold red]vLLM would refuse:[/] {result.refusal}", highlight=False)
-    console.print()
-    console.print(_what_if_table(result))
-    console.print()
-    console.print("vllm serve command:", markup=False)
-    print_command(console, result.vllm_command())
+    return answer
 
 
 def _gpu_table(result: FitResult) -> Table:

@@ -118,9 +118,32 @@ def decide(
     release (None: the installed vLLM)."""
     model = str(getattr(namespace, "model", None) or "")
     requested = getattr(namespace, "max_model_len", None)
+    planned = _plan(namespace, flags, model, requested, snapshot_reader, vllm_version, no_calibration)
+    if isinstance(planned, PreflightDecision):
+        return planned
+    result, notes, kv_bytes = planned
+    ctx = _Context(model, requested, list(flags), notes, result, kv_bytes, stale_fix_active(fixes))
+    if not result.fits:
+        return _does_not_fit(ctx)
+    if requested is None or requested == AUTO:
+        return _auto_length(ctx, keep_auto=keep_auto, pin_length=pin_length)
+    return ctx.decision(
+        EXPLICIT_OK, None,
+        f"--max-model-len {requested:,} fits (auto-fit ceiling {ctx.autofit:,}; recommended {ctx.recommended:,}; "
+        f"basis {ctx.basis})",
+        list(flags),
+    )
 
-    def passthrough(reason: str, notes: list[str] | None = None, action: str = PASS_THROUGH) -> PreflightDecision:
-        return PreflightDecision(model, requested, action, None, reason, list(flags), notes or [])
+
+def _plan(
+    namespace: argparse.Namespace, flags: list[str], model: str, requested: Any, snapshot_reader: SnapshotReader | None,
+    vllm_version: str | None, no_calibration: bool,
+) -> PreflightDecision | tuple[Any, list[str], int | None]:
+    """fit-length's plan for this launch on this node (with its notes and the KV budget it was given), or the
+    decision to pass the length through (not a DeepSeek-V4 model, nothing to plan with) or to refuse."""
+
+    def passthrough(reason: str, notes: list[str] | None = None) -> PreflightDecision:
+        return PreflightDecision(model, requested, PASS_THROUGH, None, reason, list(flags), notes or [])
 
     try:
         from dsv4ctl.planning.geometry import load_geometry
@@ -128,7 +151,6 @@ def decide(
         geometry = load_geometry(model)
     except InputError as exc:
         return passthrough(f"no DeepSeek-V4 plan ({exc.message}): --max-model-len passes through unchanged")
-
     notes: list[str] = []
     snapshot = None
     kv_bytes = getattr(namespace, "kv_cache_memory_bytes", None)
@@ -147,7 +169,6 @@ def decide(
                 "--max-model-len passes through unchanged",
                 notes,
             )
-
     try:
         from dsv4ctl.planning.fit import plan_fit
 
@@ -161,85 +182,104 @@ def decide(
         if exc.exit_code == ExitCode.DOES_NOT_FIT:
             return _refuse(model, requested, flags, notes, None, exc)
         return passthrough(f"could not plan ({exc.message}): --max-model-len passes through unchanged", notes)
-
-    plan = result.to_json()
     notes.extend(str(w) for w in result.warnings)
-    recommended = int(result.recommended_max_model_len)
-    autofit = int(result.autofit_max_model_len)
-    basis = EXACT if kv_bytes is not None else (CALIBRATED if result.kv_cache_memory_source == "calibrated" else ESTIMATED)
-    version = result.version.planned
-    stale_fix = stale_fix_active(fixes)
-    auto_safe = stale_fix or version not in STALE_LENGTH_RELEASES
-    predicted = f"predicted {autofit:,} on vLLM {version}'s planner" if autofit > 0 else "predicted: not one token fits"
-    if basis == ESTIMATED:
-        predicted += " from an estimate of the KV memory (the non-KV overhead is estimated)"
-        if result.autofit_range and result.autofit_range[0] != result.autofit_range[1]:
-            low, high = result.autofit_range
-            predicted += f"; {low:,}–{high:,} across the estimate's range"
+    return result, notes, kv_bytes
 
-    def decision(action: str, length: int | None, reason: str, out_flags: list[str]) -> PreflightDecision:
-        return PreflightDecision(model, requested, action, length, reason, out_flags, notes, plan, None, basis, stale_fix)
 
-    if not result.fits:
-        hint = (
-            f"the largest length that fits is {autofit:,} (recommended: --max-model-len {recommended})"
-            if autofit > 0
-            else "not even one token of KV cache fits: free memory, raise --gpu-memory-utilization or add GPUs"
-        )
-        err = Dsv4ctlError(f"vLLM would refuse this: {result.refusal}", hint=hint, exit_code=ExitCode.DOES_NOT_FIT)
-        if basis in (EXACT, CALIBRATED) or _refusal_is_measured(result, requested):
-            refused = _refuse(model, requested, flags, notes, plan, err)
-            refused.basis, refused.stale_fix_active = basis, stale_fix
-            return refused
-        notes.append(
-            f"the estimate says vLLM would refuse this ({result.refusal}); the KV memory is an estimate, so serve "
-            f"starts vLLM and lets it decide ({err.hint}); --kv-cache-memory-bytes makes the check exact"
-        )
-        if requested is not None and requested != AUTO:
-            return decision(EXPLICIT_UNVERIFIED, None,
-                            f"--max-model-len {requested:,}: the estimate says it does not fit ({predicted}); starting anyway",
-                            list(flags))
-        out = list(flags) if requested == AUTO else set_max_model_len(flags, "auto")
-        return decision(KEEP_AUTO if requested == AUTO else SET_AUTO, None,
-                        f"length {'auto' if requested == AUTO else 'not given'}: vLLM auto-fits ({predicted})", out)
+class _Context:
+    """One launch's plan and what the decision says of it: the basis of its KV memory, the length predicted."""
 
-    if requested is None or requested == AUTO:
-        if keep_auto:
-            shrink = f"; vLLM will shrink it to {autofit:,} after building its state" if result.will_shrink else ""
-            reason = f"--keep-auto: vLLM auto-fits the length itself (planned ceiling {autofit:,}{shrink})"
-            return decision(KEEP_AUTO, None, reason, list(flags))
-        if auto_safe and not pin_length:
-            why = (
-                "the stale-length fix is active in every vLLM process" if stale_fix and version in STALE_LENGTH_RELEASES
-                else f"vLLM {version} has no stale-length crash after auto-fit"
-            )
-            reason = (
-                f"length {'auto' if requested == AUTO else 'not given'}: keeping --max-model-len auto ({why}); "
-                f"vLLM fits the length to its own KV memory figure at start, {predicted}"
-            )
-            if requested == AUTO:
-                return decision(KEEP_AUTO, None, reason, list(flags))
-            return decision(SET_AUTO, None, reason, set_max_model_len(flags, "auto"))
-        chosen, why = recommended, result.safe_length.line() if result.safe_length else f"the plan's safe length below the auto-fit ceiling {autofit:,}"
-        notes.extend([result.safe_length.cliff_line()] if result.safe_length and result.safe_length.cliff else [])
-        if chosen <= 0:
-            chosen, why = autofit, "the auto-fit ceiling itself (no length survives the planning margin)"
-        pinned_because = (
-            "--pin-length" if pin_length
-            else f"vLLM {version} crashes after auto-fit shrinks the length and the stale-length fix is off"
+    def __init__(
+        self, model: str, requested: Any, flags: list[str], notes: list[str], result: Any, kv_bytes: int | None,
+        stale_fix: bool,
+    ) -> None:
+        self.model, self.requested, self.flags, self.notes, self.result = model, requested, flags, notes, result
+        self.plan = result.to_json()
+        self.recommended = int(result.recommended_max_model_len)
+        self.autofit = int(result.autofit_max_model_len)
+        self.basis = EXACT if kv_bytes is not None else (
+            CALIBRATED if result.kv_cache_memory_source == "calibrated" else ESTIMATED)
+        self.version = result.version.planned
+        self.stale_fix = stale_fix
+        predicted = (f"predicted {self.autofit:,} on vLLM {self.version}'s planner" if self.autofit > 0
+                     else "predicted: not one token fits")
+        if self.basis == ESTIMATED:
+            predicted += " from an estimate of the KV memory (the non-KV overhead is estimated)"
+            if result.autofit_range and result.autofit_range[0] != result.autofit_range[1]:
+                low, high = result.autofit_range
+                predicted += f"; {low:,}–{high:,} across the estimate's range"
+        self.predicted = predicted
+
+    @property
+    def given(self) -> str:
+        return "auto" if self.requested == AUTO else "not given"
+
+    def decision(self, action: str, length: int | None, reason: str, out_flags: list[str]) -> PreflightDecision:
+        return PreflightDecision(self.model, self.requested, action, length, reason, out_flags, self.notes, self.plan,
+                                 None, self.basis, self.stale_fix)
+
+
+def _does_not_fit(ctx: _Context) -> PreflightDecision:
+    """vLLM would refuse: refuse on measured evidence; on an estimate, warn and let vLLM decide."""
+    result, autofit, requested = ctx.result, ctx.autofit, ctx.requested
+    hint = (
+        f"the largest length that fits is {autofit:,} (recommended: --max-model-len {ctx.recommended})"
+        if autofit > 0
+        else "not even one token of KV cache fits: free memory, raise --gpu-memory-utilization or add GPUs"
+    )
+    err = Dsv4ctlError(f"vLLM would refuse this: {result.refusal}", hint=hint, exit_code=ExitCode.DOES_NOT_FIT)
+    if ctx.basis in (EXACT, CALIBRATED) or _refusal_is_measured(result, requested):
+        refused = _refuse(ctx.model, requested, ctx.flags, ctx.notes, ctx.plan, err)
+        refused.basis, refused.stale_fix_active = ctx.basis, ctx.stale_fix
+        return refused
+    ctx.notes.append(
+        f"the estimate says vLLM would refuse this ({result.refusal}); the KV memory is an estimate, so serve "
+        f"starts vLLM and lets it decide ({err.hint}); --kv-cache-memory-bytes makes the check exact"
+    )
+    if requested is not None and requested != AUTO:
+        return ctx.decision(EXPLICIT_UNVERIFIED, None,
+                            f"--max-model-len {requested:,}: the estimate says it does not fit ({ctx.predicted}); "
+                            "starting anyway", list(ctx.flags))
+    out = list(ctx.flags) if requested == AUTO else set_max_model_len(ctx.flags, "auto")
+    return ctx.decision(KEEP_AUTO if requested == AUTO else SET_AUTO, None,
+                        f"length {ctx.given}: vLLM auto-fits ({ctx.predicted})", out)
+
+
+def _auto_length(ctx: _Context, *, keep_auto: bool, pin_length: bool) -> PreflightDecision:
+    """No explicit length: keep auto where auto-fit is safe on this release, else pin the plan's safe length."""
+    result, autofit, version, stale_fix = ctx.result, ctx.autofit, ctx.version, ctx.stale_fix
+    if keep_auto:
+        shrink = f"; vLLM will shrink it to {autofit:,} after building its state" if result.will_shrink else ""
+        reason = f"--keep-auto: vLLM auto-fits the length itself (planned ceiling {autofit:,}{shrink})"
+        return ctx.decision(KEEP_AUTO, None, reason, list(ctx.flags))
+    if (stale_fix or version not in STALE_LENGTH_RELEASES) and not pin_length:
+        why = (
+            "the stale-length fix is active in every vLLM process" if stale_fix and version in STALE_LENGTH_RELEASES
+            else f"vLLM {version} has no stale-length crash after auto-fit"
         )
         reason = (
-            f"length {'auto' if requested == AUTO else 'not given'}: passing --max-model-len {chosen:,} ({pinned_because}), "
-            f"{why}, so vLLM never shrinks the length after start-up"
+            f"length {ctx.given}: keeping --max-model-len auto ({why}); "
+            f"vLLM fits the length to its own KV memory figure at start, {ctx.predicted}"
         )
-        if basis == ESTIMATED:
-            reason += " (the length rests on an estimate of the KV memory)"
-        return decision(SET_LENGTH, chosen, reason, set_max_model_len(flags, chosen))
-    return decision(
-        EXPLICIT_OK, None,
-        f"--max-model-len {requested:,} fits (auto-fit ceiling {autofit:,}; recommended {recommended:,}; basis {basis})",
-        list(flags),
+        if ctx.requested == AUTO:
+            return ctx.decision(KEEP_AUTO, None, reason, list(ctx.flags))
+        return ctx.decision(SET_AUTO, None, reason, set_max_model_len(ctx.flags, "auto"))
+    safe = result.safe_length
+    chosen, why = ctx.recommended, safe.line() if safe else f"the plan's safe length below the auto-fit ceiling {autofit:,}"
+    ctx.notes.extend([safe.cliff_line()] if safe and safe.cliff else [])
+    if chosen <= 0:
+        chosen, why = autofit, "the auto-fit ceiling itself (no length survives the planning margin)"
+    pinned_because = (
+        "--pin-length" if pin_length
+        else f"vLLM {version} crashes after auto-fit shrinks the length and the stale-length fix is off"
     )
+    reason = (
+        f"length {ctx.given}: passing --max-model-len {chosen:,} ({pinned_because}), "
+        f"{why}, so vLLM never shrinks the length after start-up"
+    )
+    if ctx.basis == ESTIMATED:
+        reason += " (the length rests on an estimate of the KV memory)"
+    return ctx.decision(SET_LENGTH, chosen, reason, set_max_model_len(ctx.flags, chosen))
 
 
 def stale_fix_active(fixes: str | None) -> bool:

@@ -16,7 +16,8 @@ import pytest
 from dsv4ctl.logs import prefilter
 from dsv4ctl.advice import diagnose
 from dsv4ctl.logs.reader import parse_line
-from dsv4ctl.logs.records import ErrorAssembler, demangle, raised
+from dsv4ctl.logs.grammars import demangle, raised
+from dsv4ctl.logs.records import ErrorAssembler
 
 
 def run(text: str):

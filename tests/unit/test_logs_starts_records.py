@@ -11,7 +11,8 @@ import pytest
 
 from dsv4ctl.advice import applicable, diagnose
 from dsv4ctl.logs.reader import parse_line
-from dsv4ctl.logs.records import ErrorAssembler, demangle, generic_error, kernel_of
+from dsv4ctl.logs.grammars import demangle, kernel_of
+from dsv4ctl.logs.records import ErrorAssembler, generic_error
 from dsv4ctl.logs.starts import StartSplitter
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logs"

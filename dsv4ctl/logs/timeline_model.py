@@ -1,0 +1,140 @@
+"""What a start's log says, as data: `StartupTimeline` (the fields `diagnose` prints, `fit-length --from-log`
+reads and `serve` shows), the progress events and line references. `timeline.StartupTracker` fills them."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dsv4ctl.logs.reader import LogLine
+
+PHASES = (
+    "starting",
+    "loading_weights",
+    "weights_loaded",
+    "profiling",
+    "kv_cache",
+    "capturing",
+    "ready",
+    "failed",
+    "shutdown",
+)
+
+
+@dataclass(frozen=True)
+class LineRef:
+    """Where a value came from: the source, its 1-based line number and the message text."""
+
+    source: str
+    line: int
+    text: str
+
+    @classmethod
+    def of(cls, line: LogLine) -> "LineRef":
+        return cls(line.source, line.lineno, line.message)
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """A step of the startup: `phase` is one of PHASES, `text` a short line for people."""
+
+    phase: str
+    text: str
+    source: str = "-"
+    line: int = 0
+
+
+@dataclass
+class AutoFit:
+    """vLLM's auto-fit of max_model_len: reduced `from_len` -> `to_len` with `memory_text` available."""
+
+    from_len: int
+    to_len: int
+    memory_text: str | None  # as logged: "9.81 GiB GPU" or "9.81 GiB available for KV cache"
+    memory_gib: float | None
+    ref: LineRef | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"from": self.from_len, "to": self.to_len, "memory": self.memory_text, "memory_gib": self.memory_gib}
+
+
+@dataclass
+class CaptureProgress:
+    """The latest CUDA-graph capture progress bar: `mode` is FULL / PIECEWISE, `n` of `total` graphs."""
+
+    desc: str  # "Capturing CUDA graphs (decode, FULL)"
+    mode: str | None
+    n: int
+    total: int
+    ref: LineRef | None = None
+
+
+@dataclass
+class StartupTimeline:
+    """Everything a startup log says about the startup. Fields are None when the log does not say.
+
+    max_model_len: the length the engine was configured with (before auto-fit);
+    max_model_len_arg: the `--max-model-len` value from `non-default args` ("-1" means auto);
+    effective_max_model_len: after auto-fit (equals max_model_len when nothing was reduced);
+    available_kv_gib / available_kv_line: vLLM's "Available KV cache memory: X GiB" (per worker);
+    weights_gib / weights_seconds: "Model loading took X GiB memory and Y seconds";
+    graph_capture_gib / graph_capture_seconds: "Graph capturing finished in Y secs, took X GiB";
+    kv_cache_tokens / max_concurrency: "GPU KV cache size: N tokens, Maximum concurrency ... Cx";
+    capture: the latest capture progress (mode, n/N); capture_modes: every mode seen, in order;
+    ready / ready_url / ready_ref: the server said it is serving (or the engine finished init);
+    last_phase: the phase of the latest event (one of PHASES).
+    """
+
+    vllm_version: str | None = None
+    model: str | None = None
+    architecture: str | None = None
+    max_model_len: int | None = None
+    max_model_len_arg: str | None = None
+    effective_max_model_len: int | None = None
+    kv_cache_dtype: str | None = None
+    tensor_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
+    data_parallel_size: int | None = None
+    enable_expert_parallel: bool | None = None
+    compilation_mode: str | None = None
+    cudagraph_mode: str | None = None
+    enforce_eager: bool | None = None
+    model_runner: str | None = None  # "V1" / "V2"
+    uses_fp8_ds_mla: bool = False
+    has_indexer: bool = False
+    deep_gemm_source: str | None = None  # "vendored" when vLLM logged it fell back to its own copy
+    weights_gib: float | None = None
+    weights_seconds: float | None = None
+    available_kv_gib: float | None = None
+    available_kv_line: str | None = None
+    autofit: AutoFit | None = None
+    autofit_full_fit: bool = False
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    max_concurrency_tokens: int | None = None
+    capture: CaptureProgress | None = None
+    capture_modes: list[str] = field(default_factory=list)
+    graph_capture_gib: float | None = None
+    graph_capture_seconds: float | None = None
+    init_engine_seconds: float | None = None
+    ready: bool = False
+    ready_url: str | None = None
+    ready_ref: LineRef | None = None
+    last_phase: str | None = None
+    refs: dict[str, LineRef] = field(default_factory=dict)
+    # `non-default args: {...}` as vLLM printed it (vllm/entrypoints/utils.py log_non_default_args): the
+    # launch's own flags by their EngineArgs/FrontendArgs names, so suggested commands can repeat them.
+    serve_args: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def serving(self) -> bool:
+        """The API server said it serves (or answered a request). `ready` alone may rest on an engine's
+        "init engine … took" line, after which the server still waits for its other engines and builds its app."""
+        return self.ready_url is not None or "startup_complete" in self.refs or "answered" in self.refs
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        if self.autofit is not None:
+            data["autofit"] = {**self.autofit.to_json(), "line": self.autofit.ref.line if self.autofit.ref else None}
+        data["refs"] = {k: {"source": r.source, "line": r.line} for k, r in self.refs.items()}
+        return data

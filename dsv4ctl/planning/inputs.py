@@ -1,0 +1,203 @@
+"""A fit-length request resolved for planning: the log's figures and flags, the vLLM release whose planner is
+mirrored, the GPUs, the KV layout and layers (`resolve`); vLLM's scheduling defaults for them (`scheduling`);
+and the KV memory every worker has (`worker_memory`: given, measured in a log, calibrated on this host, or
+predicted per GPU)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dsv4ctl.errors import InputError
+from dsv4ctl.logs.facts import LogCalibration, from_timeline
+from dsv4ctl.planning.devices import predict_memory, select_devices
+from dsv4ctl.planning.flags import inherit_log_flags
+from dsv4ctl.planning.geometry import Dsv4Geometry
+from dsv4ctl.planning.kv_specs import KvLayoutChoice, LayerKvSpec, resolve_kv_layout
+from dsv4ctl.planning.layers import build_specs
+from dsv4ctl.planning.memory import DEFAULT_NON_KV_OVERHEAD_BYTES, GpuMemoryPrediction, check_startup_memory
+from dsv4ctl.planning.request import FitRequest, default_batch_limits, max_concurrent_batches
+from dsv4ctl.planning.versions import VersionChoice, choose_vllm_version
+from dsv4ctl.units import GiB, format_gib
+
+
+@dataclass
+class Inputs:
+    """The request resolved: the log's figures, the release whose planner is mirrored, the GPUs, the layers."""
+
+    request: FitRequest
+    geometry: Dsv4Geometry
+    log_cal: LogCalibration | None
+    version: VersionChoice
+    devices: list[Any] | None
+    layout: KvLayoutChoice
+    specs: dict[str, LayerKvSpec]
+    need_prediction: bool
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Scheduling:
+    max_num_batched_tokens: int
+    source: str
+    max_num_seqs: int
+    async_on: bool
+    in_flight: int
+
+
+@dataclass
+class WorkerMemory:
+    """The KV memory of every worker of the binding replica, where it came from, and any refusal so far."""
+
+    source: str  # "given" | "log" | "calibrated" | "predicted"
+    per_worker: list[int]
+    predictions: list[GpuMemoryPrediction]  # every GPU's (predicted memory only)
+    replica: list[GpuMemoryPrediction]  # the binding replica's GPUs (predicted memory only)
+    refusal: str | None
+    calibration: Any = None
+
+
+def resolve(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4Geometry) -> Inputs:
+    """The log's figures and flags, the release, the GPUs (needed to predict memory, or to pick vLLM's default
+    max_num_batched_tokens), the KV layout and the layers."""
+    notes: list[str] = []
+    warnings: list[str] = []
+    if log_facts is not None:
+        log_cal: LogCalibration | None = from_timeline(log_facts, request.from_log)
+    elif request.from_log:
+        raise InputError(f"{request.from_log}: the log was not read", hint="read it with dsv4ctl.advice.read_log_facts")
+    else:
+        log_cal = None
+    if log_cal is not None and request.inherit_from_log:
+        request, taken = inherit_log_flags(request, log_cal)
+        notes.extend(taken)
+    if log_cal is not None and request.kv_cache_memory_bytes is None and log_cal.available_kv_bytes is None:
+        raise InputError(
+            f"{log_cal.path}: no \"Available KV cache memory\" line",
+            hint="use the log of a startup that got past memory profiling, or give --kv-cache-memory",
+        )
+    version = choose_vllm_version(request.vllm_version, log_cal.vllm_version if log_cal is not None else None)
+    if version.warning:
+        warnings.append(version.warning)
+    need_prediction = request.kv_cache_memory_bytes is None and (log_cal is None or log_cal.available_kv_bytes is None)
+    if snapshot is None and request.gpus:
+        from dsv4ctl.gpu import load_snapshot
+
+        snapshot = load_snapshot(request.gpus)
+    if snapshot is None and need_prediction:
+        from dsv4ctl.gpu import read_snapshot
+
+        snapshot = read_snapshot()
+    devices = select_devices(snapshot, request) if snapshot is not None else None
+    compute_major = devices[0].compute_capability[0] if devices else None
+    layout = resolve_kv_layout(request.kv_cache_dtype, request.attention_backend, compute_major)
+    specs = build_specs(geometry, request, layout)
+    return Inputs(request, geometry, log_cal, version, devices, layout, specs, need_prediction, notes, warnings)
+
+
+def scheduling(inputs: Inputs) -> Scheduling:
+    """max_num_batched_tokens, max_num_seqs and async scheduling as vLLM defaults them for these GPUs."""
+    request, devices = inputs.request, inputs.devices
+    batched_dp_moe = False  # needs --all2all-backend deepep_low_latency/nixl_ep, which fit-length does not take
+    dev_total = devices[0].total_bytes if devices else None
+    dev_name = devices[0].name if devices else ""
+    default_mnbt, default_seqs, why = default_batch_limits(dev_total, dev_name, batched_dp_moe=batched_dp_moe)
+    explicit = None if request.is_auto else request.max_model_len
+    length_for_defaults = explicit if explicit is not None else inputs.geometry.model_max_model_len
+    max_num_seqs = request.max_num_seqs or default_seqs
+    if request.max_num_batched_tokens is not None:
+        mnbt, source = request.max_num_batched_tokens, "given"
+    else:
+        mnbt = min(max_num_seqs * length_for_defaults, default_mnbt)
+        source = why
+        if devices is None:
+            inputs.notes.append(f"--max-num-batched-tokens not given: assumed {mnbt:,}, {why}")
+    if request.max_num_seqs is None:
+        max_num_seqs = min(max_num_seqs, mnbt)
+    async_on = True if request.async_scheduling is None else request.async_scheduling
+    in_flight = max_concurrent_batches(async_on, request.pipeline_parallel_size) * mnbt
+    return Scheduling(mnbt, source, max_num_seqs, async_on, in_flight)
+
+
+def _calibration(inputs: Inputs, sched: Scheduling) -> Any:
+    """A calibration record of this host and configuration, which replaces the estimate (planning/calibration.py)."""
+    request, devices = inputs.request, inputs.devices
+    if not inputs.need_prediction or request.no_calibration or not devices:
+        return None
+    from dsv4ctl.planning.calibration import CalibrationKey, find
+
+    return find(CalibrationKey(
+        model=str(inputs.geometry.config_path or inputs.geometry.model), vllm_version=inputs.version.planned,
+        gpu_name=devices[0].name, cuda_total_bytes=devices[0].cuda_total_bytes,
+        tensor_parallel_size=request.tensor_parallel_size, pipeline_parallel_size=request.pipeline_parallel_size,
+        data_parallel_size=request.data_parallel_size, enable_expert_parallel=request.enable_expert_parallel,
+        gpu_memory_utilization=float(request.gpu_memory_utilization), max_num_batched_tokens=sched.max_num_batched_tokens,
+        max_num_seqs=sched.max_num_seqs, kv_cache_dtype=inputs.layout.kv_cache_dtype,
+        attention_class=inputs.layout.attention_class, num_speculative_tokens=request.num_speculative_tokens,
+        enforce_eager=request.enforce_eager,
+    ))
+
+
+def worker_memory(inputs: Inputs, sched: Scheduling) -> WorkerMemory:
+    """The KV memory per worker: given, measured in the log, calibrated on this host, or predicted per GPU (the
+    tightest data-parallel replica binds); and the refusal vLLM would answer at worker start."""
+    request, log_cal, notes = inputs.request, inputs.log_cal, inputs.notes
+    workers = request.tensor_parallel_size * request.pipeline_parallel_size
+    calibration = _calibration(inputs, sched)
+    memory = WorkerMemory("predicted", [], [], [], None, calibration)
+    if request.kv_cache_memory_bytes is not None:
+        memory.source, memory.per_worker = "given", [request.kv_cache_memory_bytes] * workers
+    elif log_cal is not None and log_cal.available_kv_bytes is not None:
+        memory.source, memory.per_worker = "log", [log_cal.available_kv_bytes] * workers
+        notes.append("vLLM logs KV memory rounded to 0.01 GiB; the prediction can be a few blocks off near a boundary")
+    elif calibration is not None:
+        memory.source, memory.per_worker = "calibrated", [calibration.available_kv_bytes] * workers
+        notes.append(
+            f"KV memory from the calibration record of {calibration.log} ({calibration.recorded_at}), the same host "
+            "configuration and vLLM release; --no-calibration predicts instead"
+        )
+    else:
+        _predict(inputs, memory, workers)
+    devices = inputs.devices
+    if devices is not None:
+        starts = [check_startup_memory(dev, request.gpu_memory_utilization) for dev in devices]
+        if memory.refusal is None:
+            # vLLM checks free memory against the utilization budget at worker start even when
+            # --kv-cache-memory-bytes fixes the KV size (a prediction has checked it already).
+            memory.refusal = next((s.refusal for s in starts if s.refusal), None)
+        if memory.refusal is None:
+            slack = min(s.slack_bytes for s in starts)
+            if slack < GiB:
+                inputs.warnings.append(
+                    f"free memory is only {format_gib(slack)} above the --gpu-memory-utilization budget on the tightest "
+                    "GPU: anything else that allocates GPU memory before vLLM starts makes it refuse to start"
+                )
+    return memory
+
+
+def _predict(inputs: Inputs, memory: WorkerMemory, workers: int) -> None:
+    """Predicted per GPU: the utilization budget less the weights and the non-KV overhead."""
+    request, notes = inputs.request, inputs.notes
+    overhead = request.non_kv_overhead_bytes if request.non_kv_overhead_bytes is not None else DEFAULT_NON_KV_OVERHEAD_BYTES
+    if request.non_kv_overhead_bytes is None:
+        notes.append(
+            f"non-KV overhead estimated at {format_gib(overhead)} per GPU (activations, CUDA graphs, NCCL); "
+            "--from-log replaces the estimate with the measured figure"
+        )
+    predictions, more = predict_memory(inputs.devices, inputs.geometry, request, overhead, request.weights_bytes_per_rank)
+    notes.extend(more)
+    memory.predictions = predictions
+    memory.refusal = next((g.refusal for g in predictions if g.refusal), None)
+    # DP replicas are independent engines; the tightest one binds. Workers of one replica: tp*pp.
+    per_replica = [predictions[i : i + workers] for i in range(0, len(predictions), workers)]
+    tightest = min(per_replica, key=lambda reps: min(g.available_kv_bytes for g in reps))
+    memory.replica = list(tightest)
+    memory.per_worker = [g.available_kv_bytes for g in tightest]
+    if min(memory.per_worker) <= 0 and memory.refusal is None:
+        worst = min(tightest, key=lambda g: g.available_kv_bytes)
+        memory.refusal = (
+            f"No available memory for the cache blocks on cuda:{worst.cuda_index}: weights "
+            f"({format_gib(worst.weights_bytes)}) and overhead ({format_gib(worst.overhead_bytes)}) exceed "
+            f"{request.gpu_memory_utilization} of {format_gib(worst.cuda_total_bytes)}"
+        )
