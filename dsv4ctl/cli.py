@@ -501,9 +501,11 @@ dsv4ctl serve MODEL [dsv4ctl options] [vLLM flags...]
 
 Every flag not listed below is vLLM's and is parsed and validated by vLLM's own `serve` parser
 (`-h` or `--vllm-help all` shows it). dsv4ctl adds: its runtime fixes in every vLLM process
-(--fixes), a preflight that passes a safe explicit --max-model-len for DeepSeek-V4 when the length
-is auto/-1/not given (unless --keep-auto) and refuses settings vLLM would refuse, live progress, a
-complete log file, and a diagnosis when startup fails (exit code = `dsv4ctl diagnose`'s).
+(--fixes), a preflight for DeepSeek-V4 (the length policy: with the length auto/-1/not given, vLLM
+auto-fits it, which is safe when the stale-length fix runs or the release lacks that crash; serve
+passes the planned explicit --max-model-len only with --pin-length, or on 0.29-0.30 with the fix off;
+--keep-auto leaves auto whatever the plan says) that refuses settings vLLM would refuse, live
+progress, a complete log file, and a diagnosis when startup fails (exit code = `dsv4ctl diagnose`'s).
 SIGINT/SIGTERM shut vLLM down cleanly; no vLLM process outlives dsv4ctl.
 """
 

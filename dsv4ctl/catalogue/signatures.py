@@ -465,8 +465,8 @@ DERIVED: tuple[Signature, ...] = (
         role="note",
         title="An error the server survived",
         meaning=(
-            "The server answered requests after this error (line {alive_line}), so it did not take the server "
-            "down: a request's or a client's error, or one vLLM handled."
+            "{answered}, so it did not take the server down: a request's or a client's error, or one vLLM "
+            "handled."
         ),
         patterns=(),
         actions=("Look at the request that failed; the server needs no restart",),

@@ -41,9 +41,12 @@ _PY_LINE_RE = re.compile(r"^(?:Traceback \(most recent call last\)|File \"[^\"]+
 
 _ERROR_LEVELS = (None, "ERROR", "CRITICAL")
 
-# The server answered a request after an error (uvicorn's access line with a status below 500, vLLM's throughput
-# line; see timeline.py "answered"): that error did not take it down.
-_ALIVE_RE = re.compile(r'- "[A-Z]+ \S* HTTP/[0-9.]+" [1-4][0-9]{2}|Engine [0-9]+: Avg prompt throughput: ')
+# The server answered a request after an error (uvicorn's access line with any status but 500 and 503, which
+# a server whose engine died answers with; vLLM's throughput line; see timeline.py "answered"): that error did
+# not take it down.
+_ALIVE_RE = re.compile(
+    r'- "[A-Z]+ \S* HTTP/[0-9.]+" (?:[1-4][0-9]{2}|50[124-9]|5[1-9][0-9])\b|Engine [0-9]+: Avg prompt throughput: '
+)
 
 # The stale-max_model_len fix as dsv4ctl's plugin reports it in every process (dsv4ctl/fixes summary_line).
 _STALE_FIX_RE = re.compile(r"dsv4ctl fixes:.*\bstale-max-model-len applied")
@@ -110,9 +113,10 @@ class StartAnalyzer:
 
     @property
     def quiet_serving(self) -> bool:
-        """Serving, not shutting down, no sign of trouble: most lines can change nothing now."""
+        """Answering requests (uvicorn's startup complete, or a request answered), not shutting down, no sign of
+        trouble: most lines can change nothing now. Until then the server may still fail to start."""
         return (self.ready_seq is not None and self.shutdown_seq is None and not self.alert
-                and self.tracker.timeline.serving)
+                and self.tracker.timeline.answering)
 
     @property
     def settled(self) -> bool:

@@ -34,10 +34,12 @@ from dsv4ctl.logs.timeline import StartupTimeline
 # 355; openai/models/serving.py:124 init_static_loras): an error there ends a start whose engine was ready.
 APP_BUILD_FUNCTIONS = frozenset({"build_app", "init_app_state", "init_static_loras"})
 
-# What the API server runs after an engine's "init engine … took" line and before it serves: waiting for every
+# What the API server runs after an engine's "init engine … took" line and before it answers: waiting for every
 # engine (vllm==0.33.0 v1/engine/utils.py:1206 launch_core_engines, :1403 wait_for_engine_startup; 0.27.1 :1054,
-# :1206) and building its app.
-SERVER_START_FUNCTIONS = APP_BUILD_FUNCTIONS | {"launch_core_engines", "wait_for_engine_startup"}
+# :1206), building its app, and uvicorn's set-up after "Starting vLLM server on" (vllm==0.33.0
+# entrypoints/launchers/launcher.py:177-227 serve_http: config.load(), TLS files included, before the server
+# task starts; 0.27.1 entrypoints/launcher.py:26).
+SERVER_START_FUNCTIONS = APP_BUILD_FUNCTIONS | {"launch_core_engines", "wait_for_engine_startup", "serve_http"}
 
 SERVING_FUNCTIONS = frozenset({
     "run_busy_loop", "_process_engine_step", "step", "step_with_batch_queue", "_process_input_queue",
@@ -118,7 +120,9 @@ def _windows(a: StartAnalyzer) -> _Windows:
     records: dict[str, list[ErrorRecord]] = {"startup": [], "serving": [], "noise": []}
     survived: list[ErrorRecord] = []
     for r in a.records:
-        if a.alive_seq is not None and r.seq < a.alive_seq:
+        # An error body a client received is the server's answer: it was up. So is an error before a line
+        # showing it answer requests.
+        if r.kind == "http_error" or (a.alive_seq is not None and r.seq < a.alive_seq):
             survived.append(r)
             continue
         records[window_of(a, r.seq)].append(r)
@@ -151,9 +155,10 @@ def _failed_phase(a: StartAnalyzer, tl: StartupTimeline, w: _Windows) -> tuple[s
     ):
         phase = "serving"
         basis = PhaseBasis("ready_line", ref_evidence(tl.ready_ref))
-    if tl.ready and not tl.serving:
-        # Ready rests on an engine's "init engine … took" line; the API server never said it serves. An error
-        # raised where the server still starts (building its app, waiting for the other engines) ended the start.
+    if tl.ready and not tl.answering:
+        # Ready rests on an engine's "init engine … took" line, or on "Starting vLLM server on" before uvicorn
+        # said its startup is complete: an error raised where the server still starts (waiting for the other
+        # engines, building its app, loading uvicorn's config) ended the start.
         building = next((r for r in w.records["serving"] if r.functions & SERVER_START_FUNCTIONS and not r.weak), None)
         if building is not None:
             word = sorted(building.functions & SERVER_START_FUNCTIONS)[0]
@@ -217,7 +222,8 @@ def conclude_start(a: StartAnalyzer, sources: list[str]) -> Diagnosis:
     # Without a ready line, an excerpt that ends on the auto-fit report, or shows the server answering a
     # request, shows no failure: healthy, with the warning.
     autofit_only = tl.autofit is not None and tl.last_phase == "kv_cache" and "engine_waiting" not in w.hits["startup"]
-    up = tl.ready or bool(w.answered) or bool(w.request_hits) or autofit_only
+    answers = any(r.kind == "http_error" for r in w.survived)
+    up = tl.ready or bool(w.answered) or bool(w.request_hits) or autofit_only or answers
     verdict = "failed" if phase else ("healthy" if up else "inconclusive")
     if root is not None:
         root.is_root_cause = True

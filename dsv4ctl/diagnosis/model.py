@@ -197,6 +197,8 @@ def summary_text(d: Diagnosis) -> str:
             return f"{what}{nth} with an error no signature explains{where}: {clip(str(d.root_cause.details.get('message') or d.root_cause.details.get('exception')), 100)}"
         return f"{what}{nth}: {d.root_cause.title}{where}."
     if d.verdict == "healthy":
+        if not tl.ready:
+            return f"No failure: the server was answering requests{nth}."
         where = f" on {tl.ready_url}" if tl.ready_url else ""
         return f"Startup completed{where}{nth}."
     phase = tl.last_phase or "no vLLM startup lines"

@@ -78,7 +78,9 @@ def lookup(record: ErrorRecord, quote: ErrorRecord | None) -> Any:
             candidates.append((f"{origin.type}: {origin.message}", None))
         elif origin.shown_by == "headline":
             candidates.append((origin.line.message, None))
-    if record.kind not in ("python", "log_error"):
+    if record.kind == "http_error" and record.details.get("http_error"):
+        candidates.append((str(record.details["http_error"]).replace('\\"', '"'), "remote"))
+    elif record.kind not in ("python", "log_error"):
         candidates.append((record.text, None))
     if record.kind == "python" and (body := _ERROR_BODY_RE.search(record.text)) is not None:
         # A client's exception quoting the server's error body: the message is the server's, not its frame's.

@@ -184,7 +184,13 @@ def survived_warnings(a: StartAnalyzer, survived: list[ErrorRecord], findings: l
     if origin is None or any(any(e.line == origin.line.lineno and e.source == origin.line.source for e in f.evidence)
                              for f in findings):
         return []
-    details: dict[str, Any] = {"exception": origin.type, "alive_line": a.alive.lineno if a.alive else None}
+    alive = a.alive.lineno if a.alive is not None and (origin.kind != "http_error" or a.alive_seq > origin.seq) else None
+    details: dict[str, Any] = {
+        "exception": origin.type,
+        "alive_line": alive,
+        "answered": f"The server answered requests after this error (line {alive})" if alive is not None
+        else "This is the server's answer to a request: an error body a client received",
+    }
     entry = lookup(origin, None)
     if entry is not None:
         details.update(cite=entry.cite, function=entry.function, package=entry.package)

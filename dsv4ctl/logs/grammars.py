@@ -161,8 +161,11 @@ GENERIC: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("os", re.compile(r"\[Errno (?P<errno>-?[0-9]+)\] (?P<os_error>.+)")),
     # argparse's error exit (CPython 3.11.7 argparse.py:2630 "%(prog)s: error: %(message)s"): "vllm serve: error: …"
     ("usage", re.compile(r"^(?P<prog>[\w.-]+(?: [\w.-]+)?): error: (?P<usage_error>.+)")),
-    # An HTTP error body as a client prints it (vLLM's ErrorResponse, pretty-printed by jq): '"message": "…",'
+    # An HTTP error body as a client prints it (vLLM's ErrorResponse: vllm==0.33.0
+    # vllm/entrypoints/serve/engine/protocol.py:79-87), pretty-printed by jq ('"message": "…",') or compact
+    # ('{"error":{"message":"…","type":…}}').
     ("http_error", re.compile(r'^"message": "(?P<http_error>.+?)",?$')),
+    ("http_error", re.compile(r'^\{"error":\s*\{"message":\s*"(?P<http_error>(?:[^"\\]|\\.)+)"')),
     # Processes killed: vLLM's monitor reports the exit code (-9 = SIGKILL, the kernel's OOM killer);
     # the shell prints "Killed" for a foreground process killed by SIGKILL.
     ("killed", re.compile(r"died unexpectedly \(exit code: (?P<exit_code>-9)\)")),
@@ -235,7 +238,7 @@ def kernel_of(message: str, coredump: bool = False) -> str | None:
 GENERIC_WORDS = ("CUDBG_EXCEPTION", "CUDA Exception", "CUDA error", "Cuda error", "Check failed", "Assertion `",
                   "terminate called", "NCCL WARN", "Watchdog caught", "[Errno", "died unexpectedly", "Killed",
                   "Fatal Python error", "Segmentation fault", "Aborted", "Bus error", "Error: ", "FATAL: ",
-                  "Fatal error: ", ": error: ", '"message": "')
+                  "Fatal error: ", ": error: ", '"message": "', '"message":"')
 
 
 def exception_line(msg: str) -> tuple[str, str] | None:

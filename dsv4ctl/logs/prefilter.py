@@ -168,6 +168,7 @@ PATTERNS: tuple[str, ...] = (
     " \\[type=[a-z_]+",
     ": error: ",
     '"message": "',
+    '"message":"',
     # the kernel's and the container runtime's OOM kills (dmesg; kubectl describe / get)
     "OOMKilled",
     # catalogue: ecosystem

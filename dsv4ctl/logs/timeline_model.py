@@ -132,6 +132,12 @@ class StartupTimeline:
         "init engine … took" line, after which the server still waits for its other engines and builds its app."""
         return self.ready_url is not None or "startup_complete" in self.refs or "answered" in self.refs
 
+    @property
+    def answering(self) -> bool:
+        """uvicorn said its startup is complete, or a request was answered: past "Starting vLLM server on", which
+        vLLM logs before uvicorn loads its config (TLS files) and binds."""
+        return "startup_complete" in self.refs or "answered" in self.refs
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         if self.autofit is not None:

@@ -542,3 +542,52 @@ def test_a_paste_is_read_in_full_and_a_long_log_through_the_prefilter(monkeypatc
     assert run(text).verdict == "healthy"
     monkeypatch.setattr(diagnose_module, "FULL_READ_BYTES", 0)
     assert run(text).verdict == "failed"
+
+
+def test_an_error_loading_uvicorns_config_after_the_server_line_fails_the_start():
+    # vLLM logs "Starting vLLM server on" before uvicorn loads its config (TLS files) and binds: an error in
+    # serve_http before "Application startup complete" ended the start.
+    d = run(
+        "(APIServer pid=1) INFO 08-14 06:31:42 [entry.py:139] Starting vLLM server on https://0.0.0.0:8443\n"
+        "Traceback (most recent call last):\n  [...]\n"
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/launchers/launcher.py", line 226, in serve_http\n'
+        "    config.load()\n"
+        '  File "/usr/local/lib/python3.12/dist-packages/uvicorn/config.py", line 131, in create_ssl_context\n'
+        "    ctx.load_cert_chain(certfile, keyfile, get_password)\n"
+        "FileNotFoundError: [Errno 2] No such file or directory\n"
+    )
+    assert (d.verdict, d.phase) == ("failed", "startup")
+    assert root_texts(d)[0] == "FileNotFoundError: [Errno 2] No such file or directory"
+
+
+def test_the_same_error_once_uvicorn_serves_is_not_the_start():
+    d = run(
+        "(APIServer pid=1) INFO 08-14 06:31:42 [entry.py:139] Starting vLLM server on http://0.0.0.0:8000\n"
+        "INFO:     Application startup complete.\n"
+        "Traceback (most recent call last):\n"
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/launchers/launcher.py", line 226, in serve_http\n'
+        "FileNotFoundError: [Errno 2] No such file or directory\n"
+    )
+    assert d.phase != "startup"
+
+
+@pytest.mark.parametrize("body", [
+    '{"error":{"message":"\\"auto\\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set",'
+    '"type":"BadRequestError","param":null,"code":400}}\n',
+    '{\n  "error": {\n    "message": "\\"auto\\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set",\n'
+    '    "type": "BadRequestError",\n    "code": 400\n  }\n}\n',
+])
+def test_an_error_body_alone_is_the_servers_answer(body):
+    d = run("$ curl -s localhost:8000/v1/chat/completions -d @tools.json\n" + body)
+    assert (d.verdict, int(d.exit_code)) == ("healthy", 0)
+    survived = next(f for f in d.findings if f.id == "error_survived")
+    assert "tool choice requires --enable-auto-tool-choice" in survived.evidence[0].text
+    assert "answer to a request" in survived.meaning
+
+
+@pytest.mark.parametrize("status, alive", [("501 Not Implemented", True), ("404 Not Found", True),
+                                           ("500 Internal Server Error", False), ("503 Service Unavailable", False)])
+def test_an_access_line_shows_the_server_up_unless_it_answers_500_or_503(status, alive):
+    error = "openai.InternalServerError: Error code: 501 - The model does not support Chat Completions API\n"
+    d = run(error + f'INFO:     10.8.0.21:47710 - "POST /v1/chat/completions HTTP/1.1" {status}\n')
+    assert any(f.id == "error_survived" for f in d.findings) == alive

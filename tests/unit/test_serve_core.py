@@ -436,3 +436,20 @@ def test_dry_run_without_vllm_plans_with_the_chosen_release(cli, monkeypatch):
     assert res.exit_code == 0, res.output
     assert res.stdout.startswith("vllm serve deepseek-ai/DeepSeek-V4-Flash -tp 8 --max-model-len ")  # pinned on 0.29 without the fix
     assert "--max-model-len auto" not in res.stdout
+
+
+def test_the_length_policy_reads_the_same_in_help_readme_and_code(cli):
+    """One story: auto stays where it is safe; an explicit length only with --pin-length or on 0.29-0.30 with
+    the stale-length fix off; --keep-auto leaves auto whatever the plan says."""
+    import re
+    from pathlib import Path
+
+    from dsv4ctl.serve.preflight import STALE_LENGTH_RELEASES
+
+    flat = lambda text: re.sub(r"\s+", " ", text)  # noqa: E731
+    help_text = flat(cli("serve", "--help", env={"COLUMNS": "200"}).stdout)
+    readme = flat((Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8"))
+    assert "only with --pin-length, or on 0.29-0.30 with the fix off" in help_text
+    assert "only with `--pin-length`, or on 0.29–0.30 with the fix turned off" in readme
+    assert "unless --keep-auto" not in help_text
+    assert STALE_LENGTH_RELEASES == ("0.29.0", "0.30.0")
