@@ -113,10 +113,7 @@ def kv_estimate(
         f"ceil(CUDA total {format_gib(gpu.cuda_total_bytes)} x --gpu-memory-utilization {request.gpu_memory_utilization:g}), "
         f"cuda:{gpu.cuda_index} {gpu.name} ({'snapshot ' + str(request.gpus) if request.gpus else 'NVML'})",
     )
-    w = gpu.weights_bytes
-    weights = KvTerm("weights", w, w, w, "exact" if request.weights_bytes_per_rank is not None else "checkpoint",
-                     "--weights-memory" if request.weights_bytes_per_rank is not None
-                     else "the checkpoint's safetensors headers, split by TP/PP/EP")
+    weights = _weights_term(request, gpu.weights_bytes)
     o = gpu.overhead_bytes
     if request.non_kv_overhead_bytes is not None:
         overhead = KvTerm("non_kv_overhead", o, o, o, "exact", "--overhead")
@@ -135,3 +132,23 @@ def kv_estimate(
         requested, subtracted,
         "--from-log LOG (a startup's measured KV memory), --overhead SIZE or --kv-cache-memory SIZE narrows it",
     )
+
+
+def _weights_term(request: FitRequest, w: int) -> KvTerm:
+    """One GPU's weights: given per GPU (exact), the whole checkpoint's size split as vLLM loads it, or the
+    checkpoint's own headers."""
+    if request.weights_bytes_per_rank is not None:
+        return KvTerm("weights", w, w, w, "exact", "--weights-memory")
+    if request.checkpoint_bytes is not None:
+        ep_split = request.enable_expert_parallel and request.data_parallel_size > 1
+        if not ep_split:
+            return KvTerm("weights", w, w, w, "checkpoint",
+                          "--checkpoint-size, split over TP x PP (every tensor is sharded; norms replicated, ~0.01%)")
+        # Expert parallelism splits the routed experts over TP x DP too; without the headers their share is unknown:
+        # from all of it (the value) down to every tensor being an expert (the low end).
+        low = request.checkpoint_bytes // (request.tensor_parallel_size * request.data_parallel_size
+                                           * request.pipeline_parallel_size)
+        return KvTerm("weights", w, low, w, "estimated",
+                      "--checkpoint-size split over TP x PP; expert parallelism splits the experts further (share unknown "
+                      "without the headers: the checkpoint dir or the hub id narrows it)")
+    return KvTerm("weights", w, w, w, "checkpoint", "the checkpoint's safetensors headers, split by TP/PP/EP")

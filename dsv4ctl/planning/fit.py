@@ -75,6 +75,20 @@ def plan_fit(
         if len(request.gpus) > 1:
             return _plan_nodes(request, tuple(request.gpus), log_facts, geometry)
         request = replace(request, gpus=request.gpus[0] if request.gpus else None)
+    result, inputs = _plan_one(request, snapshot, log_facts, geometry)
+    if not result.fits:
+        # Nothing fits as asked: what would, each change planned on the same GPUs and log figures.
+        from dsv4ctl.planning.alternatives import what_would_fit
+
+        def plan(changed: FitRequest) -> FitResult:
+            validate(changed)
+            return _plan_one(changed, inputs.snapshot, log_facts, geometry)[0]
+
+        result = replace(result, alternatives=what_would_fit(inputs.request, result, plan))
+    return result
+
+
+def _plan_one(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4Geometry) -> tuple[FitResult, Inputs]:
     inputs = resolve(request, snapshot, log_facts, geometry)
     sched = scheduling(inputs)
     memory = worker_memory(inputs, sched)
@@ -88,7 +102,7 @@ def plan_fit(
     log_cal = _check_log_autofit(inputs, memory.source, planner, positive, lengths.autofit, model_max, sched.in_flight)
     verdict = "does_not_fit" if lengths.refusal is not None else ("shrinks" if lengths.autofit < model_max else "fits")
     _length_warnings(inputs, verdict, lengths.safe.length, lengths.autofit, model_max, lengths.explicit)
-    return _result(inputs, sched, memory, planner, positive, lengths, log_cal, verdict)
+    return _result(inputs, sched, memory, planner, positive, lengths, log_cal, verdict), inputs
 
 
 def _plan_lengths(
@@ -181,6 +195,7 @@ def _result(
         version=inputs.version,
         available_kv=lengths.available_kv,
         autofit_range=lengths.autofit_range,
+        visible_gpus=inputs.visible_gpus,
     )
 
 

@@ -5,14 +5,14 @@ predicted per GPU)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dsv4ctl.errors import InputError
+from dsv4ctl.errors import InputError, UsageError
 from dsv4ctl.logs.facts import LogCalibration, from_timeline
 from dsv4ctl.planning.devices import predict_memory, select_devices
 from dsv4ctl.planning.flags import inherit_log_flags
-from dsv4ctl.planning.geometry import Dsv4Geometry
+from dsv4ctl.planning.geometry import CheckpointWeights, Dsv4Geometry
 from dsv4ctl.planning.kv_specs import KvLayoutChoice, LayerKvSpec, resolve_kv_layout
 from dsv4ctl.planning.layers import build_specs
 from dsv4ctl.planning.memory import DEFAULT_NON_KV_OVERHEAD_BYTES, GpuMemoryPrediction, check_startup_memory
@@ -33,8 +33,16 @@ class Inputs:
     layout: KvLayoutChoice
     specs: dict[str, LayerKvSpec]
     need_prediction: bool
+    snapshot: Any = None  # the GPUs read (a snapshot file or NVML), for plans of other settings on the same box
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def visible_gpus(self) -> int | None:
+        """Whole GPUs the snapshot shows (None without one)."""
+        if self.snapshot is None:
+            return None
+        return sum(1 for d in self.snapshot.devices if not d.is_mig)
 
 
 @dataclass
@@ -93,7 +101,7 @@ def resolve(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4Ge
     compute_major = devices[0].compute_capability[0] if devices else None
     layout = resolve_kv_layout(request.kv_cache_dtype, request.attention_backend, compute_major)
     specs = build_specs(geometry, request, layout)
-    return Inputs(request, geometry, log_cal, version, devices, layout, specs, need_prediction, notes, warnings)
+    return Inputs(request, geometry, log_cal, version, devices, layout, specs, need_prediction, snapshot, notes, warnings)
 
 
 def scheduling(inputs: Inputs) -> Scheduling:
@@ -185,7 +193,10 @@ def _predict(inputs: Inputs, memory: WorkerMemory, workers: int) -> None:
             f"non-KV overhead estimated at {format_gib(overhead)} per GPU (activations, CUDA graphs, NCCL); "
             "--from-log replaces the estimate with the measured figure"
         )
-    predictions, more = predict_memory(inputs.devices, inputs.geometry, request, overhead, request.weights_bytes_per_rank)
+    geometry = _with_checkpoint_size(inputs)
+    if request.weights_bytes_per_rank is not None:
+        _refuse_weights_beyond_a_gpu(request, inputs.devices)
+    predictions, more = predict_memory(inputs.devices, geometry, request, overhead, request.weights_bytes_per_rank)
     notes.extend(more)
     memory.predictions = predictions
     memory.refusal = next((g.refusal for g in predictions if g.refusal), None)
@@ -201,3 +212,37 @@ def _predict(inputs: Inputs, memory: WorkerMemory, workers: int) -> None:
             f"({format_gib(worst.weights_bytes)}) and overhead ({format_gib(worst.overhead_bytes)}) exceed "
             f"{request.gpu_memory_utilization} of {format_gib(worst.cuda_total_bytes)}"
         )
+
+
+def _with_checkpoint_size(inputs: Inputs) -> Dsv4Geometry:
+    """The geometry with the whole checkpoint's size an operator gave (`--checkpoint-size`), split per rank as a
+    checkpoint's headers are; the assumption stated in the notes."""
+    request, geometry = inputs.request, inputs.geometry
+    if request.checkpoint_bytes is None:
+        return geometry
+    ranks = request.tensor_parallel_size * request.pipeline_parallel_size
+    share = format_gib(request.checkpoint_bytes // ranks)
+    ep = " (expert parallelism splits the experts further: an upper bound)" if (
+        request.enable_expert_parallel and request.data_parallel_size > 1) else ""
+    inputs.notes.append(
+        f"--checkpoint-size {format_gib(request.checkpoint_bytes)} read as the whole checkpoint: split over "
+        f"TP x PP = {ranks} GPU{'s' if ranks != 1 else ''}, {share} each{ep}"
+    )
+    return replace(geometry, weights=CheckpointWeights(request.checkpoint_bytes, 0, 0, 0))
+
+
+def _refuse_weights_beyond_a_gpu(request: FitRequest, devices: list[Any] | None) -> None:
+    """`--weights-memory` is one GPU's share: a figure larger than the GPU is a whole checkpoint's, probably."""
+    if not devices:
+        return
+    smallest = min(devices, key=lambda d: d.cuda_total_bytes)
+    weights = request.weights_bytes_per_rank
+    if weights <= smallest.cuda_total_bytes:
+        return
+    ranks = request.tensor_parallel_size * request.pipeline_parallel_size
+    raise UsageError(
+        f"--weights-memory {format_gib(weights)} is per GPU: more than one {smallest.name} holds "
+        f"({format_gib(smallest.cuda_total_bytes)})",
+        hint=f"for the whole checkpoint pass --checkpoint-size {format_gib(weights).replace(' ', '')} "
+        f"(split over TP x PP = {ranks} GPU{'s' if ranks != 1 else ''}: {format_gib(weights // ranks)} each)",
+    )

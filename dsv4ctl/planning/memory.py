@@ -66,7 +66,8 @@ class GpuMemoryPrediction:
             "requested_bytes": self.requested_bytes,
             "weights_bytes": self.weights_bytes,
             "overhead_bytes": self.overhead_bytes,
-            "available_kv_bytes": self.available_kv_bytes,
+            "available_kv_bytes": max(self.available_kv_bytes, 0),
+            "kv_shortfall_bytes": max(-self.available_kv_bytes, 0),
             "refusal": self.refusal,
         }
 
@@ -159,8 +160,9 @@ class KvMemoryEstimate:
         return self.high - self.low
 
     def to_json(self) -> dict[str, Any]:
-        return {"value": self.value, "low": self.low, "high": self.high, "basis": self.basis,
-                "terms": [t.to_json() for t in self.terms], "narrow": self.narrow}
+        # A range is of memory that exists: clamped at 0 (the shortfall, when the budget is exceeded, is its own figure).
+        return {"value": max(self.value, 0), "low": max(self.low, 0), "high": max(self.high, 0), "basis": self.basis,
+                "shortfall_bytes": max(-self.value, 0), "terms": [t.to_json() for t in self.terms], "narrow": self.narrow}
 
 
 _BASIS_ORDER = ("exact", "checkpoint", "measured", "calibrated", "estimated")

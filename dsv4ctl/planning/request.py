@@ -33,6 +33,7 @@ DEFAULT_MARGIN_FRACTION = MARGIN_FRACTION
 
 # Per-GPU sizes above this are typing mistakes (a whole node's figure, or bits for bytes).
 MAX_PER_GPU_BYTES = 64 << 40
+MAX_CHECKPOINT_BYTES = 1 << 50
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class FitRequest:
     # dsv4ctl's own inputs
     margin: Margin = field(default_factory=Margin)
     weights_bytes_per_rank: int | None = None  # overrides the checkpoint's safetensors size
+    checkpoint_bytes: int | None = None  # the whole checkpoint's size (split per rank like the headers)
     non_kv_overhead_bytes: int | None = None  # None: estimate (or measured from the log)
     gpus: str | tuple[str, ...] | None = None  # snapshot JSON path(s), one per node; None: NVML when a prediction needs GPUs
     from_log: str | None = None  # a previous startup log of the same model
@@ -182,6 +184,10 @@ def validate(request: FitRequest) -> None:
                 f"--kv-cache-memory {format_gib(request.kv_cache_memory_bytes)} is not a per-GPU figure",
                 hint="give the KV memory of one GPU, as vLLM's --kv-cache-memory-bytes takes it",
             )
+    if request.checkpoint_bytes is not None and not (0 < request.checkpoint_bytes <= MAX_CHECKPOINT_BYTES):
+        raise UsageError("--checkpoint-size must be positive and below 1 PiB", hint="the whole checkpoint, e.g. 160GB")
+    if request.checkpoint_bytes is not None and request.weights_bytes_per_rank is not None:
+        raise UsageError("--checkpoint-size and --weights-memory both say what the weights are", hint="give one")
     for name in ("weights_bytes_per_rank", "non_kv_overhead_bytes"):
         value = getattr(request, name)
         if value is not None and (value < 0 or value > MAX_PER_GPU_BYTES):

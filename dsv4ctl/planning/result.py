@@ -73,6 +73,8 @@ class FitResult:
     vllm_flags: tuple[str, ...]
     version: VersionChoice = field(default_factory=lambda: choose_vllm_version())
     nodes: tuple[dict[str, Any], ...] = ()  # one entry per --gpus snapshot when several were given
+    alternatives: tuple[Any, ...] = ()  # what would fit when this does not (planning/alternatives.py)
+    visible_gpus: int | None = None  # whole GPUs the snapshot showed (None: no GPUs read)
     available_kv: KvMemoryEstimate | None = None  # the limiting GPU's KV memory: value, range, basis, terms
     autofit_range: tuple[int, int] | None = None  # auto-fit at the range's low and high ends
 
@@ -98,7 +100,10 @@ class FitResult:
     def think_max_ok(self) -> bool:
         return self.recommended_max_model_len >= THINK_MAX_CONTEXT
 
-    def vllm_command(self) -> str:
+    def vllm_command(self) -> str | None:
+        """The `vllm serve` line of this plan; None when vLLM would refuse it (no command that cannot run)."""
+        if not self.fits:
+            return None
         return " ".join(["vllm", "serve", shell_quote(self.geometry.model), *(shell_quote(f) for f in self.vllm_flags)])
 
     def to_json(self) -> dict[str, Any]:
@@ -115,7 +120,9 @@ class FitResult:
             "recommended_max_model_len": self.recommended_max_model_len,
             "think_max_context": THINK_MAX_CONTEXT,
             "think_max_ok": self.think_max_ok,
-            "kv_cache_memory_bytes": self.kv_cache_memory_bytes,
+            "kv_cache_memory_bytes": max(self.kv_cache_memory_bytes, 0),
+            # Weights and overhead beyond the budget: how much memory is missing (never a negative KV memory).
+            "kv_cache_shortfall_bytes": max(-self.kv_cache_memory_bytes, 0),
             "kv_cache_memory_source": self.kv_cache_memory_source,
             "margin_bytes": self.margin_bytes,
             "bytes_per_block": self.bytes_per_block,
@@ -143,11 +150,12 @@ class FitResult:
             "available_kv_bytes": self.available_kv.to_json() if self.available_kv else None,
             "autofit_range": list(self.autofit_range) if self.autofit_range else None,
             "nodes": list(self.nodes),
+            "alternatives": [a.to_json() for a in self.alternatives],
             "log": self.log.to_json() if self.log else None,
             "what_if": [row.to_json() for row in self.what_if],
             "warnings": list(self.warnings),
             "notes": list(self.notes),
-            "vllm_flags": list(self.vllm_flags),
+            "vllm_flags": list(self.vllm_flags) if self.fits else [],
             "vllm_command": self.vllm_command(),
             "vllm_version_planned": self.version.planned,
             "vllm_version_source": self.version.source,

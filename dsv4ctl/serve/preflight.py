@@ -308,7 +308,8 @@ def _refuse(
 
 # FitRequest fields that are dsv4ctl's own planning inputs, never vLLM flags.
 _DSV4CTL_ONLY_FIELDS = {
-    "model", "margin", "weights_bytes_per_rank", "non_kv_overhead_bytes", "gpus", "from_log", "vllm_version", "no_calibration",
+    "model", "margin", "weights_bytes_per_rank", "checkpoint_bytes", "non_kv_overhead_bytes", "gpus", "from_log",
+    "vllm_version", "no_calibration",
 }
 
 
