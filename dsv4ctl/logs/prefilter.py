@@ -123,6 +123,8 @@ PATTERNS: tuple[str, ...] = (
     "Model Runner V2",
     "_ds_mla",
     "Lightning Indexer",
+    "Saved startup plan",
+    "persisted startup plan",
     # shutdown
     "\\[shutdown\\]",
     "Shutting down",

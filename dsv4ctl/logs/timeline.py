@@ -71,6 +71,10 @@ _RE = {
     "v2_runner": re.compile(r"Using V2 Model Runner"),
     "v1_runner": re.compile(r"Model Runner V2 (?:does not yet support|requires).*using the V1 model runner"),
     "fp8_ds_mla": re.compile(r"fp8_ds_mla KV cache format"),
+    # vLLM's startup plans (vllm==0.33.0 vllm/v1/worker/startup_plan.py:189 "Saved startup plan to %s", :153
+    # "Applying persisted startup plan (fingerprint %s): kv_cache_memory_bytes=%d …"; the same file in 0.26-0.33).
+    "plan_saved": re.compile(r"Saved startup plan to \S*startup_plan_([0-9a-f]{16})\.json"),
+    "plan_applied": re.compile(r"Applying persisted startup plan \(fingerprint ([0-9a-f]{16})\)"),
     "indexer": re.compile(r"indexer cache for Lightning Indexer"),
     "vendored_dg": re.compile(r"deep_gemm not found in site-packages, trying vendored"),
     "failed": re.compile(
@@ -161,6 +165,8 @@ class StartupTracker:
             self._ready(msg, line, events)
         if "Model Runner" in msg or "fp8_ds_mla" in msg or "Lightning Indexer" in msg or "deep_gemm" in msg:
             self._backend(msg, line, events)
+        if "startup plan" in msg:
+            self._startup_plan(msg, line)
         if ("fail" in msg or "died" in msg or "fatal" in msg) and R["failed"].search(msg):
             events.append(self._event("failed", _short(msg), line))
         elif msg.startswith("Traceback") and not tl.ready and R["traceback"].search(msg):
@@ -377,6 +383,18 @@ class StartupTracker:
                 tl.ready = True
                 tl.ready_ref = LineRef.of(line)
                 events.append(self._event("ready", "Serving requests", line))
+
+    def _startup_plan(self, msg: str, line: LogLine) -> None:
+        """A worker saved or re-applied vLLM's startup plan: its fingerprint names the plan's file."""
+        tl = self.timeline
+        m = _RE["plan_saved"].search(msg) or _RE["plan_applied"].search(msg)
+        if m is None:
+            return
+        if m.group(1) not in tl.startup_plans:
+            tl.startup_plans.append(m.group(1))
+        if msg.startswith("Applying"):
+            tl.startup_plan_applied = True
+        self._ref("startup_plan", line, overwrite=False)
 
     def _backend(self, msg: str, line: LogLine, events: list[ProgressEvent]) -> None:
         """Which runner, KV layout and kernels this start used."""

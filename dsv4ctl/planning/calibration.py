@@ -86,15 +86,20 @@ class CalibrationRecord:
     available_kv_bytes: int  # the log's "Available KV cache memory" (rounded to 0.01 GiB by vLLM)
     log: str
     recorded_at: str  # ISO-8601 UTC
+    # The vLLM startup plans that start saved or applied (fingerprints): vLLM's own figure, read back from its files
+    startup_plans: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"key": asdict(self.key), "available_kv_bytes": self.available_kv_bytes, "log": self.log,
-                "recorded_at": self.recorded_at}
+                "recorded_at": self.recorded_at, "startup_plans": list(self.startup_plans)}
 
 
-def record(key: CalibrationKey, available_kv_bytes: int, log: str, path: Path | None = None) -> CalibrationRecord:
+def record(
+    key: CalibrationKey, available_kv_bytes: int, log: str, path: Path | None = None, startup_plans: tuple[str, ...] = ()
+) -> CalibrationRecord:
     """Append one record (one JSON line; a torn last line is skipped by the reader)."""
-    rec = CalibrationRecord(key, int(available_kv_bytes), str(log), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    rec = CalibrationRecord(key, int(available_kv_bytes), str(log), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                            tuple(startup_plans))
     target = path or calibration_file()
     target.parent.mkdir(parents=True, exist_ok=True)
     with target.open("a", encoding="utf-8") as fh:
@@ -115,7 +120,8 @@ def find(key: CalibrationKey, path: Path | None = None) -> CalibrationRecord | N
             data = json.loads(line)
             if data.get("key") != wanted:
                 continue
-            return CalibrationRecord(key, int(data["available_kv_bytes"]), str(data["log"]), str(data["recorded_at"]))
+            plans = tuple(str(fp) for fp in data.get("startup_plans") or ())
+            return CalibrationRecord(key, int(data["available_kv_bytes"]), str(data["log"]), str(data["recorded_at"]), plans)
         except (ValueError, KeyError, TypeError):
             continue
     return None
@@ -140,6 +146,6 @@ def record_from_serve(
             from dsv4ctl.planning.versions import known_release_for
 
             key = CalibrationKey(**{**asdict(key), "vllm_version": known_release_for(log.vllm_version)[0]})
-        return record(key, log.available_kv_bytes, str(log_file))
+        return record(key, log.available_kv_bytes, str(log_file), startup_plans=log.startup_plans)
     except Exception:  # noqa: BLE001 - calibration is a convenience
         return None

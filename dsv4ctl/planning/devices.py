@@ -99,6 +99,11 @@ def kv_estimate(
     if source == "given":
         term = KvTerm("kv_cache_memory", kv_memory, kv_memory, kv_memory, "exact", "--kv-cache-memory(-bytes)")
         return KvMemoryEstimate(kv_memory, kv_memory, kv_memory, "exact", (term,))
+    if source == "startup_plan":
+        # vLLM's own figure, as its plan file holds it (bytes, not rounded): what the next start re-applies.
+        term = KvTerm("kv_cache_memory", kv_memory, kv_memory, kv_memory, "measured",
+                      f"vLLM's startup plans ({calibration_log}): the KV memory it sized and re-applies")
+        return KvMemoryEstimate(kv_memory, kv_memory, kv_memory, "measured", (term,))
     if source in ("log", "calibrated") or gpu is None:
         half = GiB // 200  # vLLM logs the figure rounded to 0.01 GiB
         basis = "calibrated" if source == "calibrated" else "measured"

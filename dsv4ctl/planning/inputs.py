@@ -17,6 +17,7 @@ from dsv4ctl.planning.kv_specs import KvLayoutChoice, LayerKvSpec, resolve_kv_la
 from dsv4ctl.planning.layers import build_specs
 from dsv4ctl.planning.memory import DEFAULT_NON_KV_OVERHEAD_BYTES, GpuMemoryPrediction, check_startup_memory
 from dsv4ctl.planning.request import FitRequest, default_batch_limits, max_concurrent_batches
+from dsv4ctl.planning.startup_plans import cache_root, measured
 from dsv4ctl.planning.versions import VersionChoice, choose_vllm_version
 from dsv4ctl.units import GiB, format_gib
 
@@ -64,6 +65,7 @@ class WorkerMemory:
     replica: list[GpuMemoryPrediction]  # the binding replica's GPUs (predicted memory only)
     refusal: str | None
     calibration: Any = None
+    plan_files: list[str] = field(default_factory=list)  # vLLM's startup plans the figure was read from
 
 
 def resolve(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4Geometry) -> Inputs:
@@ -159,6 +161,16 @@ def worker_memory(inputs: Inputs, sched: Scheduling) -> WorkerMemory:
     elif log_cal is not None and log_cal.available_kv_bytes is not None:
         memory.source, memory.per_worker = "log", [log_cal.available_kv_bytes] * workers
         notes.append("vLLM logs KV memory rounded to 0.01 GiB; the prediction can be a few blocks off near a boundary")
+    elif calibration is not None and (plans := measured(calibration.startup_plans)) is not None:
+        kv, files = plans
+        memory.source, memory.per_worker = "startup_plan", [kv] * workers
+        memory.plan_files = [p.path for p in files]
+        notes.append(
+            f"KV memory vLLM measured and keeps in its startup plans ({len(files)} file{'s' if len(files) != 1 else ''} "
+            f"under {cache_root() / 'startup_plan'}) since the start of {calibration.log} ({calibration.recorded_at}), "
+            "the same host, configuration and vLLM release; vLLM re-applies it while free memory is at least the "
+            "plan's baseline; --no-calibration predicts instead"
+        )
     elif calibration is not None:
         memory.source, memory.per_worker = "calibrated", [calibration.available_kv_bytes] * workers
         notes.append(

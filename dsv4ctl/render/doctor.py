@@ -5,11 +5,13 @@ Plain text lines (no colours needed to read it), so the pasted text keeps its me
 from __future__ import annotations
 
 import re
+import time
 
 from rich.console import Console
 
 from dsv4ctl.doctor import DoctorReport
 from dsv4ctl.render import print_prose
+from dsv4ctl.units import format_gib
 
 
 def _pkg_line(info: object, name: str) -> str:
@@ -95,8 +97,22 @@ def doctor_lines(report: DoctorReport) -> list[str]:
             lines.append(f"  {var.name}={var.value}")
     else:
         lines.append("environment  no relevant variables set")
+    lines.extend(_startup_plan_lines(report))
     for note in report.notes:
         lines.append(f"note: {note}")
+    return lines
+
+
+def _startup_plan_lines(report: DoctorReport) -> list[str]:
+    """vLLM's startup plans: what each worker of an earlier start measured, and re-applies while it can."""
+    plans = report.startup_plans
+    if not plans:
+        return [f"plans      no vLLM startup plans in {report.startup_plans_dir}"]
+    lines = [f"plans      {len(plans)} vLLM startup plan{'s' if len(plans) != 1 else ''} in {report.startup_plans_dir}"]
+    for p in plans:
+        saved = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(p.modified))
+        lines.append(f"  {p.fingerprint}: KV {format_gib(p.kv_cache_memory_bytes)}, free at start "
+                     f"{format_gib(p.free_memory_baseline)}, saved {saved}")
     return lines
 
 

@@ -87,7 +87,24 @@ def plan_only(flags: list[str], options: ServeOptions) -> PreflightDecision:
     )
     if note:
         decision.notes.insert(0, note)
+    _say_environment(decision, apply_environment(options.fixes, env=dict(os.environ)))  # a copy: nothing is set
     return decision
+
+
+def _say_environment(decision: PreflightDecision, environment: dict[str, str]) -> None:
+    """What serve sets for vLLM, in the decision (and its --dry-run): the startup plans above all."""
+    from dsv4ctl.planning import startup_plans
+    from dsv4ctl.planning.versions import installed_vllm_version
+
+    decision.environment = dict(environment)
+    if environment.get(startup_plans.ENV) == "1":
+        decision.notes.append(
+            f"{startup_plans.ENV}=1: vLLM {installed_vllm_version()} keeps the KV memory each GPU worker measured "
+            f"(startup plans under {startup_plans.cache_root() / 'startup_plan'}) and re-applies it at the next start "
+            "while free memory is at least what it started with, so restarts get the same length"
+        )
+    elif os.environ.get(startup_plans.ENV) not in (None, "1"):
+        decision.notes.append(f"{startup_plans.ENV}={os.environ[startup_plans.ENV]} (yours): vLLM's startup plans stay off")
 
 
 def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> ServeResult:
@@ -107,6 +124,7 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
             namespace, flags, keep_auto=options.keep_auto, pin_length=options.pin_length, fixes=options.fixes,
             no_calibration=options.no_calibration,
         )
+        _say_environment(decision, environment)
         view.decision(decision)
         if decision.action == REFUSE:
             refusal = decision.refusal

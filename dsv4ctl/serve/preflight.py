@@ -48,6 +48,7 @@ REFUSE = "refuse"  # vLLM would refuse: stop before starting it
 EXACT = "exact"  # --kv-cache-memory-bytes (or VLLM_CPU_KVCACHE_SPACE on vLLM's CPU backend)
 ESTIMATED = "estimated"  # requested − weights − an overhead estimate
 CALIBRATED = "calibrated"  # measured by an earlier start of this host and configuration (planning/calibration.py)
+MEASURED = "measured"  # vLLM's own startup plans of an earlier start of this configuration (planning/startup_plans.py)
 # Releases with the stale max_model_len crash after auto-fit shrank the length (dsv4ctl's fix covers it).
 STALE_LENGTH_RELEASES = ("0.29.0", "0.30.0")
 
@@ -67,6 +68,7 @@ class PreflightDecision:
     refusal: Dsv4ctlError | None = None
     basis: str | None = None  # EXACT | ESTIMATED when a plan was made
     stale_fix_active: bool | None = None
+    environment: dict[str, str] = field(default_factory=dict)  # what serve sets before vLLM starts
 
     @property
     def requested_text(self) -> str:
@@ -87,6 +89,7 @@ class PreflightDecision:
             "stale_fix_active": self.stale_fix_active,
             "reason": self.reason,
             "notes": list(self.notes),
+            "environment": dict(self.environment),
             "plan": self.plan,
             "vllm_argv": ["vllm", "serve", *self.flags],
         }
@@ -198,7 +201,7 @@ class _Context:
         self.recommended = int(result.recommended_max_model_len)
         self.autofit = int(result.autofit_max_model_len)
         self.basis = EXACT if kv_bytes is not None else (
-            CALIBRATED if result.kv_cache_memory_source == "calibrated" else ESTIMATED)
+            {"calibrated": CALIBRATED, "startup_plan": MEASURED}.get(result.kv_cache_memory_source, ESTIMATED))
         self.version = result.version.planned
         self.stale_fix = stale_fix
         predicted = (f"predicted {self.autofit:,} on vLLM {self.version}'s planner" if self.autofit > 0
@@ -228,7 +231,7 @@ def _does_not_fit(ctx: _Context) -> PreflightDecision:
         else "not even one token of KV cache fits: free memory, raise --gpu-memory-utilization or add GPUs"
     )
     err = Dsv4ctlError(f"vLLM would refuse this: {result.refusal}", hint=hint, exit_code=ExitCode.DOES_NOT_FIT)
-    if ctx.basis in (EXACT, CALIBRATED) or _refusal_is_measured(result, requested):
+    if ctx.basis in (EXACT, CALIBRATED, MEASURED) or _refusal_is_measured(result, requested):
         refused = _refuse(ctx.model, requested, ctx.flags, ctx.notes, ctx.plan, err)
         refused.basis, refused.stale_fix_active = ctx.basis, ctx.stale_fix
         return refused

@@ -282,8 +282,13 @@ def apply_environment(fixes: str | None, env: dict[str, str] | None = None) -> d
     - `DSV4CTL_FIXES`: `--fixes` if given, else the caller's `DSV4CTL_FIXES`, else `all`.
     - Ray workers get the environment only for the prefixes vLLM copies; `DSV4CTL_` is added to
       `VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY` so the plugin in a Ray worker sees the same choice.
+    - `VLLM_ENABLE_STARTUP_PLAN=1` where the installed release has startup plans and the operator did not set
+      the variable: every GPU worker records the KV memory it measured and re-applies it at the next start
+      when free memory allows (dsv4ctl/planning/startup_plans.py), so restarts get the same length.
     """
     from dsv4ctl.fixes import FIXES_ENV
+    from dsv4ctl.planning import startup_plans
+    from dsv4ctl.planning.versions import installed_vllm_version
 
     env = os.environ if env is None else env
     changed: dict[str, str] = {}
@@ -291,6 +296,8 @@ def apply_environment(fixes: str | None, env: dict[str, str] | None = None) -> d
         changed[FIXES_ENV] = fixes
     elif FIXES_ENV not in env:
         changed[FIXES_ENV] = "all"
+    if startup_plans.ENV not in env and startup_plans.available_in(installed_vllm_version()):
+        changed[startup_plans.ENV] = "1"
     prefixes = [p for p in env.get("VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY", "").split(",") if p.strip()]
     if "DSV4CTL_" not in prefixes:
         changed["VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY"] = ",".join([*prefixes, "DSV4CTL_"])

@@ -22,7 +22,7 @@ ALLOWED: dict[str, set[str]] = {
     "advice": {"errors", "units", "catalogue", "logs", "diagnosis", "planning"},
     "probe": {"errors"},
     "fixes": {"probe"},
-    "doctor": {"root", "errors", "fixes", "gpu", "probe"},
+    "doctor": {"root", "errors", "fixes", "gpu", "probe", "planning"},
     "serve": {"errors", "units", "logs", "planning", "advice", "fixes", "gpu"},
     "render": {"units", "catalogue", "logs", "diagnosis", "planning", "gpu", "probe", "doctor", "serve"},
     "cli": {"root", "errors", "units", "logs", "planning", "advice", "gpu", "fixes", "probe", "doctor", "serve", "render"},

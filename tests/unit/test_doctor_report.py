@@ -142,3 +142,17 @@ def test_doctor_shows_gpus_from_the_gpu_reader(cli, bare_python, monkeypatch):
     text = cli("doctor", "--python", bare_python).stdout
     assert "driver     580.159.04, supports CUDA 13.0" in text
     assert "  cuda:0 NVIDIA H200 sm_90, 139.80 GiB free of 139.80 GiB" in text
+
+
+def test_doctor_lists_vllms_startup_plans(cli, bare_python, tmp_path):
+    folder = tmp_path / "vllm-cache" / "startup_plan"
+    folder.mkdir(parents=True)
+    fp = "5609437683ff7d77"
+    (folder / f"startup_plan_{fp}.json").write_text(json.dumps(
+        {"schema": 1, "fingerprint": fp, "kv_cache_memory_bytes": 7 << 30, "free_memory_baseline": 130 << 30}))
+    env = {"VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache")}
+    doc = json.loads(cli("doctor", "--json", "--python", bare_python, env=env).stdout)
+    assert doc["startup_plans"]["dir"] == str(folder)
+    assert [p["fingerprint"] for p in doc["startup_plans"]["plans"]] == [fp]
+    text = cli("doctor", "--python", bare_python, env=env).stdout
+    assert "plans      1 vLLM startup plan in" in text and f"  {fp}: KV 7.00 GiB, free at start 130.00 GiB" in text
