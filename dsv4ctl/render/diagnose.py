@@ -16,6 +16,7 @@ from dsv4ctl.catalogue.signatures import BY_ID
 from dsv4ctl.logs.examples import Example
 from dsv4ctl.logs.timeline import StartupTimeline
 from dsv4ctl.render import cut_around, print_command, print_prose
+from dsv4ctl.render.tables import print_table
 from dsv4ctl.units import format_tokens
 
 _VERDICT_STYLE = {"failed": "bold white on red", "healthy": "bold white on green", "inconclusive": "bold black on yellow"}
@@ -68,7 +69,7 @@ def _starts(console: Console, d: Diagnosis, multi: bool) -> None:
         box=None,
         pad_edge=False,
     )
-    table.add_column("#", justify="right", style="dim")
+    table.add_column("#", justify="right", style="dim", no_wrap=True)
     table.add_column("lines", style="cyan", no_wrap=True)
     table.add_column("vLLM", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
@@ -79,7 +80,7 @@ def _starts(console: Console, d: Diagnosis, multi: bool) -> None:
             span = f"{_where(st.first.source, st.first.line, multi)}–{_where(st.last.source, st.last.line, multi)}"
         verdict = st.verdict + (" (serving)" if st.phase == "serving" else "")
         table.add_row(str(st.index + 1), span, st.vllm_version or "", Text(verdict), st.root_cause or "")
-    console.print(table)
+    print_table(console, table)
     console.print()
 
 
@@ -248,7 +249,7 @@ def _timeline(console: Console, tl: StartupTimeline) -> None:
     table.add_column(overflow="fold")
     for label, value in rows:
         table.add_row(label, Text(value))
-    console.print(table)
+    print_table(console, table)
     console.print()
 
 
@@ -262,15 +263,15 @@ def _checklist(console: Console, d: Diagnosis) -> None:
         box=None,
         pad_edge=False,
     )
-    table.add_column("#", justify="right", style="dim")
+    table.add_column("#", justify="right", style="dim", no_wrap=True)
     table.add_column("question", overflow="fold")
     table.add_column("answer", no_wrap=True)
-    table.add_column("line", justify="right", style="cyan")
+    table.add_column("line", justify="right", style="cyan", no_wrap=True)
     table.add_column("why", overflow="fold", style="dim")
     for i, item in enumerate(d.checklist, 1):
         line = str(item.evidence.line) if item.evidence else ""
         table.add_row(str(i), Text(item.question), Text(item.answer, style=_ANSWER_STYLE.get(item.answer, "")), line, Text(item.note or ""))
-    console.print(table)
+    print_table(console, table)
     console.print()
 
 
@@ -280,5 +281,5 @@ def render_examples(examples: tuple[Example, ...], console: Console) -> None:
     table.add_column("what it shows", overflow="fold")
     for ex in examples:
         table.add_row(ex.name, ex.description)
-    console.print(table)
+    print_table(console, table)
     console.print(Text("Run one: dsv4ctl diagnose --example NAME", style="dim"))

@@ -9,6 +9,7 @@ from rich.table import Table
 from dsv4ctl.planning.kv_specs import DSV4_BLOCK_SIZE
 from dsv4ctl.planning.result import THINK_MAX_CONTEXT, FitResult
 from dsv4ctl.render import print_command, print_prose
+from dsv4ctl.render.tables import counted, group_same, index_ranges, print_table
 from dsv4ctl.units import format_gib, format_tokens, gib
 
 
@@ -22,17 +23,18 @@ def _tokens(n: int) -> str:
 def render_fit(result: FitResult, console: Console) -> None:
     _plan_lines(result, console)
     if result.gpus:
-        console.print(_gpu_table(result))
+        console.print()
+        print_table(console, _gpu_table(result), _gpu_table(result, narrow=True), heading_columns=2)
     if result.log is not None:
         _log_line(result, console)
     console.print()
-    console.print(_answer_table(result))
+    print_table(console, _answer_table(result))
     for line in result.safe_length.lines() if result.safe_length else ():  # the one safe-length rule, explained
         print_prose(console, line, subsequent_indent=HANG)
     if result.refusal:
         console.print(f"[bold red]vLLM would refuse:[/] {result.refusal}", highlight=False)
     console.print()
-    console.print(_what_if_table(result))
+    print_table(console, _what_if_table(result))
     console.print()
     console.print("vllm serve command:", markup=False)
     print_command(console, result.vllm_command())
@@ -61,7 +63,8 @@ def _plan_lines(result: FitResult, console: Console) -> None:
     )
     print_prose(console, sched, subsequent_indent=HANG)
     source = {"given": "given", "predicted": "predicted from the GPUs", "log": "from the startup log",
-              "calibrated": "calibrated: measured by an earlier start"}[result.kv_cache_memory_source]
+              "calibrated": "calibrated: measured by an earlier start",
+              "startup_plan": "measured: vLLM's startup plans of an earlier start"}[result.kv_cache_memory_source]
     print_prose(
         console,
         f"KV memory per GPU: {format_gib(result.kv_cache_memory_bytes)} ({source}) = "
@@ -97,42 +100,50 @@ def _log_line(result: FitResult, console: Console) -> None:
 
 
 def _answer_table(result: FitResult) -> Table:
+    """Label, figure, note: the figures line up in one column; the labels and notes wrap."""
     answer = Table(box=box.SIMPLE_HEAD, show_header=False, pad_edge=False, show_edge=False)
-    answer.add_column(justify="left", no_wrap=True)
+    answer.add_column(justify="left")
     answer.add_column(justify="right", no_wrap=True)
-    answer.add_row("model maximum", format_tokens(result.model_max_model_len))
-    shrink = (
-        f"{_tokens(result.autofit_max_model_len)}  (shrinks by {format_tokens(result.shrink_tokens)})"
-        if result.will_shrink
-        else f"{_tokens(result.autofit_max_model_len)}  (full context)"
-    )
-    answer.add_row("--max-model-len auto picks", shrink)
+    answer.add_column(justify="left")
+    answer.add_row("model maximum", format_tokens(result.model_max_model_len), "")
+    shrink = f"(shrinks by {format_tokens(result.shrink_tokens)})" if result.will_shrink else "(full context)"
+    answer.add_row("--max-model-len auto picks", _tokens(result.autofit_max_model_len), shrink)
     if result.requested_max_model_len is not None:
-        answer.add_row("--max-model-len checked", format_tokens(result.requested_max_model_len))
+        answer.add_row("--max-model-len checked", format_tokens(result.requested_max_model_len), "")
     answer.add_row(
         "recommended --max-model-len",
-        f"[bold]{_tokens(result.recommended_max_model_len)}[/]  (margin {format_gib(result.margin_bytes)})",
+        f"[bold]{_tokens(result.recommended_max_model_len)}[/]",
+        f"(margin {format_gib(result.margin_bytes)})",
     )
-    answer.add_row("KV memory for the full context", format_gib(result.full_context_kv_memory_bytes))
+    answer.add_row("KV memory for the full context", format_gib(result.full_context_kv_memory_bytes), "")
     return answer
 
 
-def _gpu_table(result: FitResult) -> Table:
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    for header in ("cuda", "name", "PP", "CUDA total", "free", "requested", "weights", "overhead", "KV"):
-        table.add_column(header, justify="left" if header == "name" else "right", no_wrap=True)
-    for gpu in result.gpus:
-        table.add_row(
-            str(gpu.cuda_index),
-            gpu.name,
-            str(gpu.pp_rank),
-            f"{gib(gpu.cuda_total_bytes):.2f}",
-            f"{gib(gpu.free_bytes):.2f}",
-            f"{gib(gpu.requested_bytes):.2f}",
-            f"{gib(gpu.weights_bytes):.2f}",
-            f"{gib(gpu.overhead_bytes):.2f}",
-            f"{gib(gpu.available_kv_bytes):.2f}",
-        )
+# GPUs whose figures read the same collapse into one row (`0-7  8 × NVIDIA H200`). GPUs that differ
+# in any figure keep rows of their own rather than a min–max range: the operator reads which GPU is
+# short (the one with less free memory is the one to clear) and every figure stays the one vLLM will
+# compute on that GPU. Grouped by the figures as printed, so two rows never read the same.
+_GPU_FIGURES = ("CUDA total", "free", "requested", "weights", "overhead", "KV")
+
+
+def _gpu_table(result: FitResult, narrow: bool = False) -> Table:
+    """`narrow`: the two-word headers on two lines, for 80 columns with more than one row."""
+    pp = any(gpu.pp_rank for gpu in result.gpus)  # the PP column only where there is more than one stage
+
+    def row(gpu) -> tuple[str, ...]:
+        figures = (gpu.cuda_total_bytes, gpu.free_bytes, gpu.requested_bytes, gpu.weights_bytes,
+                   gpu.overhead_bytes, gpu.available_kv_bytes)
+        return (gpu.name, *((str(gpu.pp_rank),) if pp else ()), *(f"{gib(n):.2f}" for n in figures))
+
+    table = Table(title="Memory per GPU, GiB", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                  show_edge=False, padding=(0, 1), collapse_padding=True)
+    table.add_column("cuda", justify="right", no_wrap=True)
+    table.add_column("GPU")  # the one column that wraps, at spaces
+    for header in ("PP",) * pp + _GPU_FIGURES:
+        table.add_column(header.replace(" ", "\n") if narrow else header, justify="right", no_wrap=True)
+    for group in group_same(result.gpus, row):
+        name, *figures = row(group[0])
+        table.add_row(index_ranges([gpu.cuda_index for gpu in group]), counted(name, len(group)), *figures)
     return table
 
 
@@ -146,7 +157,7 @@ def _what_if_table(result: FitResult) -> Table:
     )
     table.add_column("batched tokens", justify="right", no_wrap=True)
     table.add_column("in flight", justify="right", no_wrap=True)
-    table.add_column("auto-fit", justify="right", no_wrap=True)
+    table.add_column("auto-fit", justify="right")  # `1,048,576 (full)` may wrap before its note
     table.add_column("full-context KV", justify="right", no_wrap=True)
     for row in result.what_if:
         mark = " ←" if row.current else ""

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from rich import box
 from rich.console import Console
-from rich.measure import Measurement
 from rich.table import Table
 
 from dsv4ctl.gpu import GpuDevice, GpuSnapshot
+from dsv4ctl.render import print_prose, wrap_prose
+from dsv4ctl.render.tables import counted, fit_table, group_same, index_ranges, natural_width, pack
 from dsv4ctl.units import format_gib, gib
 
 
@@ -24,15 +25,19 @@ def snapshot_origin(snapshot: GpuSnapshot) -> str:
     return " · ".join(parts)
 
 
-def gpus_table(snapshot: GpuSnapshot) -> Table:
-    """One row per device; memory columns in GiB (two decimals, as vLLM logs memory).
+def gpus_table(snapshot: GpuSnapshot, narrow: bool = False) -> Table:
+    """One row per kind of device; memory columns in GiB (two decimals, as vLLM logs memory).
 
-    Fits 80 columns for one-GPU-model boxes; figures are never cropped (only the name may fold)."""
+    Devices whose row reads the same collapse into one (`0-7  8 × NVIDIA H200`); a device that
+    differs in any figure (less free memory, another model) keeps a row of its own, so the row says
+    which GPU it is rather than hiding it in a range. The `nvml` column is shown only where
+    CUDA_VISIBLE_DEVICES renumbers the devices; its indices follow the `cuda` ones in order.
+    `narrow` puts the two-word header on two lines. Only the name wraps; figures are never cut."""
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1), collapse_padding=True)
-    rows = [
-        (
-            str(d.cuda_index),
-            str(d.index),
+    renumbered = any(d.index != d.cuda_index for d in snapshot.devices)
+
+    def figures(d: GpuDevice) -> tuple[str, ...]:
+        return (
             d.name + (" [MIG]" if d.is_mig else ""),
             d.sm,
             _gib(d.total_bytes),
@@ -42,18 +47,20 @@ def gpus_table(snapshot: GpuSnapshot) -> Table:
             _gib(d.free_bytes),
             d.memory_struct,
         )
-        for d in snapshot.devices
-    ]
+
     headers = ("cuda", "nvml", "name", "sm", "total", "reserved", "CUDA total", "used", "free", "memory")
-    for position, header in enumerate(headers):
-        widest = max([len(header)] + [len(row[position]) for row in rows])
+    for header in headers:
+        if header == "nvml" and not renumbered:
+            continue
         if header == "name":
-            table.add_column(header, overflow="fold", min_width=min(widest, 12))
+            table.add_column(header)
         else:
-            table.add_column(header, justify="left" if header in ("sm", "memory") else "right",
-                             no_wrap=True, min_width=widest)
-    for row in rows:
-        table.add_row(*row)
+            table.add_column(header.replace(" ", "\n") if narrow else header,
+                             justify="left" if header in ("sm", "memory") else "right", no_wrap=True)
+    for group in group_same(snapshot.devices, figures):
+        name, *rest = figures(group[0])
+        nvml = (index_ranges([d.index for d in group]),) if renumbered else ()
+        table.add_row(index_ranges([d.cuda_index for d in group]), *nvml, counted(name, len(group)), *rest)
     return table
 
 
@@ -75,23 +82,26 @@ def device_lines(d: GpuDevice) -> list[str]:
 
 def render_gpus(snapshot: GpuSnapshot, console: Console) -> None:
     """The `dsv4ctl gpus` report: origin line, device table, UUIDs with their processes, legend."""
-    table = gpus_table(snapshot)
-    lines = [line for d in snapshot.devices for line in device_lines(d)]
-    origin = snapshot_origin(snapshot)
-    # Figures are data: never crop or wrap them to the terminal (or to 80 columns when piped).
-    needed = max([Measurement.get(console, console.options, table).maximum, len(origin)] + [len(x) for x in lines])
-    if needed > console.width:
-        console.width = needed
-    console.print(origin, markup=False)
-    console.print(table)
-    for line in lines:
-        console.print(line, markup=False)
+    table, narrow = gpus_table(snapshot), gpus_table(snapshot, narrow=True)
+    layout = next((t for t in (table, narrow) if natural_width(console, t) <= console.width), None)
+    if layout is None and fit_table(console, narrow):
+        layout = narrow
+    if layout is None:
+        # Narrower than any layout of the table: it runs long rather than cut a figure (a long line
+        # beats a wrong number), and the lines around it keep to its width.
+        layout, console.width = table, natural_width(console, table)
+    for line in pack(snapshot_origin(snapshot).split(" · "), console.width, sep=" · ", hang="  "):
+        console.print(line, markup=False, soft_wrap=True)
+    console.print(layout)
+    for d in snapshot.devices:
+        for line in device_lines(d):
+            for part in wrap_prose(line, console.width, subsequent_indent=" " * (len(line) - len(line.lstrip()) + 4)):
+                console.print(part, markup=False, soft_wrap=True)
     console.print()
-    for line in LEGEND:
-        console.print(line, markup=False, soft_wrap=True)  # never re-wrapped at a pipe's 80 columns
+    print_prose(console, LEGEND)
 
 
 LEGEND = (
-    "Memory in GiB. CUDA total = total - reserved, the total torch.cuda.mem_get_info()",
-    "reports; vLLM's budget is CUDA total x --gpu-memory-utilization.",
+    "Memory in GiB. CUDA total = total - reserved, the total torch.cuda.mem_get_info() reports; "
+    "vLLM's budget is CUDA total x --gpu-memory-utilization."
 )

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from dsv4ctl.probe.deepgemm import ProbeResult
 from dsv4ctl.probe.text import CASE_COLUMNS, case_rows, header_lines, verdict_line
+from dsv4ctl.render.tables import print_table
 
 
 def cases_table(result: ProbeResult) -> Table:
@@ -27,6 +28,6 @@ def render_probe(result: ProbeResult, console: Console) -> None:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     if result.cases:
         console.print()
-        console.print(cases_table(result))
+        print_table(console, cases_table(result))
     console.print()
     console.print(verdict_line(result), markup=False, highlight=False, soft_wrap=True)
