@@ -1,6 +1,6 @@
 """vllm#51041's figures against the built-in Flash preset (docs/fit-length.md, "Two checkpoints of one family").
 
-vLLM 0.26.0's own planner, run on the preset (tests/data/planner/issue-51041-0.26.0.json), answers with
+vLLM 0.26.0's own planner, run on the preset (tests/data/issue-51041-0.26.0.json), answers with
 auto-fit lengths that dsv4ctl's 0.27.1 planner gives too (the two releases' lengths agree; their bytes per
 block differ, 1,039,680 against 1,002,240, and with them the token counts). Neither reported length is
 auto-fit's: with the lengths pinned, 0.26.0 reproduces both token counts exactly (MTP layer counted, 8,192
@@ -16,7 +16,7 @@ import pytest
 
 from dsv4ctl.planning import FitRequest, plan_fit
 
-DATA = json.loads((Path(__file__).resolve().parents[1] / "data" / "planner" / "issue-51041-0.26.0.json").read_text())
+DATA = json.loads((Path(__file__).resolve().parents[1] / "data" / "issue-51041-0.26.0.json").read_text())
 
 
 @pytest.mark.parametrize("point", DATA["autofit"], ids=lambda p: f"{p['label']}-{p['kv_gib']:.2f}GiB-{p['mnbt']}")
