@@ -36,8 +36,35 @@ def render_fit(result: FitResult, console: Console) -> None:
     console.print()
     print_table(console, _what_if_table(result))
     console.print()
-    console.print("vllm serve command:", markup=False)
-    print_command(console, result.vllm_command())
+    command = result.vllm_command()
+    if command is not None:
+        console.print("vllm serve command:", markup=False)
+        print_command(console, command)
+        return
+    _what_would_fit(result, console)
+
+
+def _what_would_fit(result: FitResult, console: Console) -> None:
+    """vLLM would refuse: no command for that; what would fit instead, each planned, with its command."""
+    if not result.alternatives:
+        need = format_gib(result.full_context_kv_memory_bytes)
+        if result.kv_cache_memory_source == "given":
+            why = f"a larger --kv-cache-memory is needed (the full context needs {need} per GPU)"
+        else:
+            short = (f" (short by {format_gib(-result.kv_cache_memory_bytes)} per GPU)"
+                     if result.kv_cache_memory_bytes < 0 else "")
+            why = (f"more GPU memory is needed{short}: more or larger GPUs, or a smaller checkpoint (the full "
+                   f"context needs {need} of KV memory per GPU)")
+        print_prose(console, f"Nothing fits as asked, and no change dsv4ctl can plan here makes room: {why}.",
+                    subsequent_indent=HANG)
+        return
+    print_prose(console, "Nothing fits as asked. What would, each planned on the same GPUs and figures:",
+                subsequent_indent=HANG)
+    for alt in result.alternatives:
+        console.print()
+        print_prose(console, f"{alt.change}: {alt.why}; auto-fit {_tokens(alt.autofit_max_model_len)}, "
+                    f"recommended {_tokens(alt.recommended_max_model_len)}", subsequent_indent=HANG)
+        print_command(console, alt.vllm_command)
 
 
 def _plan_lines(result: FitResult, console: Console) -> None:
@@ -65,14 +92,14 @@ def _plan_lines(result: FitResult, console: Console) -> None:
     source = {"given": "given", "predicted": "predicted from the GPUs", "log": "from the startup log",
               "calibrated": "calibrated: measured by an earlier start",
               "startup_plan": "measured: vLLM's startup plans of an earlier start"}[result.kv_cache_memory_source]
-    print_prose(
-        console,
-        f"KV memory per GPU: {format_gib(result.kv_cache_memory_bytes)} ({source}) = "
-        f"{format_tokens(result.num_blocks)} blocks",
-        subsequent_indent=HANG,
-    )
+    if result.kv_cache_memory_bytes > 0:
+        memory = f"{format_gib(result.kv_cache_memory_bytes)} ({source}) = {format_tokens(result.num_blocks)} blocks"
+    else:  # no negative memory: what is missing
+        memory = (f"none ({source}): the weights and the overhead exceed the budget by "
+                  f"{format_gib(-result.kv_cache_memory_bytes)}")
+    print_prose(console, f"KV memory per GPU: {memory}", subsequent_indent=HANG)
     kv = result.available_kv
-    if kv is not None and kv.width > 0:
+    if kv is not None and kv.width > 0 and kv.high > 0:
         span = (
             f", auto-fit {_tokens(result.autofit_range[0])}–{_tokens(result.autofit_range[1])}" if result.autofit_range else ""
         )
@@ -132,8 +159,10 @@ def _gpu_table(result: FitResult, narrow: bool = False) -> Table:
 
     def row(gpu) -> tuple[str, ...]:
         figures = (gpu.cuda_total_bytes, gpu.free_bytes, gpu.requested_bytes, gpu.weights_bytes,
-                   gpu.overhead_bytes, gpu.available_kv_bytes)
-        return (gpu.name, *((str(gpu.pp_rank),) if pp else ()), *(f"{gib(n):.2f}" for n in figures))
+                   gpu.overhead_bytes)
+        # No negative memory: a GPU whose weights and overhead exceed its budget has none for the KV cache.
+        kv = f"{gib(gpu.available_kv_bytes):.2f}" if gpu.available_kv_bytes > 0 else "none"
+        return (gpu.name, *((str(gpu.pp_rank),) if pp else ()), *(f"{gib(n):.2f}" for n in figures), kv)
 
     table = Table(title="Memory per GPU, GiB", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                   show_edge=False, padding=(0, 1), collapse_padding=True)
@@ -149,7 +178,8 @@ def _gpu_table(result: FitResult, narrow: bool = False) -> Table:
 
 def _what_if_table(result: FitResult) -> Table:
     table = Table(
-        title=f"What if (KV memory {format_gib(result.kv_cache_memory_bytes)}, async {'on' if result.async_scheduling else 'off'})",
+        title=f"What if (KV memory {format_gib(result.kv_cache_memory_bytes) if result.kv_cache_memory_bytes > 0 else 'none'}, "
+              f"async {'on' if result.async_scheduling else 'off'})",
         title_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
