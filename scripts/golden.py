@@ -48,6 +48,9 @@ FIT_CASES: tuple[tuple[str, ...], ...] = (
 
 
 _STATE = "/nonexistent/dsv4ctl-golden-state"  # no calibration record of this machine's runs
+# No hub and no cache of this machine: a model id plans from its built-in preset, never from the network.
+_HERMETIC = {"HF_HUB_OFFLINE": "1", "DSV4CTL_CACHE_DIR": "/nonexistent/dsv4ctl-golden-cache",
+             "HF_HUB_CACHE": "/nonexistent/dsv4ctl-golden-hf-hub"}
 
 
 def _logs() -> list[Path]:
@@ -65,7 +68,7 @@ def _run(argv: list[str]) -> dict:
     from dsv4ctl.cli import app
     from dsv4ctl.planning.calibration import STATE_DIR_ENV
 
-    result = CliRunner().invoke(app, argv, env={"COLUMNS": "120", "NO_COLOR": "1", STATE_DIR_ENV: _STATE})
+    result = CliRunner().invoke(app, argv, env={"COLUMNS": "120", "NO_COLOR": "1", STATE_DIR_ENV: _STATE, **_HERMETIC})
     try:
         out = json.loads(result.stdout)
     except ValueError:

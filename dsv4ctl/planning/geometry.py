@@ -5,7 +5,10 @@ Sources, in the order `load_geometry` tries them:
 - a config.json path,
 - a model id already in the local Hugging Face cache (config.json and safetensors headers from there),
 - a built-in public model id (`deepseek-ai/DeepSeek-V4-Flash`, `deepseek-ai/DeepSeek-V4-Pro`), whose
-  published config values ship in `builtin_models.json`. Nothing is ever downloaded.
+  published config values ship in `builtin_models.json` (the KV layout; no weight sizes): when a plan needs
+  the weights, the hub's config.json and safetensors headers are read then (`planning/hub.py`), never before,
+- any other hub id `org/name`: its config.json from the hub (or dsv4ctl's cache of it), the safetensors
+  headers when a plan needs the weights. Tensor data is never downloaded.
 
 Both config forms are read: the `compress_ratios` list of the original release (vLLM <= 0.32 reads it)
 and the upstream-transformers form `layer_types` + `compress_rates` (vLLM 0.33 reads it).
@@ -16,12 +19,14 @@ from __future__ import annotations
 import json
 import re
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from dsv4ctl.errors import InputError
+from dsv4ctl.planning.hub_cache import is_repo_id
 
 DSV4_ARCHITECTURES = ("DeepseekV4ForCausalLM", "DeepseekV4ForConditionalGeneration")
 DSV4_MODEL_TYPES = ("deepseek_v4",)
@@ -82,7 +87,9 @@ class Dsv4Geometry:
     model_max_model_len: int  # what vLLM derives as the model's maximum length
     max_len_key: str
     config_path: str | None = None
-    weights: CheckpointWeights | None = None
+    # CheckpointWeights, or a `hub.HubWeights` that reads the hub's headers the first time a size is asked
+    weights: CheckpointWeights | Any | None = None
+    revision: str | None = None  # the checkpoint revision (commit) the config describes, when known
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -99,10 +106,47 @@ class Dsv4Geometry:
     def num_swa_only_layers(self) -> int:
         return sum(1 for r in self.compress_ratios if r <= 1)
 
+    @property
+    def hub(self) -> Any:
+        """The hub reader behind `weights` (`hub.HubWeights`), if the weights come or may come from the hub."""
+        return self.weights if getattr(self.weights, "from_hub", False) else None
+
+    @property
+    def planned_source(self) -> str:
+        """`source`, or "hub" once a built-in id's config and headers were read from the hub (its layout checked
+        equal to the preset's)."""
+        hub = self.hub
+        return "hub" if self.source == "builtin" and hub is not None and hub.read is not None else self.source
+
+    @property
+    def planned_revision(self) -> str | None:
+        hub = self.hub
+        return hub.read.commit if hub is not None and hub.read is not None else self.revision
+
+    @property
+    def checkpoint(self) -> str:
+        """One line naming the checkpoint this geometry describes (what was planned)."""
+        hub = self.hub
+        if hub is not None and hub.read is not None:
+            return hub.describe()
+        if self.source == "builtin":
+            preset = _builtin_configs().get("_presets", {}).get(self.model, {})
+            revision = f"revision {self.revision}" if self.revision else "revision unknown"
+            return (f"dsv4ctl's built-in preset of {self.model} ({preset.get('describes', 'published config values')}, "
+                    f"{revision}): the KV layout only, no weight sizes")
+        if self.source == "hf-cache":
+            return f"{self.model} in the local Hugging Face cache, revision {self.revision} ({self.config_path})"
+        headers = "with the safetensors headers beside it" if self.weights is not None else "no safetensors headers beside it"
+        return f"{self.config_path} ({headers})"
+
     def to_json(self) -> dict[str, Any]:
+        hub = self.hub
         return {
             "model": self.model,
-            "source": self.source,
+            "source": self.planned_source,
+            "revision": self.planned_revision,
+            "checkpoint": self.checkpoint,
+            "hub": hub.to_state() if hub is not None else None,
             "config_form": self.config_form,
             "architecture": self.architecture,
             "num_hidden_layers": self.num_hidden_layers,
@@ -113,7 +157,7 @@ class Dsv4Geometry:
             "sliding_window": self.sliding_window,
             "model_max_model_len": self.model_max_model_len,
             "config_path": self.config_path,
-            "weights": self.weights.to_json() if self.weights else None,
+            "weights": self.weights.to_json() if self.weights is not None else None,  # a hub read not yet made: None
         }
 
 
@@ -127,7 +171,8 @@ def _builtin_configs() -> dict[str, Any]:
 
 
 def load_geometry(model: str | Path) -> Dsv4Geometry:
-    """Read the DeepSeek-V4 geometry from a checkpoint dir, a config.json, or a built-in model id.
+    """Read the DeepSeek-V4 geometry from a checkpoint dir, a config.json, the local Hugging Face cache, a built-in
+    model id, or the hub (a hub id's config.json; its safetensors headers only when a plan asks for the weights).
 
     Raises InputError (one line + hint) for anything unreadable or not DeepSeek-V4.
     """
@@ -153,17 +198,26 @@ def load_geometry(model: str | Path) -> Dsv4Geometry:
         geometry = _geometry_from_config(
             config, model=text, source="hf-cache", config_path=str(cached / "config.json"), weights=None, directory=cached
         )
-        return replace(geometry, weights=read_safetensors_weights(cached, geometry.num_hidden_layers))
+        weights = read_safetensors_weights(cached, geometry.num_hidden_layers)
+        if weights is None:  # a partial snapshot (config only): the same revision's headers from the hub, if asked
+            from dsv4ctl.planning.hub import HubWeights
+
+            weights = HubWeights(text, cached.name, commit=cached.name)
+        return replace(geometry, weights=weights, revision=cached.name)
     builtins = _builtin_configs()
     for model_id in builtin_model_ids():
         if text == model_id or text.lower() == model_id.lower():
-            return _geometry_from_config(builtins[model_id], model=model_id, source="builtin", config_path=None, weights=None, directory=None)
-    if path.suffix == ".json" or text.startswith((".", "/", "~")) or text.count("/") != 1:
+            from dsv4ctl.planning.hub import REVISION, HubWeights
+
+            geometry = _geometry_from_config(builtins[model_id], model=model_id, source="builtin", config_path=None, weights=None, directory=None)
+            revision = builtins.get("_presets", {}).get(model_id, {}).get("revision")
+            # The preset is the KV layout; the weights only a checkpoint has: the hub's headers, read if a plan asks.
+            return replace(geometry, revision=revision, weights=HubWeights(model_id, REVISION, preset=geometry))
+    if path.suffix == ".json" or text.startswith((".", "/", "~")) or not is_repo_id(text):
         raise InputError(f"{text}: no such file or directory", hint="check the path")
-    raise InputError(
-        f"{text}: not a checkpoint directory, a config.json, or a known model id",
-        hint="built-in ids: " + ", ".join(builtin_model_ids()) + "; other models: pass the local checkpoint directory",
-    )
+    from dsv4ctl.planning.hub import geometry_from_hub
+
+    return geometry_from_hub(text)
 
 
 def hf_cache_snapshot(model_id: str) -> Path | None:
@@ -384,7 +438,7 @@ def read_safetensors_weights(directory: Path, num_hidden_layers: int) -> Checkpo
     files = sorted(directory.glob("*.safetensors"))
     if not files:
         return None
-    total = expert = mtp = 0
+    sizes: list[tuple[str, int]] = []
     for file in files:
         try:
             with file.open("rb") as fh:
@@ -407,13 +461,21 @@ def read_safetensors_weights(directory: Path, num_hidden_layers: int) -> Checkpo
             offsets = meta.get("data_offsets")
             if not (isinstance(offsets, list) and len(offsets) == 2):
                 raise InputError(f"{file}: tensor {name!r} has no data_offsets")
-            size = int(offsets[1]) - int(offsets[0])
-            total += size
-            if _is_mtp_tensor(name, num_hidden_layers):
-                mtp += size
-            elif ".experts." in name and "shared_experts" not in name:
-                expert += size
-    return CheckpointWeights(total_bytes=total, expert_bytes=expert, mtp_bytes=mtp, num_files=len(files))
+            sizes.append((name, int(offsets[1]) - int(offsets[0])))
+    return tally_tensors(sizes, num_hidden_layers, num_files=len(files))
+
+
+def tally_tensors(sizes: Iterable[tuple[str, int]], num_hidden_layers: int, num_files: int) -> CheckpointWeights:
+    """A checkpoint's bytes by how vLLM splits them: MTP (draft) layers, routed experts, the rest (dense). One rule for
+    a local checkpoint's headers and the hub's."""
+    total = expert = mtp = 0
+    for name, size in sizes:
+        total += size
+        if _is_mtp_tensor(name, num_hidden_layers):
+            mtp += size
+        elif ".experts." in name and "shared_experts" not in name:
+            expert += size
+    return CheckpointWeights(total_bytes=total, expert_bytes=expert, mtp_bytes=mtp, num_files=num_files)
 
 
 _LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")

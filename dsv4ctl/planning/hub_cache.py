@@ -50,6 +50,11 @@ def repo_folder(model_id: str, cache: Path) -> Path | None:
     return cache / f"models--{parts[0]}--{parts[1]}"
 
 
+def is_repo_id(text: str) -> bool:
+    """`org/name` as the hub names a model: what the local cache and the hub are asked about."""
+    return repo_folder(text, Path()) is not None
+
+
 def find_snapshot(model_id: str, environ: Mapping[str, str] | None = None) -> Path | None:
     """The cached snapshot directory of `org/name` that holds a config.json, or None. Never downloads."""
     cache = hub_cache_dir(environ)
