@@ -76,6 +76,7 @@ def _plan_lines(result: FitResult, console: Console) -> None:
         f"{g.num_swa_only_layers}×sliding only), planned as {result.version.describe()}",
         subsequent_indent=HANG,
     )
+    print_prose(console, f"checkpoint: {g.checkpoint}", subsequent_indent=HANG)  # which files (or preset) were read
     print_prose(
         console,
         f"KV cache: {result.layout.kv_cache_dtype} ({result.layout.attention_class}), block {DSV4_BLOCK_SIZE}, "
