@@ -215,24 +215,9 @@ def pattern_of(parts: list) -> str:
     return "".join(escape(p) if isinstance(p, str) else ".*?" for p in core)
 
 
-_SPECIAL = frozenset(".^$*+?{}[]\\|()")
-
-
-def escape(text: str) -> str:
-    """re.escape for patterns compiled without re.VERBOSE: only what is special there (spaces stay readable)."""
-    out = []
-    for c in text:
-        if c in _SPECIAL:
-            out.append("\\" + c)
-        elif c == "\n":
-            out.append("\\n")
-        elif c == "\t":
-            out.append("\\t")
-        elif ord(c) < 32 or ord(c) == 127:
-            out.append("\\x%02x" % ord(c))
-        else:
-            out.append(c)
-    return "".join(out)
+# The index's patterns are written with the escape lookups compile with (one function, so they cannot drift).
+sys.path.insert(0, str(REPO))
+from dsv4ctl.catalogue.message_index import escape  # noqa: E402
 
 
 def literal_text(parts: list) -> str:

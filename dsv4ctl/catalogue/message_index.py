@@ -113,8 +113,9 @@ def _version_key(v: str) -> tuple:
     return tuple(int(x) if x.isdigit() else 0 for x in re.split(r"[.+-]", v))
 
 
-def _escape(text: str) -> str:
-    """The generator's escape: only what is special outside re.VERBOSE."""
+def escape(text: str) -> str:
+    """re.escape for patterns compiled without re.VERBOSE: only what is special there (spaces stay readable).
+    scripts/build_message_index.py writes the index's patterns with it, and lookups compile with it."""
     out = []
     for c in text:
         if c in _SPECIAL:
@@ -213,7 +214,7 @@ class _Matcher:
             core = _core(line)
             hl = [p for p in core if p]
             self.lines.append((sorted(set(hl), key=len, reverse=True),
-                               re.compile("".join(_escape(p) if p is not None else ".*?" for p in core), re.DOTALL),
+                               re.compile("".join(escape(p) if p is not None else ".*?" for p in core), re.DOTALL),
                                sum(len(p) for p in hl), len(line[0].strip()) if line and line[0] is not None else 0))
 
     def match(self, msg: str) -> tuple[int, int, int]:

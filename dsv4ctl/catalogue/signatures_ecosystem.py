@@ -28,6 +28,14 @@ _NCCL_DEBUG_ACTION = (
     "'NCCL WARN' line naming the call that failed"
 )
 
+# Where vLLM reports a worker's or engine core's exit code (the lines the exit-code signatures match).
+_WORKER_EXIT_SOURCE = (
+    "vllm==0.32.0 vllm/v1/executor/multiproc_executor.py:316; "
+    "vllm==0.27.1 vllm/v1/executor/multiproc_executor.py:296; "
+    "vllm==0.33.0 vllm/v1/executor/multiproc_executor.py:381; "
+    "vllm==0.32.0 vllm/v1/engine/utils.py:1434"
+)
+
 SIGNATURES: tuple[Signature, ...] = (
     # ------------------------------------------------------------------ torch / NCCL
     Signature(
@@ -195,12 +203,7 @@ SIGNATURES: tuple[Signature, ...] = (
             "(or --shm-size 16g)",
             "See the space: df -h /dev/shm",
         ),
-        source=(
-            "vllm==0.32.0 vllm/v1/executor/multiproc_executor.py:316; "
-            "vllm==0.27.1 vllm/v1/executor/multiproc_executor.py:296; "
-            "vllm==0.33.0 vllm/v1/executor/multiproc_executor.py:381; "
-            "vllm==0.32.0 vllm/v1/engine/utils.py:1434"
-        ),
+        source=_WORKER_EXIT_SOURCE,
     ),
     Signature(
         id="eco_host_oom_killed",
@@ -222,12 +225,7 @@ SIGNATURES: tuple[Signature, ...] = (
             "Check the host (or container limit) memory: free -g",
             "Give the host or container more memory, or run fewer vLLM instances on it",
         ),
-        source=(
-            "vllm==0.32.0 vllm/v1/executor/multiproc_executor.py:316; "
-            "vllm==0.27.1 vllm/v1/executor/multiproc_executor.py:296; "
-            "vllm==0.33.0 vllm/v1/executor/multiproc_executor.py:381; "
-            "vllm==0.32.0 vllm/v1/engine/utils.py:1434"
-        ),
+        source=_WORKER_EXIT_SOURCE,
     ),
     Signature(
         id="eco_kernel_oom_kill",

@@ -91,40 +91,32 @@ def test_each_part_imports_only_the_parts_below_it():
     assert not wrong, "\n".join(wrong)
 
 
+def _assert_no_circle(graph: dict[str, set[str]]) -> None:
+    """Depth-first over `graph`; a node met again while still open closes a circle (shown as a path)."""
+    state: dict[str, str] = {}
+
+    def visit(node: str, path: tuple[str, ...]) -> None:
+        if state.get(node) == "done":
+            return
+        assert state.get(node) != "open", " -> ".join((*path, node))
+        state[node] = "open"
+        for below in graph[node]:
+            visit(below, (*path, node))
+        state[node] = "done"
+
+    for node in graph:
+        visit(node, ())
+
+
 def test_the_parts_form_no_circle():
     # The allowed directions themselves are acyclic, so no code that obeys them can close a circle.
-    seen: dict[str, str] = {}
-
-    def visit(part: str, path: tuple[str, ...]) -> None:
-        if seen.get(part) == "done":
-            return
-        assert seen.get(part) != "open", " -> ".join((*path, part))
-        seen[part] = "open"
-        for below in ALLOWED[part]:
-            visit(below, (*path, part))
-        seen[part] = "done"
-
-    for part in ALLOWED:
-        visit(part, ())
+    _assert_no_circle(ALLOWED)
 
 
 def test_modules_import_without_a_circle():
     """The imports a module's loading runs (top level, TYPE_CHECKING blocks included) form no circle."""
     modules = _modules()
-    graph = {m: {t for t in _imports(p, top_level_only=True) if t in modules and t != m} for m, p in modules.items()}
-    state: dict[str, str] = {}
-
-    def visit(m: str, path: tuple[str, ...]) -> None:
-        if state.get(m) == "done":
-            return
-        assert state.get(m) != "open", " -> ".join((*path, m))
-        state[m] = "open"
-        for t in graph[m]:
-            visit(t, (*path, m))
-        state[m] = "done"
-
-    for m in graph:
-        visit(m, ())
+    _assert_no_circle({m: {t for t in _imports(p, top_level_only=True) if t in modules and t != m} for m, p in modules.items()})
 
 
 def test_the_reading_layer_knows_nothing_of_what_it_means():
