@@ -20,6 +20,10 @@ class ExitCode(IntEnum):
     INCONCLUSIVE = 5
     DOES_NOT_FIT = 6
     AFFECTED = 7
+    STUCK = 8
+    WEDGED = 9
+    DEAD = 10
+    DEGRADED = 11
     INTERRUPTED = 130
 
 
@@ -38,6 +42,10 @@ for _code, _doc in {
     ExitCode.INCONCLUSIVE: "log ends before ready, no failure seen (diagnose)",
     ExitCode.DOES_NOT_FIT: "vLLM would refuse these settings on this box (fit-length, serve)",
     ExitCode.AFFECTED: "this node's DeepGEMM is affected (probe deepgemm)",
+    ExitCode.STUCK: "the (last) start is waiting and nothing failed after the wait (diagnose)",
+    ExitCode.WEDGED: "the server answers but its engine makes no progress (check, watch, serve --watchdog)",
+    ExitCode.DEAD: "the server is gone or says its engine is dead (check, watch; collect's group)",
+    ExitCode.DEGRADED: "the server makes progress but is under pressure: preemptions, KV cliff, a growing queue (check)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
 }.items():
     _code.__doc__ = _doc

@@ -13,7 +13,7 @@ from dsv4ctl.diagnosis.model import MAX_EVIDENCE
 from dsv4ctl.logs.reader import LogLine
 from dsv4ctl.logs.grammars import kernel_of
 from dsv4ctl.logs.records import ErrorAssembler, ErrorRecord
-from dsv4ctl.logs.timeline import StartupTracker
+from dsv4ctl.logs.timeline import ANSWERED_RE, StartupTracker
 
 # Memory stays bounded on logs full of errors: per signature (and per before/after ready/shutdown) only
 # the first HIT_CAP matches are kept, the rest are counted; likewise for exception lines.
@@ -44,9 +44,7 @@ _ERROR_LEVELS = (None, "ERROR", "CRITICAL")
 # The server answered a request after an error (uvicorn's access line with any status but 500 and 503, which
 # a server whose engine died answers with; vLLM's throughput line; see timeline.py "answered"): that error did
 # not take it down.
-_ALIVE_RE = re.compile(
-    r'- "[A-Z]+ \S* HTTP/[0-9.]+" (?:[1-4][0-9]{2}|50[124-9]|5[1-9][0-9])\b|Engine [0-9]+: Avg prompt throughput: '
-)
+_DOWN_STATUSES = ("500", "503")
 
 # The stale-max_model_len fix as dsv4ctl's plugin reports it in every process (dsv4ctl/fixes summary_line).
 _STALE_FIX_RE = re.compile(r"dsv4ctl fixes:.*\bstale-max-model-len applied")
@@ -148,8 +146,9 @@ class StartAnalyzer:
                 self.ready_source = line.source
             if ev.phase == "shutdown" and self.shutdown_seq is None:
                 self.shutdown_seq = seq
-        if ('HTTP/' in msg or "Avg prompt throughput" in msg) and _ALIVE_RE.search(msg):
-            self.alive, self.alive_seq = line, seq
+        if ('HTTP/' in msg or "Avg prompt throughput" in msg) and (m := ANSWERED_RE.search(msg)) is not None:
+            if m.group("status") not in _DOWN_STATUSES:
+                self.alive, self.alive_seq = line, seq
         if "paged_mqa_logits_metadata" in msg or "IndexerMetadataBuilder" in msg:
             if len(self.traced_deepgemm) < 2 * MAX_EVIDENCE:
                 self.traced_deepgemm.append((seq, line))

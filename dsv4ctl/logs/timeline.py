@@ -30,6 +30,12 @@ def _gib_in(text: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
+# A server answering: uvicorn's access line (uvicorn==0.54.0 uvicorn/config.py:94, '%(levelprefix)s
+# %(client_addr)s - "%(request_line)s" %(status_code)s') and vLLM's throughput line (vllm==0.33.0
+# vllm/v1/metrics/loggers.py:283, 0.27.1 :263). `status` is the access line's (None for the throughput line).
+ANSWERED_RE = re.compile(r'- "[A-Z]+ \S* HTTP/[0-9.]+" (?P<status>[0-9]{3})\b|Engine [0-9]+: Avg prompt throughput: ')
+
+
 # Line rules. Each regex contains a prefilter keyword literally (tests check the tracker gives the
 # same timeline on the whole log and on prefiltered lines).
 _RE = {
@@ -63,11 +69,8 @@ _RE = {
     "init_engine": re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([0-9]+(?:\.[0-9]+)?) s"),
     "server_on": re.compile(r"Starting vLLM (?:API )?server (?:[0-9]+ )?on (\S+)"),
     "startup_complete": re.compile(r"Application startup complete"),
-    # A server answering: uvicorn's access line (uvicorn==0.54.0 uvicorn/config.py:94, '%(levelprefix)s
-    # %(client_addr)s - "%(request_line)s" %(status_code)s') and vLLM's throughput line (vllm==0.33.0
-    # vllm/v1/metrics/loggers.py:283, 0.27.1 :263). Excerpts read in full show them; the prefilter selects
-    # neither (a long log's ready line comes first).
-    "answered": re.compile(r'- "[A-Z]+ \S* HTTP/[0-9.]+" [0-9]{3}|Engine [0-9]+: Avg prompt throughput: '),
+    # Excerpts read in full show these; the prefilter selects neither (a long log's ready line comes first).
+    "answered": ANSWERED_RE,
     "v2_runner": re.compile(r"Using V2 Model Runner"),
     "v1_runner": re.compile(r"Model Runner V2 (?:does not yet support|requires).*using the V1 model runner"),
     "fp8_ds_mla": re.compile(r"fp8_ds_mla KV cache format"),

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsv4ctl.errors import Dsv4ctlError, ExitCode, GpuUnavailableError, InputError
+from dsv4ctl.planning.fit import STALE_LENGTH_RELEASES  # the releases with the stale-length crash: one home
 from dsv4ctl.serve.flags import set_max_model_len
 from dsv4ctl.units import GiB
 
@@ -49,8 +50,6 @@ EXACT = "exact"  # --kv-cache-memory-bytes (or VLLM_CPU_KVCACHE_SPACE on vLLM's 
 ESTIMATED = "estimated"  # requested − weights − an overhead estimate
 CALIBRATED = "calibrated"  # measured by an earlier start of this host and configuration (planning/calibration.py)
 MEASURED = "measured"  # vLLM's own startup plans of an earlier start of this configuration (planning/startup_plans.py)
-# Releases with the stale max_model_len crash after auto-fit shrank the length (dsv4ctl's fix covers it).
-STALE_LENGTH_RELEASES = ("0.29.0", "0.30.0")
 
 AUTO = -1  # vLLM's parser turns `auto` and `-1` into -1
 
