@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Builds dsv4ctl/catalogue/message_index.json.gz: every message that vLLM 0.27.1-0.33.0 raises, asserts or
+"""Builds dsv4ctl/catalogue/message_index.json.gz and .bin: every message that vLLM 0.27.1-0.33.0 raises, asserts or
 logs at error level, plus those of the packages operators meet next to vLLM, each with its source.
 
     python scripts/build_message_index.py                 # downloads into /work/wheels what is missing
     python scripts/build_message_index.py --wheels DIR    # another download/unpack folder
+    python scripts/build_message_index.py --pack          # only message_index.bin, from the committed JSON
 
 The project's rule holds for every entry: the text is taken from the installed source of the package that
 prints it (`pip download X==V --no-deps`), cited file:line. Layout under the wheels folder (the one the
@@ -59,7 +60,9 @@ Dropped everywhere: tests, testing, examples, docs, benchmarks and vendored thir
 Filter: a template whose literal text has fewer than 12 characters or fewer than 2 words (letters, 2+)
 identifies nothing and is dropped (skipped_short).
 
-Output: gzip (mtime 0) JSON, sorted, so two runs give identical bytes: a header (schema, generator command,
+Output: message_index.json.gz, the reviewable source, and message_index.bin, the same data packed for lookup
+(`dsv4ctl.catalogue.message_index.pack`: the buckets as arrays, the rows in zlib blocks; what diagnose opens,
+and the one shipped). Both are byte-identical for the same data. The JSON is gzip (mtime 0), sorted: a header (schema, generator command,
 package versions, counts per package/kind and per release, files that did not parse) and `entries`, rows
 of `fields`. One entry per (package, kind, exception, level, function, literal text): the same message in
 several releases is one entry even when a placeholder's expression was renamed (the template shown is the
@@ -98,6 +101,7 @@ from pathlib import Path
 SCHEMA = 1
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT = REPO / "dsv4ctl" / "catalogue" / "message_index.json.gz"
+PACKED = OUTPUT.with_name("message_index.bin")
 DEFAULT_WHEELS = Path("/work/wheels")
 
 VLLM_RELEASES = ("0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
@@ -217,7 +221,7 @@ def pattern_of(parts: list) -> str:
 
 # The index's patterns are written with the escape lookups compile with (one function, so they cannot drift).
 sys.path.insert(0, str(REPO))
-from dsv4ctl.catalogue.message_index import escape  # noqa: E402
+from dsv4ctl.catalogue.message_index import escape, pack  # noqa: E402
 
 
 def literal_text(parts: list) -> str:
@@ -1385,30 +1389,44 @@ def build(wheels: Path, jobs: int) -> dict:
     }
 
 
-def write(data: dict, out: Path) -> int:
+def write(data: dict, out: Path, packed: Path) -> int:
+    """The JSON source (gzip, mtime 0) and the packed file built from it; returns the JSON's size."""
     raw = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     buf = io.BytesIO()
     with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=9) as gz:
         gz.write(raw)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(buf.getvalue())
+    packed.write_bytes(pack(data))
     return len(buf.getvalue())
+
+
+def read(path: Path) -> dict:
+    with gzip.open(path, "rb") as f:
+        return json.loads(f.read())
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--wheels", type=Path, default=DEFAULT_WHEELS, help="download/unpack folder (default /work/wheels)")
-    ap.add_argument("--out", type=Path, default=OUTPUT)
+    ap.add_argument("--out", type=Path, default=OUTPUT, help="the JSON source (default %(default)s)")
+    ap.add_argument("--packed", type=Path, default=None, help="the packed file (default: message_index.bin beside --out)")
+    ap.add_argument("--pack", action="store_true", help="only pack --out into the packed file (reads no sources)")
     ap.add_argument("--keep-wheels", action="store_true", help="keep the downloaded .whl files")
     ap.add_argument("--jobs", type=int, default=max(1, os.cpu_count() or 1))
     ap.add_argument("--no-download", action="store_true", help="fail instead of downloading what is missing")
     args = ap.parse_args(argv)
+    packed = args.packed or args.out.with_name(PACKED.name)
+    if args.pack:
+        packed.write_bytes(pack(read(args.out)))
+        print(f"wrote {packed} ({packed.stat().st_size / 1e6:.2f} MB) from {args.out}")
+        return 0
     if not args.no_download:
         ensure_sources(args.wheels, args.keep_wheels)
     data = build(args.wheels, args.jobs)
     if args.wheels != DEFAULT_WHEELS:
         data["generator"] += " --wheels " + shlex.quote(str(args.wheels))
-    size = write(data, args.out)
+    size = write(data, args.out, packed)
     kinds = ("raise", "assert", "assert_bare", "log", "format", "error_string")
     skips = ("skipped_variable", "skipped_short", "skipped_no_message", "resolved_variable")
     short = {"assert_bare": "bare", "error_string": "errstr", "skipped_variable": "skip_var",
@@ -1421,7 +1439,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"by kind: {data['counts']['by_kind']}")
     if data["unparsable"]:
         print(f"unparsable files: {len(data['unparsable'])} (first: {data['unparsable'][0]})")
-    print(f"wrote {args.out} ({size / 1e6:.2f} MB)")
+    print(f"wrote {args.out} ({size / 1e6:.2f} MB) and {packed} ({packed.stat().st_size / 1e6:.2f} MB)")
     return 0
 
 

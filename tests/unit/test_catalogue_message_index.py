@@ -1,5 +1,5 @@
-"""The generated message index (dsv4ctl/catalogue/message_index.json.gz, built by scripts/build_message_index.py)
-and its loader: the data loads and is consistent, known messages of vLLM and of its neighbours are found with the
+"""The generated message index (dsv4ctl/catalogue/message_index.json.gz and the packed message_index.bin, built by
+scripts/build_message_index.py) and its loader: the packed file is the JSON source's data, the data loads and is consistent, known messages of vLLM and of its neighbours are found with the
 right source, trivial text matches nothing, bad input never raises, and lookups are fast."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ PACKAGE_ORDER = ("vllm", "torch", "transformers", "huggingface_hub", "ray", "saf
 
 @pytest.fixture(scope="module")
 def raw() -> dict:
-    with gzip.open(mi.DATA, "rb") as f:
+    with gzip.open(mi.SOURCE, "rb") as f:
         return json.loads(f.read())
 
 
@@ -64,10 +64,31 @@ def test_data_loads_and_header_counts_match(raw, all_entries):
 
 
 def test_file_is_reproducible_gzip():
-    data = mi.DATA.read_bytes()
+    data = mi.SOURCE.read_bytes()
     assert data[:2] == b"\x1f\x8b"
     assert data[4:8] == b"\x00\x00\x00\x00", "gzip mtime must be 0 for byte-identical rebuilds"
     assert len(data) < 3_000_000
+
+
+def test_packed_file_is_the_json_source_packed(raw, all_entries):
+    # what diagnose opens is the reviewable source, byte for byte as the generator packs it
+    assert mi.DATA.read_bytes() == mi.pack(raw)
+    assert mi.DATA.stat().st_size < 4_000_000
+    head = {k: v for k, v in raw.items() if k != "entries"}
+    assert mi.header() == head
+    fields = raw["fields"]
+    for e, row in zip(all_entries, raw["entries"]):
+        r = dict(zip(fields, row))
+        assert (e.package, e.template, e.pattern, e.function) == (r["package"], r["template"], r["pattern"], r["function"])
+
+
+def test_opening_reads_only_the_buckets():
+    code = ("import time; from dsv4ctl.catalogue import message_index as m; t = time.perf_counter(); "
+            "assert m.available(); idx = m._state['index']; assert not idx.blocks; "
+            "hit = m.lookup_line('ValueError: Total number of attention heads (32) must be divisible by tensor "
+            "parallel size (3).'); assert hit is not None; "
+            "assert 0 < len(idx.blocks) < 0.1 * len(idx.offsets), len(idx.blocks)")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
 def test_entries_are_sorted_and_well_formed(raw, all_entries):
@@ -287,6 +308,13 @@ def test_missing_or_corrupt_file_gives_none(tmp_path):
         wrong.write_bytes(gzip.compress(b'{"schema": 999}'))
         mi.reset(wrong)
         assert not mi.available() and mi.lookup(line) is None
+        packed = mi.DATA.read_bytes()
+        for name, blob in (("schema", packed[:8] + (999).to_bytes(4, "little") + packed[12:]),
+                           ("truncated", packed[: len(packed) // 2]), ("magic", b"DSV4MIX\x02" + packed[8:])):
+            path = tmp_path / f"{name}.bin"
+            path.write_bytes(blob)
+            mi.reset(path)
+            assert not mi.available() and mi.lookup_line(line) is None, name
     finally:
         mi.reset()
     assert mi.available() and mi.lookup_line(line) is not None
