@@ -75,7 +75,7 @@ def main() -> int:
     parser.add_argument("--pro-gb", type=float, default=None, help="default: Flash's size scaled by Pro's config")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    presets = json.loads((ROOT / "dsv4ctl" / "planning" / "builtin_models.json").read_text())
+    presets = json.loads((ROOT / "dsv4ctl" / "planning" / "checkpoint" / "builtin_models.json").read_text())
     flash, pro = presets["deepseek-ai/DeepSeek-V4-Flash"], presets["deepseek-ai/DeepSeek-V4-Pro"]
     scale = ((pro["hidden_size"] / flash["hidden_size"]) ** 2 * pro["num_hidden_layers"] / flash["num_hidden_layers"])
     pro_gb = args.pro_gb or round(args.flash_gb * (EXPERT_SHARE * scale * pro["n_routed_experts"] / flash["n_routed_experts"]

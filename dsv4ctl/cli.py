@@ -126,7 +126,7 @@ def _complete_example(incomplete: str) -> list[tuple[str, str]]:
 
 def _complete_model(incomplete: str) -> list[str]:
     """Shell completion for MODEL: the built-in DeepSeek-V4 presets (a path is typed as a path)."""
-    from dsv4ctl.planning.geometry import builtin_model_ids
+    from dsv4ctl.planning import builtin_model_ids
 
     return [m for m in builtin_model_ids() if m.lower().startswith(incomplete.lower())]
 
@@ -277,7 +277,7 @@ def fit_length_command(
 
     Exit 0 with an answer, 6 when vLLM would refuse these settings, 2 for bad flags, 1 for unreadable inputs.
     """
-    from dsv4ctl.planning.fit import (
+    from dsv4ctl.planning import (
         FitRequest,
         parse_margin,
         parse_max_model_len,

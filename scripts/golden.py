@@ -66,7 +66,7 @@ def _run(argv: list[str]) -> dict:
     from typer.testing import CliRunner
 
     from dsv4ctl.cli import app
-    from dsv4ctl.planning.calibration import STATE_DIR_ENV
+    from dsv4ctl.planning.plan.calibration import STATE_DIR_ENV
 
     result = CliRunner().invoke(app, argv, env={"COLUMNS": "120", "NO_COLOR": "1", STATE_DIR_ENV: _STATE, **_HERMETIC})
     try:

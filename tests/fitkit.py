@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dsv4ctl.gpu import GpuDevice, GpuSnapshot
-from dsv4ctl.planning.geometry import _builtin_configs
+from dsv4ctl.planning.checkpoint.geometry import _builtin_configs
 
 FLASH = "deepseek-ai/DeepSeek-V4-Flash"
 PRO = "deepseek-ai/DeepSeek-V4-Pro"

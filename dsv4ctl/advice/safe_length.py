@@ -11,14 +11,14 @@ from dsv4ctl.logs.timeline import StartupTimeline
 from dsv4ctl.units import GiB, format_tokens
 
 if TYPE_CHECKING:
-    from dsv4ctl.planning.safe_length import SafeLength
+    from dsv4ctl.planning import SafeLength
 
 
 def safe_length_from_log(tl: StartupTimeline, fits: int) -> "SafeLength":
     """The explicit --max-model-len to recommend when the log says `fits` tokens fit: what
     `fit-length MODEL --from-log LOG` recommends (the one safe-length rule, planned from the log's KV
     memory and the launch's own flags); scaled from `fits` when dsv4ctl cannot plan the model."""
-    from dsv4ctl.planning.safe_length import safe_length_scaled  # the planner only when a length is asked
+    from dsv4ctl.planning import safe_length_scaled  # the planner only when a length is asked
 
     if tl.model and tl.available_kv_gib and tl.available_kv_gib > 0.005:
         args = json.dumps(deployment.launch_args(tl), sort_keys=True, default=str)
@@ -35,7 +35,7 @@ def _planned_safe_length(model: str, available_kv_gib: float, vllm_version: str 
     """fit-length's plan for a log's figures; one per configuration (the starts of a crash loop repeat one)."""
     from dsv4ctl.errors import Dsv4ctlError
     from dsv4ctl.logs.facts import LogCalibration
-    from dsv4ctl.planning.fit import FitRequest, plan_fit
+    from dsv4ctl.planning import FitRequest, plan_fit
 
     calibration = LogCalibration(
         path="<log>", available_kv_bytes=int(round(available_kv_gib * GiB)), weights_bytes=None, graph_bytes=None,

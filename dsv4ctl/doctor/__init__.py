@@ -25,8 +25,7 @@ from dsv4ctl.doctor.redact import EnvVar, redact, relevant_environment
 from dsv4ctl.doctor.target import MARKER
 from dsv4ctl.errors import Dsv4ctlError
 from dsv4ctl.fixes import FIXES_ENV, REPORT_ENV
-from dsv4ctl.planning import startup_plans
-from dsv4ctl.planning.startup_plans import StartupPlan
+from dsv4ctl.planning import StartupPlan, startup_plans
 
 if TYPE_CHECKING:
     from dsv4ctl.gpu import GpuSnapshot
@@ -63,7 +62,7 @@ class DoctorReport:
     fixes_env: str | None
     environment: tuple[EnvVar, ...]
     notes: tuple[str, ...] = field(default=())
-    startup_plans_dir: str | None = None  # vLLM's startup plans (dsv4ctl.planning.startup_plans): where, and each
+    startup_plans_dir: str | None = None  # vLLM's startup plans (dsv4ctl.planning.mirror.startup_plans): where, and each
     startup_plans: tuple[StartupPlan, ...] = ()
 
     def to_json(self) -> dict[str, object]:

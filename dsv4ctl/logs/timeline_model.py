@@ -103,7 +103,7 @@ class StartupTimeline:
     uses_fp8_ds_mla: bool = False
     has_indexer: bool = False
     deep_gemm_source: str | None = None  # "vendored" when vLLM logged it fell back to its own copy
-    # vLLM's startup plans this start saved or applied, one per worker (planning/startup_plans.py): fingerprints
+    # vLLM's startup plans this start saved or applied, one per worker (planning/mirror/startup_plans.py): fingerprints
     startup_plans: list[str] = field(default_factory=list)
     startup_plan_applied: bool = False  # a worker re-applied a plan (memory profiling skipped)
     weights_gib: float | None = None

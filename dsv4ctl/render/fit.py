@@ -6,8 +6,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from dsv4ctl.planning.kv_specs import DSV4_BLOCK_SIZE
-from dsv4ctl.planning.result import THINK_MAX_CONTEXT, FitResult
+from dsv4ctl.planning import DSV4_BLOCK_SIZE, THINK_MAX_CONTEXT, FitResult
 from dsv4ctl.render import print_command, print_prose
 from dsv4ctl.render.tables import counted, group_same, index_ranges, print_table
 from dsv4ctl.units import format_gib, format_tokens, gib

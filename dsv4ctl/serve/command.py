@@ -93,8 +93,7 @@ def plan_only(flags: list[str], options: ServeOptions) -> PreflightDecision:
 
 def _say_environment(decision: PreflightDecision, environment: dict[str, str]) -> None:
     """What serve sets for vLLM, in the decision (and its --dry-run): the startup plans above all."""
-    from dsv4ctl.planning import startup_plans
-    from dsv4ctl.planning.versions import installed_vllm_version
+    from dsv4ctl.planning import installed_vllm_version, startup_plans
 
     decision.environment = dict(environment)
     if environment.get(startup_plans.ENV) == "1":
@@ -135,7 +134,7 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
         raise refusal
     if decision.plan is not None:
         from dsv4ctl.advice import read_log_facts
-        from dsv4ctl.planning.calibration import record_from_serve
+        from dsv4ctl.planning import record_from_serve
 
         # The start measured the KV memory: remember it for this host and configuration.
         record_from_serve(

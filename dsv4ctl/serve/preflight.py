@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsv4ctl.errors import Dsv4ctlError, ExitCode, GpuUnavailableError, InputError
-from dsv4ctl.planning.fit import STALE_LENGTH_RELEASES  # the releases with the stale-length crash: one home
+from dsv4ctl.planning import STALE_LENGTH_RELEASES  # the releases with the stale-length crash: one home
 from dsv4ctl.serve.flags import set_max_model_len
 from dsv4ctl.units import GiB
 
@@ -48,8 +48,8 @@ REFUSE = "refuse"  # vLLM would refuse: stop before starting it
 # Bases of a decision: how sure the plan's KV budget is.
 EXACT = "exact"  # --kv-cache-memory-bytes (or VLLM_CPU_KVCACHE_SPACE on vLLM's CPU backend)
 ESTIMATED = "estimated"  # requested − weights − an overhead estimate
-CALIBRATED = "calibrated"  # measured by an earlier start of this host and configuration (planning/calibration.py)
-MEASURED = "measured"  # vLLM's own startup plans of an earlier start of this configuration (planning/startup_plans.py)
+CALIBRATED = "calibrated"  # measured by an earlier start of this host and configuration (planning/plan/calibration.py)
+MEASURED = "measured"  # vLLM's own startup plans of an earlier start of this configuration (planning/mirror/startup_plans.py)
 
 AUTO = -1  # vLLM's parser turns `auto` and `-1` into -1
 
@@ -148,7 +148,7 @@ def _plan(
         return PreflightDecision(model, requested, PASS_THROUGH, None, reason, list(flags), notes or [])
 
     try:
-        from dsv4ctl.planning.geometry import load_geometry
+        from dsv4ctl.planning import load_geometry
 
         geometry = load_geometry(model)
     except InputError as exc:
@@ -172,7 +172,7 @@ def _plan(
                 notes,
             )
     try:
-        from dsv4ctl.planning.fit import plan_fit
+        from dsv4ctl.planning import plan_fit
 
         request = fit_request_from(namespace, model, kv_cache_memory_bytes=kv_bytes, vllm_version=vllm_version)
         if no_calibration:
@@ -324,7 +324,7 @@ def fit_request_from(
     replicas, so that is the data-parallel size planned against this node's GPUs."""
     import dataclasses
 
-    from dsv4ctl.planning.fit import FitRequest, speculative_tokens
+    from dsv4ctl.planning import FitRequest, speculative_tokens
 
     values: dict[str, Any] = {"model": model}
     for f in dataclasses.fields(FitRequest):

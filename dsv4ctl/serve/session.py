@@ -284,11 +284,10 @@ def apply_environment(fixes: str | None, env: dict[str, str] | None = None) -> d
       `VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY` so the plugin in a Ray worker sees the same choice.
     - `VLLM_ENABLE_STARTUP_PLAN=1` where the installed release has startup plans and the operator did not set
       the variable: every GPU worker records the KV memory it measured and re-applies it at the next start
-      when free memory allows (dsv4ctl/planning/startup_plans.py), so restarts get the same length.
+      when free memory allows (dsv4ctl/planning/mirror/startup_plans.py), so restarts get the same length.
     """
     from dsv4ctl.fixes import FIXES_ENV
-    from dsv4ctl.planning import startup_plans
-    from dsv4ctl.planning.versions import installed_vllm_version
+    from dsv4ctl.planning import installed_vllm_version, startup_plans
 
     env = os.environ if env is None else env
     changed: dict[str, str] = {}

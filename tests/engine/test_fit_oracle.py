@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from dsv4ctl.planning import FitRequest, plan_fit
-from dsv4ctl.planning.geometry import _builtin_configs
+from dsv4ctl.planning.checkpoint.geometry import _builtin_configs
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -206,8 +206,8 @@ def ours(model_id: str, memory: int, mnbt: int, **kw) -> Any:
 
 
 def test_specs_match_vllm_layer_by_layer(vllm_models):
-    from dsv4ctl.planning.kv_specs import build_layer_specs, resolve_kv_layout
-    from dsv4ctl.planning.geometry import load_geometry
+    from dsv4ctl.planning.mirror.kv_specs import build_layer_specs, resolve_kv_layout
+    from dsv4ctl.planning.checkpoint.geometry import load_geometry
 
     for model_id, model in vllm_models.items():
         geometry = load_geometry(model_id)
@@ -303,8 +303,8 @@ def test_flashinfer_plain_rows_equal_vllm(vllm_env, kv_cache_dtype):
     tmp_factory, created, mp = vllm_env
     mp.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
     model = _build(MODELS[0], tmp_factory.mktemp(f"flashinfer-{kv_cache_dtype}"), created, mp, flashinfer=True, kv_cache_dtype=kv_cache_dtype)
-    from dsv4ctl.planning.geometry import load_geometry
-    from dsv4ctl.planning.kv_specs import build_layer_specs, resolve_kv_layout
+    from dsv4ctl.planning.checkpoint.geometry import load_geometry
+    from dsv4ctl.planning.mirror.kv_specs import build_layer_specs, resolve_kv_layout
 
     g = load_geometry(MODELS[0])
     mine = build_layer_specs(
@@ -327,7 +327,7 @@ def test_defaults_mirror_vllm(vllm_available):
     from vllm.config.scheduler import SchedulerConfig
 
     from dsv4ctl.cli import fit_length_command
-    from dsv4ctl.planning.request import DEFAULT_GPU_MEMORY_UTILIZATION, SCHEDULER_DEFAULT_MAX_NUM_BATCHED_TOKENS
+    from dsv4ctl.planning.plan.request import DEFAULT_GPU_MEMORY_UTILIZATION, SCHEDULER_DEFAULT_MAX_NUM_BATCHED_TOKENS
 
     assert CacheConfig.__pydantic_fields__["gpu_memory_utilization"].default == DEFAULT_GPU_MEMORY_UTILIZATION
     assert SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS == SCHEDULER_DEFAULT_MAX_NUM_BATCHED_TOKENS

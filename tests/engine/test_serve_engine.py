@@ -244,7 +244,7 @@ def test_dry_run_uses_vllms_parser_and_prints_the_exact_argv(cli, models):
 def test_dry_run_plans_a_deepseek_v4_length_from_kv_cache_memory_bytes(cli, models):
     """On this CPU box there is no GPU to read: an explicit KV budget still gives a DeepSeek-V4 plan
     (the tiny DeepSeek-V4 config is planned only; the stock CPU build cannot run DeepSeek-V4)."""
-    from dsv4ctl.planning.fit import FitRequest, plan_fit
+    from dsv4ctl.planning import FitRequest, plan_fit
 
     model = str(models["dsv4"])
     for budget in ("700M", KV_BUDGET):

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from dsv4ctl.logs.examples import list_examples
-from dsv4ctl.planning.geometry import builtin_model_ids
+from dsv4ctl.planning.checkpoint.geometry import builtin_model_ids
 
 
 def _complete(words: str, cword: int) -> list[str]:

@@ -11,7 +11,7 @@ import pytest
 
 from fitkit import FLASH, builtin_config, make_checkpoint, no_hf_cache  # noqa: F401 - autouse fixture
 
-from dsv4ctl.planning.hub_cache import find_snapshot, hub_cache_dir
+from dsv4ctl.planning.checkpoint.hub_cache import find_snapshot, hub_cache_dir
 
 SNAPSHOT = Path(__file__).resolve().parents[1] / "fixtures" / "gpus" / "h200-snapshot.json"
 GiB = 1 << 30

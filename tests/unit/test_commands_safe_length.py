@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from dsv4ctl.planning.safe_length import CLIFF_FRACTION, SafeLength, round_block_friendly, safe_length
+from dsv4ctl.planning.plan.safe_length import CLIFF_FRACTION, SafeLength, round_block_friendly, safe_length
 from dsv4ctl.units import GiB, MiB
 
 FLASH = "deepseek-ai/DeepSeek-V4-Flash"
@@ -82,7 +82,7 @@ def test_serve_dry_run_uses_the_same_length_and_says_what_it_costs(cli):
 
 
 def test_library_entry_for_diagnose():
-    from dsv4ctl.planning.fit import safe_length_for_log
+    from dsv4ctl.planning.plan.fit import safe_length_for_log
 
     safe = safe_length_for_log(FLASH, 10_533_407_294, max_num_batched_tokens=8192, async_scheduling=True)
     assert safe is not None and safe.length == 841_728

@@ -21,8 +21,8 @@ from hubkit import COMMIT, EXPERT_BYTES, MTP_BYTES, TOTAL_BYTES, FakeHub, write_
 from dsv4ctl.errors import ExitCode, InputError
 from dsv4ctl.gpu import save_snapshot
 from dsv4ctl.planning import FitRequest, load_geometry, plan_fit
-from dsv4ctl.planning.geometry import CheckpointWeights
-from dsv4ctl.planning.hub import tensor_bytes
+from dsv4ctl.planning.checkpoint.geometry import CheckpointWeights
+from dsv4ctl.planning.checkpoint.hub import tensor_bytes
 
 OTHER = "someorg/DeepSeek-V4-Test"
 TOKEN = "hf_dsv4ctl_test_token"

@@ -14,7 +14,7 @@ from fitkit import FLASH, H200_FREE, H200_RESERVED, H200_TOTAL, builtin_config, 
 from dsv4ctl.errors import ExitCode, GpuUnavailableError, InputError
 from dsv4ctl.gpu import save_snapshot
 from dsv4ctl.planning import FitRequest, plan_fit
-from dsv4ctl.planning.memory import CUDA_CONTEXT_BYTES, DEFAULT_NON_KV_OVERHEAD_BYTES
+from dsv4ctl.planning.plan.memory import CUDA_CONTEXT_BYTES, DEFAULT_NON_KV_OVERHEAD_BYTES
 
 GiB = 1 << 30
 DENSE, EXPERTS, MTP = 12 * GiB, 140 * GiB, 3 * GiB
@@ -273,7 +273,7 @@ def test_several_snapshots_plan_with_the_tightest_gpu(tmp_path, cli):
 
 
 def test_predicted_memory_is_an_estimate_with_a_range(checkpoint):
-    from dsv4ctl.planning.memory import NON_KV_OVERHEAD_SPREAD_BYTES
+    from dsv4ctl.planning.plan.memory import NON_KV_OVERHEAD_SPREAD_BYTES
 
     snap = snapshot(*(h200(i) for i in range(8)))
     # A tight budget, so the range moves the auto-fit (utilization 0.24 leaves ~10 GiB for KV).

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from dsv4ctl.errors import UsageError
 from dsv4ctl.planning import FitRequest, load_geometry, plan_fit
-from dsv4ctl.planning.kv_planner import (
+from dsv4ctl.planning.mirror.kv_planner import (
     approximate_gcd,
     blocks_per_request,
     bytes_per_block,
@@ -22,7 +22,7 @@ from dsv4ctl.planning.kv_planner import (
     plan_kv_cache,
     pp_layer_ranges,
 )
-from dsv4ctl.planning.kv_specs import build_layer_specs, resolve_kv_layout
+from dsv4ctl.planning.mirror.kv_specs import build_layer_specs, resolve_kv_layout
 
 GiB = 1 << 30
 

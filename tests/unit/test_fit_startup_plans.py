@@ -101,10 +101,10 @@ def test_the_plans_measurement_replaces_the_estimate(tmp_path, checkpoint):
 
 
 def test_serve_turns_plans_on_where_the_release_has_them(monkeypatch):
-    monkeypatch.setattr("dsv4ctl.planning.versions.installed_vllm_version", lambda: "0.32.0")
+    monkeypatch.setattr("dsv4ctl.planning.installed_vllm_version", lambda: "0.32.0")
     assert apply_environment(None, env={})[startup_plans.ENV] == "1"
     assert startup_plans.ENV not in apply_environment(None, env={startup_plans.ENV: "0"})  # the operator's choice
-    monkeypatch.setattr("dsv4ctl.planning.versions.installed_vllm_version", lambda: "0.25.0")
+    monkeypatch.setattr("dsv4ctl.planning.installed_vllm_version", lambda: "0.25.0")
     assert startup_plans.ENV not in apply_environment(None, env={})  # no evidence it has them
     assert [startup_plans.available_in(v) for v in ("0.26.0", "0.27.1", "0.33.0", "0.33.1", "0.34.0", None)] == [
         True, True, True, True, False, False]

@@ -15,9 +15,9 @@ import pytest
 
 from dsv4ctl.errors import UsageError
 from dsv4ctl.planning import FitRequest, plan_fit
-from dsv4ctl.planning import versions
-from dsv4ctl.planning.kv_planner import KNOWN_VLLM_VERSIONS, LAYER_TUPLES, PACKED, planner_rules, version_key
-from dsv4ctl.planning.versions import choose_vllm_version, known_release_for
+from dsv4ctl.planning.mirror import versions
+from dsv4ctl.planning.mirror.kv_planner import KNOWN_VLLM_VERSIONS, LAYER_TUPLES, PACKED, planner_rules, version_key
+from dsv4ctl.planning.mirror.versions import choose_vllm_version, known_release_for
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "planner"
 GiB = 1 << 30

@@ -326,7 +326,7 @@ def _dsv4_logs():
 def test_every_dsv4_fixture_adds_up_with_the_planner(path, tl):
     """The auto-fit length and vLLM's capacity line of each DeepSeek-V4 log are what the planner gives for
     the memory the log states (rounded to 0.01 GiB there, so the check brackets it)."""
-    from dsv4ctl.planning.capacity import log_figures
+    from dsv4ctl.planning.mirror.capacity import log_figures
 
     def at(gib: float, length: int | None):
         return log_figures(tl.model, max(0, int(gib * GIB)), max_model_len=length,

@@ -91,7 +91,7 @@ def test_deepseek_without_gpu_or_kv_budget_cannot_plan(dsv4):
 
 @pytest.mark.parametrize("requested", [None, -1])
 def test_deepseek_auto_or_unset_gets_the_planned_explicit_length_with_pin_length(dsv4, requested):
-    from dsv4ctl.planning.fit import FitRequest, plan_fit
+    from dsv4ctl.planning import FitRequest, plan_fit
 
     budget = 700 * MiB
     plan = plan_fit(FitRequest(model=str(dsv4), kv_cache_memory_bytes=budget))
@@ -108,7 +108,7 @@ def test_deepseek_auto_or_unset_gets_the_planned_explicit_length_with_pin_length
 
 
 def test_cpu_kv_space_env_is_the_budget_like_vllms_cpu_backend(dsv4, monkeypatch):
-    from dsv4ctl.planning.fit import FitRequest, plan_fit
+    from dsv4ctl.planning import FitRequest, plan_fit
 
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
     plan = plan_fit(FitRequest(model=str(dsv4), kv_cache_memory_bytes=1024 * MiB))
@@ -258,7 +258,7 @@ def flash_checkpoint(tmp_path):
 def test_gpu_node_auto_length_is_the_planned_one(flash_checkpoint):
     from fitkit import h200, snapshot
 
-    from dsv4ctl.planning.fit import FitRequest, plan_fit
+    from dsv4ctl.planning import FitRequest, plan_fit
 
     snap = snapshot(*(h200(i) for i in range(8)))
     plan = plan_fit(FitRequest(model=str(flash_checkpoint), tensor_parallel_size=8), snapshot=snap)
@@ -414,7 +414,7 @@ def test_planning_flags_are_read_like_vllms_parser():
 
 def test_dry_run_without_vllm_plans_with_the_chosen_release(cli, monkeypatch):
     from dsv4ctl.errors import EngineUnavailableError
-    from dsv4ctl.planning import versions
+    from dsv4ctl.planning.mirror import versions
     from dsv4ctl.serve import vllm_entry
 
     def no_vllm(flags):

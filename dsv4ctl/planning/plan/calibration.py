@@ -143,7 +143,7 @@ def record_from_serve(
         gpu = plan["gpus"][0]  # the GPU the lookup keys on too (fit-length: the first planned device)
         key = CalibrationKey.from_plan(plan, gpu, enforce_eager)
         if log.vllm_version:
-            from dsv4ctl.planning.versions import known_release_for
+            from dsv4ctl.planning.mirror.versions import known_release_for
 
             key = CalibrationKey(**{**asdict(key), "vllm_version": known_release_for(log.vllm_version)[0]})
         return record(key, log.available_kv_bytes, str(log_file), startup_plans=log.startup_plans)

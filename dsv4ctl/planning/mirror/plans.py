@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsv4ctl.planning.kv_planner import KvPlan, needed_bytes, plan_kv_cache
-from dsv4ctl.planning.kv_specs import LayerKvSpec
-from dsv4ctl.planning.request import max_concurrent_batches
-from dsv4ctl.planning.result import WhatIfRow
+from dsv4ctl.planning.mirror.kv_planner import KvPlan, needed_bytes, plan_kv_cache
+from dsv4ctl.planning.mirror.kv_specs import LayerKvSpec
+from dsv4ctl.planning.plan.request import max_concurrent_batches
+from dsv4ctl.planning.plan.result import WhatIfRow
 
 WHAT_IF_BATCHED_TOKENS = (2048, 4096, 8192, 16384)
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from dsv4ctl.errors import Dsv4ctlError
-from dsv4ctl.planning.request import FitRequest
-from dsv4ctl.planning.result import FitResult
+from dsv4ctl.planning.plan.request import FitRequest
+from dsv4ctl.planning.plan.result import FitResult
 
 # The smallest of vLLM's default batch limits (engine/arg_utils.py get_batch_defaults: 2048 for smaller GPUs).
 SMALL_BATCHED_TOKENS = 2048

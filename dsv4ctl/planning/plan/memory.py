@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from dsv4ctl.planning.geometry import CheckpointWeights
+from dsv4ctl.planning.checkpoint.geometry import CheckpointWeights
 from dsv4ctl.units import GiB, MiB, format_gib_vllm
 
 # A fresh CUDA context took 552,402,944 bytes on an H200 (driver 580, torch 2.x): vLLM's own process

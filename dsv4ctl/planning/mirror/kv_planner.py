@@ -35,7 +35,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from dsv4ctl.planning.kv_specs import SLIDING, LayerKvSpec
+from dsv4ctl.planning.mirror.kv_specs import SLIDING, LayerKvSpec
 from dsv4ctl.units import cdiv, format_gib_vllm, round_up
 
 MIRRORED_VLLM_VERSION = "0.32.0"  # the release the default rules were first mirrored from

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsv4ctl.logs.facts import LogCalibration
-from dsv4ctl.planning.geometry import Dsv4Geometry
-from dsv4ctl.planning.kv_specs import DSV4_BLOCK_SIZE, KvLayoutChoice
-from dsv4ctl.planning.memory import GpuMemoryPrediction, KvMemoryEstimate
-from dsv4ctl.planning.request import FitRequest
-from dsv4ctl.planning.safe_length import SafeLength
-from dsv4ctl.planning.versions import VersionChoice, choose_vllm_version
+from dsv4ctl.planning.checkpoint.geometry import Dsv4Geometry
+from dsv4ctl.planning.mirror.kv_specs import DSV4_BLOCK_SIZE, KvLayoutChoice
+from dsv4ctl.planning.plan.memory import GpuMemoryPrediction, KvMemoryEstimate
+from dsv4ctl.planning.plan.request import FitRequest
+from dsv4ctl.planning.plan.safe_length import SafeLength
+from dsv4ctl.planning.mirror.versions import VersionChoice, choose_vllm_version
 
 # DeepSeek-V4 "Think Max" reasoning mode wants at least this much context.
 THINK_MAX_CONTEXT = 393_216
@@ -73,7 +73,7 @@ class FitResult:
     vllm_flags: tuple[str, ...]
     version: VersionChoice = field(default_factory=lambda: choose_vllm_version())
     nodes: tuple[dict[str, Any], ...] = ()  # one entry per --gpus snapshot when several were given
-    alternatives: tuple[Any, ...] = ()  # what would fit when this does not (planning/alternatives.py)
+    alternatives: tuple[Any, ...] = ()  # what would fit when this does not (planning/plan/alternatives.py)
     visible_gpus: int | None = None  # whole GPUs the snapshot showed (None: no GPUs read)
     available_kv: KvMemoryEstimate | None = None  # the limiting GPU's KV memory: value, range, basis, terms
     autofit_range: tuple[int, int] | None = None  # auto-fit at the range's low and high ends
@@ -82,7 +82,7 @@ class FitResult:
     def tightest_gpu(self) -> GpuMemoryPrediction | None:
         """The GPU with the least predicted KV memory (the one that limits the plan)."""
         return min(self.gpus, key=lambda g: g.available_kv_bytes) if self.gpus else None
-    safe_length: SafeLength | None = None  # the recommendation explained (dsv4ctl.planning.safe_length)
+    safe_length: SafeLength | None = None  # the recommendation explained (dsv4ctl.planning.plan.safe_length)
 
     @property
     def fits(self) -> bool:

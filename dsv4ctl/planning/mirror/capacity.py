@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dsv4ctl.planning.layers import build_specs, worker_layer_sets
-from dsv4ctl.planning.request import FitRequest, max_concurrent_batches
-from dsv4ctl.planning.geometry import load_geometry
-from dsv4ctl.planning.kv_planner import blocks_per_request, plan_kv_cache
-from dsv4ctl.planning.kv_specs import resolve_kv_layout
+from dsv4ctl.planning.mirror.layers import build_specs, worker_layer_sets
+from dsv4ctl.planning.plan.request import FitRequest, max_concurrent_batches
+from dsv4ctl.planning.checkpoint.geometry import load_geometry
+from dsv4ctl.planning.mirror.kv_planner import blocks_per_request, plan_kv_cache
+from dsv4ctl.planning.mirror.kv_specs import resolve_kv_layout
 
 
 @dataclass(frozen=True)

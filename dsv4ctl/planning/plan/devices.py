@@ -7,8 +7,8 @@ from typing import Any
 
 from dsv4ctl.errors import GpuUnavailableError, InputError
 from dsv4ctl.logs.facts import LogCalibration
-from dsv4ctl.planning.geometry import Dsv4Geometry
-from dsv4ctl.planning.memory import (
+from dsv4ctl.planning.checkpoint.geometry import Dsv4Geometry
+from dsv4ctl.planning.plan.memory import (
     NON_KV_OVERHEAD_SPREAD_BYTES,
     UNIFIED_MEMORY_SPREAD_BYTES,
     GpuMemoryPrediction,
@@ -18,7 +18,7 @@ from dsv4ctl.planning.memory import (
     combine_terms,
     weights_per_rank,
 )
-from dsv4ctl.planning.request import FitRequest
+from dsv4ctl.planning.plan.request import FitRequest
 from dsv4ctl.units import GiB, format_gib
 
 def select_devices(snapshot: Any, request: FitRequest):

@@ -10,15 +10,15 @@ from typing import Any
 
 from dsv4ctl.errors import InputError, UsageError
 from dsv4ctl.logs.facts import LogCalibration, from_timeline
-from dsv4ctl.planning.devices import predict_memory, select_devices
-from dsv4ctl.planning.flags import inherit_log_flags
-from dsv4ctl.planning.geometry import CheckpointWeights, Dsv4Geometry
-from dsv4ctl.planning.kv_specs import KvLayoutChoice, LayerKvSpec, resolve_kv_layout
-from dsv4ctl.planning.layers import build_specs
-from dsv4ctl.planning.memory import DEFAULT_NON_KV_OVERHEAD_BYTES, GpuMemoryPrediction, check_startup_memory
-from dsv4ctl.planning.request import FitRequest, default_batch_limits, max_concurrent_batches
-from dsv4ctl.planning.startup_plans import cache_root, measured
-from dsv4ctl.planning.versions import VersionChoice, choose_vllm_version
+from dsv4ctl.planning.plan.devices import predict_memory, select_devices
+from dsv4ctl.planning.plan.flags import inherit_log_flags
+from dsv4ctl.planning.checkpoint.geometry import CheckpointWeights, Dsv4Geometry
+from dsv4ctl.planning.mirror.kv_specs import KvLayoutChoice, LayerKvSpec, resolve_kv_layout
+from dsv4ctl.planning.mirror.layers import build_specs
+from dsv4ctl.planning.plan.memory import DEFAULT_NON_KV_OVERHEAD_BYTES, GpuMemoryPrediction, check_startup_memory
+from dsv4ctl.planning.plan.request import FitRequest, default_batch_limits, max_concurrent_batches
+from dsv4ctl.planning.mirror.startup_plans import cache_root, measured
+from dsv4ctl.planning.mirror.versions import VersionChoice, choose_vllm_version
 from dsv4ctl.units import GiB, format_gib
 
 
@@ -131,11 +131,11 @@ def scheduling(inputs: Inputs) -> Scheduling:
 
 
 def _calibration(inputs: Inputs, sched: Scheduling) -> Any:
-    """A calibration record of this host and configuration, which replaces the estimate (planning/calibration.py)."""
+    """A calibration record of this host and configuration, which replaces the estimate (planning/plan/calibration.py)."""
     request, devices = inputs.request, inputs.devices
     if not inputs.need_prediction or request.no_calibration or not devices:
         return None
-    from dsv4ctl.planning.calibration import CalibrationKey, find
+    from dsv4ctl.planning.plan.calibration import CalibrationKey, find
 
     return find(CalibrationKey(
         model=str(inputs.geometry.config_path or inputs.geometry.model), vllm_version=inputs.version.planned,

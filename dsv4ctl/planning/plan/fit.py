@@ -19,15 +19,15 @@ from typing import Any
 
 from dsv4ctl.errors import Dsv4ctlError
 from dsv4ctl.logs.facts import LogCalibration
-from dsv4ctl.planning.devices import kv_estimate
-from dsv4ctl.planning.flags import LOG_FIELDS, log_only_flags, vllm_flags
-from dsv4ctl.planning.geometry import Dsv4Geometry, load_geometry
-from dsv4ctl.planning.inputs import Inputs, Scheduling, WorkerMemory, resolve, scheduling, worker_memory
-from dsv4ctl.planning.kv_planner import KvPlan, blocks_per_request
-from dsv4ctl.planning.layers import worker_layer_sets
-from dsv4ctl.planning.memory import KvMemoryEstimate
-from dsv4ctl.planning.plans import Planner, autofit_len, full_context_bytes, what_if_rows
-from dsv4ctl.planning.request import (
+from dsv4ctl.planning.plan.devices import kv_estimate
+from dsv4ctl.planning.plan.flags import LOG_FIELDS, log_only_flags, vllm_flags
+from dsv4ctl.planning.checkpoint.geometry import Dsv4Geometry, load_geometry
+from dsv4ctl.planning.plan.inputs import Inputs, Scheduling, WorkerMemory, resolve, scheduling, worker_memory
+from dsv4ctl.planning.mirror.kv_planner import KvPlan, blocks_per_request
+from dsv4ctl.planning.mirror.layers import worker_layer_sets
+from dsv4ctl.planning.plan.memory import KvMemoryEstimate
+from dsv4ctl.planning.mirror.plans import Planner, autofit_len, full_context_bytes, what_if_rows
+from dsv4ctl.planning.plan.request import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
     FitRequest,
     Margin,
@@ -38,8 +38,8 @@ from dsv4ctl.planning.request import (
     speculative_tokens,
     validate,
 )
-from dsv4ctl.planning.result import THINK_MAX_CONTEXT, FitResult, WhatIfRow
-from dsv4ctl.planning.safe_length import SafeLength, safe_length
+from dsv4ctl.planning.plan.result import THINK_MAX_CONTEXT, FitResult, WhatIfRow
+from dsv4ctl.planning.plan.safe_length import SafeLength, safe_length
 from dsv4ctl.units import GiB, format_gib, format_tokens
 
 # Releases that crash in CUDA-graph capture after auto-fit shrank the length (stale max_model_len; fixed in 0.31).
@@ -78,7 +78,7 @@ def plan_fit(
     result, inputs = _plan_one(request, snapshot, log_facts, geometry)
     if not result.fits:
         # Nothing fits as asked: what would, each change planned on the same GPUs and log figures.
-        from dsv4ctl.planning.alternatives import what_would_fit
+        from dsv4ctl.planning.plan.alternatives import what_would_fit
 
         def plan(changed: FitRequest) -> FitResult:
             validate(changed)

@@ -2,7 +2,7 @@
 commit and the tensor bytes its safetensors headers give (never tensor data).
 
 The cache directory is `$DSV4CTL_CACHE_DIR`, else `$XDG_CACHE_HOME/dsv4ctl`, else `~/.cache/dsv4ctl` (the
-state directory, `planning/calibration.py`, keeps records; this one only what can be read again). Keyed by
+state directory, `planning/plan/calibration.py`, keeps records; this one only what can be read again). Keyed by
 endpoint, repo and resolved revision:
 
     hub/<endpoint key>/<org>--<name>/refs/<revision>                     the commit the revision named last
@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import quote
 
 from dsv4ctl.errors import InputError
-from dsv4ctl.planning.geometry import CheckpointWeights
+from dsv4ctl.planning.checkpoint.geometry import CheckpointWeights
 
 CACHE_DIR_ENV = "DSV4CTL_CACHE_DIR"
 DEFAULT_ENDPOINT = "https://huggingface.co"  # huggingface_hub 2.4.0 constants.py:67 (_HF_DEFAULT_ENDPOINT)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dsv4ctl.errors import UsageError
-from dsv4ctl.planning.geometry import Dsv4Geometry
-from dsv4ctl.planning.kv_planner import pp_layer_ranges
-from dsv4ctl.planning.kv_specs import DSV4_BLOCK_SIZE, KvLayoutChoice, LayerKvSpec, build_layer_specs
-from dsv4ctl.planning.request import FitRequest
+from dsv4ctl.planning.checkpoint.geometry import Dsv4Geometry
+from dsv4ctl.planning.mirror.kv_planner import pp_layer_ranges
+from dsv4ctl.planning.mirror.kv_specs import DSV4_BLOCK_SIZE, KvLayoutChoice, LayerKvSpec, build_layer_specs
+from dsv4ctl.planning.plan.request import FitRequest
 
 def worker_layer_sets(specs: dict[str, LayerKvSpec], geometry: Dsv4Geometry, pp: int) -> list[set[str]]:
     """Layer names per PP stage (`get_pp_indices`); MTP draft layers live with the last stage."""
