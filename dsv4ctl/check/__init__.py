@@ -1,0 +1,32 @@
+"""A running server's check: alive, wedged, dead or degraded, with the evidence and the numbers.
+
+`http.take_readings` reads a server (/health, /v1/models, two /metrics an interval apart, an optional
+one-token probe request); `judge.judge` turns readings into a `ServerCheck` (pure: it is tested on
+recorded /metrics text); `http.check_group` does both for several servers at once. `watch.WatchState`
+follows a group over time (verdict changes as events, the time since each engine last moved).
+The core never prints: `render.check` shows the results, `cli.py` exits with their code.
+"""
+
+from __future__ import annotations
+
+from dsv4ctl.check.judge import judge
+from dsv4ctl.check.model import (
+    DEAD,
+    DEGRADED,
+    EXIT_CODES,
+    HEALTHY,
+    SEVERITY,
+    WEDGED,
+    EngineNumbers,
+    GroupCheck,
+    HttpAnswer,
+    Limits,
+    Readings,
+    ServerCheck,
+    worst,
+)
+
+__all__ = [
+    "DEAD", "DEGRADED", "EXIT_CODES", "HEALTHY", "SEVERITY", "WEDGED", "EngineNumbers", "GroupCheck", "HttpAnswer",
+    "Limits", "Readings", "ServerCheck", "judge", "worst",
+]

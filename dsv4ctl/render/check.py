@@ -1,0 +1,137 @@
+"""`dsv4ctl check` and `dsv4ctl watch` for people: the verdict first, its evidence, the numbers.
+
+On a terminal: Rich (colours, a live table for `watch`); piped: plain lines, never cut or wrapped, one
+line per server and look for `watch`, so `watch … | grep wedged` works."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from dsv4ctl.check.model import DEAD, DEGRADED, HEALTHY, WEDGED, EngineNumbers, GroupCheck, ServerCheck
+from dsv4ctl.check.watch import VerdictChange, WatchState
+
+_STYLE = {HEALTHY: "bold white on green", DEGRADED: "bold black on yellow", WEDGED: "bold white on red",
+          DEAD: "bold white on red"}
+
+
+def render_check(group: GroupCheck, console: Console) -> None:
+    for server in group.servers:
+        _server(server, console)
+    if len(group.servers) > 1:
+        counts = {}
+        for s in group.servers:
+            counts[s.verdict] = counts.get(s.verdict, 0) + 1
+        parts = ", ".join(f"{n} {v}" for v, n in counts.items())
+        line = Text("overall: ", style="bold")
+        line.append(f" {group.verdict.upper()} ", style=_STYLE[group.verdict])
+        line.append(f"  {len(group.servers)} servers: {parts}  (exit {int(group.exit_code)})")
+        _print(console, line)
+
+
+def _server(s: ServerCheck, console: Console) -> None:
+    head = Text()
+    head.append(f" {s.verdict.upper()} ", style=_STYLE[s.verdict])
+    head.append(f"  {s.url}", style="bold")
+    if s.models:
+        head.append(f"  {', '.join(s.models)}")
+    head.append(f"  (exit {int(s.exit_code)}, {s.duration_s:.1f} s)", style="dim")
+    _print(console, head)
+    for line in s.evidence:
+        _print(console, Text(f"  - {line}"))
+    for e in s.engines:
+        _print(console, Text(f"  {engine_line(e)}", style="dim"))
+    for note in s.notes:
+        _print(console, Text(f"  note: {note}", style="yellow"))
+
+
+def engine_line(e: EngineNumbers) -> str:
+    gen, prompt = e.rate(e.generation_tokens), e.rate(e.prompt_tokens)
+    parts = [f"engine {e.engine}:", f"running {_n(e.running)}", f"waiting {_n(e.waiting)}",
+             f"KV {_pct(e.kv_usage)}", f"gen {_n(gen, '{:,.0f}')} tok/s", f"prompt {_n(prompt, '{:,.0f}')} tok/s",
+             f"preemptions +{_n(e.preemptions)}", f"in {e.window_s:.1f} s"]
+    return " ".join(parts[:1]) + " " + ", ".join(parts[1:])
+
+
+def _n(value: float | None, fmt: str = "{:g}") -> str:
+    return "?" if value is None else fmt.format(value)
+
+
+def _pct(value: float | None) -> str:
+    return "?" if value is None else f"{value:.1%}"
+
+
+def _print(console: Console, text: Text) -> None:
+    # Piped: one line per item whatever its length (soft wrap), no styles.
+    if console.is_terminal:
+        console.print(text, overflow="fold")
+    else:
+        console.print(text, soft_wrap=True)
+
+
+# -- watch ------------------------------------------------------------------------------------------
+
+
+def stamp(at: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(at))
+
+
+def render_event(change: VerdictChange, console: Console) -> None:
+    line = Text(f"{stamp(change.at)} ")
+    line.append(f"{change.url} ", style="bold")
+    if change.before is None:
+        line.append("is ")
+    else:
+        line.append(f"{change.before} -> ")
+    line.append(f" {change.after.upper()} ", style=_STYLE[change.after])
+    _print(console, line)
+    if change.after != HEALTHY:
+        for evidence in change.evidence:
+            _print(console, Text(f"  - {evidence}"))
+
+
+def watch_table(state: WatchState, now: float, interval_s: float) -> Group:
+    """The live view: one row per engine of each server (the server's verdict on its first row)."""
+    table = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold")
+    for name, justify in (("server", "left"), ("verdict", "left"), ("eng", "right"), ("gen/s", "right"),
+                          ("run", "right"), ("wait", "right"), ("KV", "right"), ("preempt", "right"),
+                          ("last step", "right")):
+        table.add_column(name, justify=justify, no_wrap=name != "server", overflow="fold")  # type: ignore[arg-type]
+    group = state.latest
+    for s in group.servers if group else ():
+        since, seen = state.since_last_step(s, now)
+        last = f"{since:.0f} s ago" if seen else f">{since:.0f} s"
+        verdict = Text(s.verdict, style=_STYLE[s.verdict])
+        rows = s.engines or (None,)
+        for i, e in enumerate(rows):
+            first = i == 0
+            table.add_row(
+                _short(s.url) if first else "", verdict if first else "",
+                "-" if e is None else e.engine,
+                "-" if e is None else _n(e.rate(e.generation_tokens), "{:,.0f}"),
+                "-" if e is None else _n(e.running), "-" if e is None else _n(e.waiting),
+                "-" if e is None else _pct(e.kv_usage), "-" if e is None else f"+{_n(e.preemptions)}",
+                last if first else "",
+            )
+    checked = stamp(group.checked_at) if group else "-"
+    footer = Text(f"looked at {checked}, every {interval_s:g} s; Ctrl-C to stop", style="dim")
+    return Group(table, footer)
+
+
+def watch_lines(state: WatchState, now: float) -> list[str]:
+    """Piped: one plain line per server and look."""
+    group = state.latest
+    out = []
+    for s in group.servers if group else ():
+        since, seen = state.since_last_step(s, now)
+        engines = "; ".join(engine_line(e) for e in s.engines) or "; ".join(s.evidence)
+        last = f"last step {since:.0f} s ago" if seen else f"no step seen in {since:.0f} s"
+        out.append(f"{stamp(group.checked_at)} {s.url} {s.verdict} ({last}) {engines}")
+    return out
+
+
+def _short(url: str) -> str:
+    return url.removeprefix("http://")
