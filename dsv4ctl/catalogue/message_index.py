@@ -209,10 +209,11 @@ def _core(parts: list[str | None]) -> list[str | None]:
 
 
 class _Matcher:
-    """Compiled lazily for an entry the first time a lookup considers it: the whole template, and each line
-    of a multi-line template that is specific on its own (a log prints each line of a record apart)."""
+    """Made for an entry the first time a lookup considers it: the literal chunks of the whole template and of
+    each line of a multi-line template that is specific on its own (a log prints each line of a record apart).
+    A regex is compiled only once its chunks are all in a message (most candidates never get that far)."""
 
-    __slots__ = ("chunks", "regex", "score", "lines", "led")
+    __slots__ = ("chunks", "pattern", "regex", "score", "lines", "led")
 
     def __init__(self, template: str, pattern: str) -> None:
         parts = template_parts(template)
@@ -221,25 +222,34 @@ class _Matcher:
         self.led = len(parts[0].strip()) if parts and parts[0] is not None else 0
         lits = [p for p in _core(parts) if p]
         self.chunks = sorted(set(lits), key=len, reverse=True)
-        self.regex = re.compile(pattern, re.DOTALL)
+        self.pattern = pattern
+        self.regex: re.Pattern | None = None
         self.score = sum(len(p) for p in lits)
-        self.lines: list[tuple[list[str], re.Pattern, int, bool]] = []
+        # per line: [chunks, its regex's source (then the compiled regex), score, led]
+        self.lines: list[list] = []
         for line in _lines(parts):
             core = _core(line)
             hl = [p for p in core if p]
-            self.lines.append((sorted(set(hl), key=len, reverse=True),
-                               re.compile("".join(escape(p) if p is not None else ".*?" for p in core), re.DOTALL),
-                               sum(len(p) for p in hl), len(line[0].strip()) if line and line[0] is not None else 0))
+            self.lines.append([sorted(set(hl), key=len, reverse=True),
+                               "".join(escape(p) if p is not None else ".*?" for p in core),
+                               sum(len(p) for p in hl), len(line[0].strip()) if line and line[0] is not None else 0])
 
     def match(self, msg: str) -> tuple[int, int, int]:
         """(literal characters matched, the specificity, 0 when the message is not this one; the length of the
         words what matched starts with, 0 when it starts with a placeholder; where the match starts)."""
-        if all(c in msg for c in self.chunks) and (m := self.regex.search(msg)):
-            return self.score, self.led, m.start()
+        if all(c in msg for c in self.chunks):
+            if self.regex is None:
+                self.regex = re.compile(self.pattern, re.DOTALL)
+            if m := self.regex.search(msg):
+                return self.score, self.led, m.start()
         best, led, start = 0, 0, 0
-        for chunks, regex, score, line_led in self.lines:
-            if score > best and all(c in msg for c in chunks) and (m := regex.search(msg)):
-                best, led, start = score, line_led, m.start()
+        for line in self.lines:
+            chunks, regex, score, line_led = line
+            if score > best and all(c in msg for c in chunks):
+                if isinstance(regex, str):
+                    regex = line[1] = re.compile(regex, re.DOTALL)
+                if m := regex.search(msg):
+                    best, led, start = score, line_led, m.start()
         return best, led, start
 
 

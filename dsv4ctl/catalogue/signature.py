@@ -7,7 +7,8 @@ catalogue itself import it without importing each other.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 
 
 @dataclass(frozen=True)
@@ -26,10 +27,11 @@ class Signature:
     phase: str | None = None  # the phase this error always belongs to ("startup": a port that could not be bound)
     # Its lines (the call that faults) only place a fault seen elsewhere; alone they fail nothing.
     context: bool = False
-    compiled: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "compiled", tuple(re.compile(p) for p in self.patterns))
+    @cached_property
+    def compiled(self) -> tuple[re.Pattern[str], ...]:
+        """Its patterns, compiled at the first match (a short log tries only the few its words admit)."""
+        return tuple(re.compile(p) for p in self.patterns)
 
     def match(self, message: str) -> re.Match[str] | None:
         for rx in self.compiled:

@@ -4,9 +4,12 @@ Most lines the prefilter selects in a long serving log (request-time tracebacks,
 lines) match no signature, and trying ~150 patterns one by one costs more than everything else the
 analysis does with a line. `SignatureIndex.candidates(message)` narrows them down:
 
-- for a small log, every signature is simply tried (compiling one alternation costs about 50 ms);
-- then with one `re` alternation of every pattern (named groups made plain, since names repeat);
-- once a log has shown many selected lines (`HYPERSCAN_AFTER`), with a hyperscan database of the same
+- with the patterns' required text (`required_literals`: every line a pattern matches holds the longest
+  literal run of one of its alternatives): one `re` alternation of those runs, plain text that compiles
+  in a few milliseconds, tells the lines no signature can match; on a line it passes, only the signatures
+  one of whose runs is in the message are tried (a signature whose every pattern is tried this way never
+  needs its own regexes compiled);
+- once a log has shown many selected lines (`HYPERSCAN_AFTER`), with a hyperscan database of the
   patterns in prefilter mode (a superset where hyperscan cannot express a pattern exactly), which scans
   a message in about a microsecond. Compiling costs tens of milliseconds, so small logs never pay it.
 
@@ -18,11 +21,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 
 from dsv4ctl.catalogue.signature import Signature
 
-ALTERNATION_AFTER = 500  # selected lines before the one `re` alternation is worth compiling (about 50 ms)
 HYPERSCAN_AFTER = 4000  # selected lines before the hyperscan database is worth compiling
+GATE_MIN = 4  # a pattern whose alternative holds no literal run this long is tried on every line
 _NAMED_GROUP = re.compile(r"[(][?]P<[A-Za-z_][A-Za-z0-9_]*>")
 
 
@@ -31,10 +35,55 @@ def plain(pattern: str) -> str:
     return _NAMED_GROUP.sub("(?:", pattern)
 
 
+def _runs(items) -> list[str]:
+    """The runs of literal characters in a parsed regex sequence."""
+    from re import _constants as c  # noqa: PLC0415 - the regex parser's own constants
+
+    out, cur = [], []
+    for op, av in items:
+        if op is c.LITERAL:
+            cur.append(chr(av))
+            continue
+        if cur:
+            out.append("".join(cur))
+            cur = []
+    if cur:
+        out.append("".join(cur))
+    return out
+
+
+def _branches(items) -> list:
+    """The alternatives of a parsed regex (a lone group or alternation at the top is opened)."""
+    from re import _constants as c  # noqa: PLC0415
+
+    items = list(items)
+    while len(items) == 1 and items[0][0] in (c.SUBPATTERN, c.BRANCH):
+        op, av = items[0]
+        if op is c.BRANCH:
+            return [b for alt in av[1] for b in _branches(alt)]
+        items = list(av[3])
+    return [items]
+
+
+@lru_cache(maxsize=None)
+def required_literals(pattern: str) -> tuple[tuple[str, ...], ...]:
+    """For each top-level alternative of `pattern`, its runs of literal text, longest first: every line the
+    alternative matches holds each of them. A pattern that ignores case gives one alternative without runs
+    (nothing is required literally). Cached: the prefilter and the signature index both ask."""
+    from re import _parser  # noqa: PLC0415
+
+    parsed = _parser.parse(pattern)
+    if parsed.state.flags & re.IGNORECASE:
+        return ((),)
+    return tuple(tuple(sorted(_runs(alt), key=len, reverse=True)) for alt in _branches(parsed))
+
+
 class SignatureIndex:
     def __init__(self, catalogue: Sequence[Signature]) -> None:
         self.catalogue = tuple(catalogue)
-        self._any: re.Pattern[str] | None = None  # compiled at first use (tens of ms: not on --help)
+        self._gate: re.Pattern[str] | None = None  # built at first use (a few ms: not on --help)
+        self._words: tuple[tuple[int, tuple[str, ...]], ...] = ()  # per gated signature: the runs that admit it
+        self._ungated: tuple[int, ...] = ()  # signatures tried on every line
         self._seen = 0
         self._db = None  # hyperscan database; False when it cannot be had
         self._owner: list[int] = []  # pattern id -> index of its signature
@@ -52,11 +101,28 @@ class SignatureIndex:
                 self._db = False
             else:
                 return [self.catalogue[i] for i in sorted(hits)] + list(self._always) if hits else self._always
-        if self._seen <= ALTERNATION_AFTER:
-            return self.catalogue  # a small log: trying each signature costs less than compiling one alternation
-        if self._any is None:
-            self._any = re.compile("|".join(f"(?:{plain(p)})" for sig in self.catalogue for p in sig.patterns))
-        return self.catalogue if self._any.search(message) else ()
+        if self._gate is None:
+            self._build_gate()
+        if self._gate.search(message) is None:
+            return [self.catalogue[i] for i in self._ungated]
+        picked = set(self._ungated)
+        picked.update(i for i, runs in self._words if any(r in message for r in runs))
+        return [self.catalogue[i] for i in sorted(picked)]
+
+    def _build_gate(self) -> None:
+        """Per signature, the longest literal run of each alternative of each pattern; a signature with an
+        alternative that has none (or only a short one) is ungated."""
+        words: list[tuple[int, tuple[str, ...]]] = []
+        ungated: list[int] = []
+        for i, sig in enumerate(self.catalogue):
+            runs = [alt[0] if alt and len(alt[0]) >= GATE_MIN else None for p in sig.patterns for alt in required_literals(p)]
+            if not runs or None in runs:
+                ungated.append(i)
+            else:
+                words.append((i, tuple(dict.fromkeys(runs))))
+        texts = sorted({r for _i, runs in words for r in runs}, key=lambda r: (-len(r), r))
+        self._words, self._ungated = tuple(words), tuple(ungated)
+        self._gate = re.compile("|".join(re.escape(t) for t in texts) or "(?!)")
 
     def _compile(self):
         try:
@@ -109,9 +175,9 @@ class LineSorter:
         self.alert = tuple(alert)
         self.groups = tuple(tuple(plain(p) for p in group) for group in requests)
         self.request = tuple(p for group in self.groups for p in group)
-        self._alert_re = re.compile("|".join(self.alert))
-        self._request_re = re.compile("|".join(f"(?:{p})" for p in self.request) or "(?!)")
-        self._group_res = tuple(re.compile("|".join(f"(?:{p})" for p in group)) for group in self.groups)
+        self._alert_re: re.Pattern[str] | None = None  # compiled at the first line sorted (a log that serves)
+        self._request_re: re.Pattern[str] | None = None
+        self._group_res: tuple[re.Pattern[str], ...] = ()
         self._seen = 0
         self._db = None
         self._span_db = None
@@ -124,7 +190,14 @@ class LineSorter:
         # A spawned scanner gets the patterns; it compiles its own databases.
         return {**self.__dict__, "_db": None, "_span_db": None}
 
+    def _compile_re(self) -> None:
+        self._alert_re = re.compile("|".join(self.alert))
+        self._request_re = re.compile("|".join(f"(?:{p})" for p in self.request) or "(?!)")
+        self._group_res = tuple(re.compile("|".join(f"(?:{p})" for p in group)) for group in self.groups)
+
     def exact(self, raw: str) -> int:
+        if self._alert_re is None:
+            self._compile_re()
         if self._alert_re.search(raw):
             return self.ALERT
         if self._request_re.search(raw):

@@ -38,6 +38,7 @@ import re
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, NamedTuple, Protocol
 
+from dsv4ctl.catalogue.signature_index import required_literals
 from dsv4ctl.logs.reader import MAX_LINE_BYTES, decode, iter_spans
 
 # The scan reads 2 MiB at a time: hyperscan, the newline count and the line lookups then pass over data
@@ -187,44 +188,6 @@ PATTERNS: tuple[str, ...] = (
     "Not enough free disk space",
 )
 
-def _runs(items) -> list[str]:
-    """The runs of literal characters in a parsed regex sequence."""
-    from re import _constants as c  # noqa: PLC0415 - the regex parser's own constants
-
-    out, cur = [], []
-    for op, av in items:
-        if op is c.LITERAL:
-            cur.append(chr(av))
-            continue
-        if cur:
-            out.append("".join(cur))
-            cur = []
-    if cur:
-        out.append("".join(cur))
-    return out
-
-
-def _branches(items) -> list:
-    """The alternatives of a parsed regex (a lone group or alternation at the top is opened)."""
-    from re import _constants as c  # noqa: PLC0415
-
-    items = list(items)
-    while len(items) == 1 and items[0][0] in (c.SUBPATTERN, c.BRANCH):
-        op, av = items[0]
-        if op is c.BRANCH:
-            return [b for alt in av[1] for b in _branches(alt)]
-        items = list(av[3])
-    return [items]
-
-
-def required_literals(pattern: str) -> list[list[str]]:
-    """For each top-level alternative of `pattern`, its runs of literal text, longest first: every line the
-    alternative matches holds each of them."""
-    from re import _parser  # noqa: PLC0415
-
-    return [sorted(_runs(alt), key=len, reverse=True) for alt in _branches(_parser.parse(pattern))]
-
-
 def _ere(literal: str) -> str:
     """A literal as an entry read the same by Python re, hyperscan and grep -E."""
     return "".join("\\" + ch if ch in ".[]()*+?{}|^$\\" else ch for ch in literal)
@@ -266,7 +229,14 @@ def _factored(patterns: tuple[str, ...]) -> str:
 
 PATTERNS = PATTERNS + _signature_keywords(PATTERNS)
 _STR_RE = re.compile(_factored(PATTERNS), re.ASCII)
-_BYTES_RE = re.compile(_factored(PATTERNS).encode("utf-8"))
+_BYTES_RE: re.Pattern[bytes] | None = None  # the same for raw reads: compiled by the first scan without hyperscan
+
+
+def _bytes_re() -> re.Pattern[bytes]:
+    global _BYTES_RE
+    if _BYTES_RE is None:
+        _BYTES_RE = re.compile(_factored(PATTERNS).encode("utf-8"))
+    return _BYTES_RE
 
 
 def line_matches(raw: str) -> bool:
@@ -526,6 +496,7 @@ def _sparse_lines(data: bytes, s0: int, e0: int, ends: list[int] | None, lineno_
     counted = 0  # newlines in data[s0:counted_to]
     line_end = -1
     search_from = s0
+    bytes_re = _bytes_re() if positions is None else None
     while True:
         if positions is not None:
             pos = next(positions, None)
@@ -535,7 +506,7 @@ def _sparse_lines(data: bytes, s0: int, e0: int, ends: list[int] | None, lineno_
                 continue
             inside = max(pos - 1, s0)
         else:
-            m = _BYTES_RE.search(data, search_from, e0)
+            m = bytes_re.search(data, search_from, e0)
             if m is None:
                 break
             inside = m.start()
