@@ -1,0 +1,105 @@
+"""The answer to an error no signature explained: the family rule (dsv4ctl/catalogue/families) that covers its class,
+filled from the message's own arguments and this launch's flags; else the message itself as the headline.
+
+`answer(f, record, tl, log)` is called on the root finding that `ranking` built (`indexed_error`,
+`unrecognized_error`). A family rule reads the error's message, its quoted wrapper, its chain, its evidence lines and
+its frames; its `derive` step (answers_values, answers_world; keyed by rule id) computes what the templates need: the
+flag that sets a limit, the divisors that work, the cache a path belongs to, what a CUDA code means. A rule whose step
+finds nothing to say (a limit no flag sets) declines, and the next rule is tried. What the message index knew
+(source, releases) stays in the details.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Callable
+
+from dsv4ctl.catalogue.signature import Signature
+from dsv4ctl.diagnosis.answers_values import DERIVE as _VALUES
+from dsv4ctl.diagnosis.answers_world import DERIVE as _WORLD
+from dsv4ctl.diagnosis.evidence import command_parts, fill
+from dsv4ctl.diagnosis.model import Finding
+from dsv4ctl.logs.records import ErrorRecord
+from dsv4ctl.logs.timeline import StartupTimeline
+
+Derive = Callable[[dict[str, Any], StartupTimeline], "dict[str, Any] | None"]
+DERIVE: dict[str, Derive] = {**_VALUES, **_WORLD}
+
+ANSWERED = ("indexed_error", "unrecognized_error")
+_HEADLINE_MAX = 140
+
+
+def texts_of(f: Finding, record: ErrorRecord | None) -> list[str]:
+    """What a family rule reads: the message, the quoted wrapper and chain, the evidence lines, the frames."""
+    out: list[str] = []
+    for key in ("message", "template"):
+        value = f.details.get(key)
+        if isinstance(value, str) and value:
+            out.append(value)
+    out += [c for c in f.details.get("chain", []) if isinstance(c, str)]
+    out += [e.text for e in f.evidence if e.text]
+    if record is not None:
+        out += [f"frame: {fr.file}:{fr.lineno} in {fr.function}" for fr in record.frames[-8:]]
+    return out
+
+
+def answer(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, log: str) -> Finding:
+    """`f` answered by the first family rule that covers it, else with the message as its headline."""
+    if f.id not in ANSWERED:
+        return f
+    from dsv4ctl.catalogue.families import FAMILIES, FAMILY_OF  # compiled at the first failure no signature explains
+
+    texts = texts_of(f, record)
+    for rule in FAMILIES:
+        for text in texts:
+            m = rule.match(text)
+            if m is None:
+                continue
+            answered = _apply(rule, m.groupdict(), f, tl, log, FAMILY_OF.get(rule.id, ""))
+            if answered is not None:
+                return answered
+            break
+    return replace(f, title=headline(f))
+
+
+def _apply(rule: Signature, groups: dict[str, Any], f: Finding, tl: StartupTimeline, log: str, family: str) -> Finding | None:
+    details: dict[str, Any] = {**f.details, **command_parts(tl, log)}
+    details.update({k: v for k, v in groups.items() if v is not None})
+    details["release"] = tl.vllm_version
+    step = DERIVE.get(rule.id)
+    if step is not None:
+        extra = step(details, tl)
+        if extra is None:
+            return None
+        details.update(extra)
+    actions = _dedupe([a for a in (fill(t, details) for t in rule.actions) if a and a.strip()])
+    if not actions:
+        return None
+    title = fill(rule.title, details) or rule.title.split("{")[0].strip()
+    meaning = fill(rule.meaning, details) or f.meaning
+    if f.id == "indexed_error" and details.get("cite"):
+        meaning = f"{meaning} The message is {details.get('package', 'vllm')}'s ({details['cite']})."
+    details["family"] = family
+    details["answered_from"] = f.id
+    return replace(f, id=rule.id, title=title, meaning=meaning, actions=actions, details=details, tier=rule.tier,
+                   severity=rule.severity, role=rule.role)
+
+
+def _dedupe(actions: list[str]) -> list[str]:
+    """One action per instruction: an action that a longer one repeats with a command added (the same advice for a
+    log that names its model) is dropped."""
+    out: list[str] = []
+    for a in actions:
+        head = a.split(":")[0]
+        if any(o != a and o.startswith(head) and len(o) > len(a) for o in actions):
+            continue
+        if a not in out:
+            out.append(a)
+    return out
+
+
+def headline(f: Finding) -> str:
+    """An error no rule explains is headed by its own message, trimmed."""
+    text = str(f.details.get("message") or (f.evidence[0].text if f.evidence else "") or f.title).strip()
+    text = " ".join(text.split())
+    return text if len(text) <= _HEADLINE_MAX else text[: _HEADLINE_MAX - 1].rstrip() + "…"

@@ -1,0 +1,274 @@
+"""Derive steps of the value and file families (dsv4ctl/catalogue/families/values.py, files.py): the flag behind a
+limit, the divisors that work, the nearest valid choice, which cache a path is and the variable that moves it."""
+
+from __future__ import annotations
+
+import difflib
+import posixpath
+import re
+import shlex
+from typing import Any, Callable
+
+from dsv4ctl.diagnosis.answers_common import arg, flag_for, serve_with
+from dsv4ctl.logs.timeline import StartupTimeline
+
+Details = dict[str, Any]
+
+
+def _int(v: Any) -> int | None:
+    try:
+        return int(str(v).replace(",", ""))
+    except (TypeError, ValueError):
+        return None
+
+
+def _clean(name: str | None) -> str:
+    return (name or "").strip().strip("`'\" ")
+
+
+def _over_limit(d: Details, tl: StartupTimeline) -> Details | None:
+    value, limit = _int(d.get("value")), _int(d.get("limit"))
+    if value is None or limit is None:
+        return None
+    limit_name, what = _clean(d.get("limit_name")), _clean(d.get("what"))
+    limit_flag = flag_for(limit_name, tl.vllm_version)
+    what_flag = flag_for(what, tl.vllm_version)
+    if limit_flag is None and what_flag is None:
+        return None
+    out: Details = {"limit_name": limit_name, "what": what}
+    if limit_flag:
+        key = limit_flag.lstrip("-").replace("-", "_")
+        now = arg(tl, key)
+        out.update(limit_flag=limit_flag, limit_now=f"{limit_flag} {now}" if now is not None else f"the default {limit}")
+        out["limit_sentence"] = f"{limit_flag} sets {limit_name} ({'this launch: ' + str(now) if now is not None else 'the default here: ' + str(limit)})."
+        cmd = serve_with(tl, {key: value})
+        if cmd:
+            out["serve_raise"] = cmd
+    else:
+        out["limit_sentence"] = f"{what_flag} sets {what}."
+    out["what_hint"] = f" ({what_flag} {limit})" if what_flag else (" (an adapter of rank ≤ %d)" % limit if "rank" in what.lower() else "")
+    return out
+
+
+def _under_minimum(d: Details, tl: StartupTimeline) -> Details | None:
+    value, limit = _int(d.get("value")), _int(d.get("limit"))
+    what_flag = flag_for(d.get("what"), tl.vllm_version)
+    if value is None or limit is None or what_flag is None:
+        return None
+    out: Details = {"what_flag": what_flag, "limit_sentence": f"{what_flag} sets {d.get('what')}."}
+    limit_flag = flag_for(d.get("limit_name"), tl.vllm_version)
+    if limit_flag:
+        out["limit_flag"] = limit_flag
+    cmd = serve_with(tl, {what_flag.lstrip("-").replace("-", "_"): limit})
+    if cmd:
+        out["serve_raise_what"] = cmd
+    return out
+
+
+def _divisors(n: int, top: int = 64) -> list[int]:
+    return [k for k in range(1, min(n, top) + 1) if n % k == 0]
+
+
+def _sizes(values: list[int]) -> str:
+    return ", ".join(str(v) for v in values[:10]) + (" …" if len(values) > 10 else "")
+
+
+_PARALLEL = (("tensor parallel", "tensor_parallel_size"), ("tp_size", "tensor_parallel_size"), ("tp size", "tensor_parallel_size"),
+             ("pipeline", "pipeline_parallel_size"), ("ep_size", "ep"), ("expert parallel", "ep"), ("world", "world"))
+
+
+def _not_divisible(d: Details, tl: StartupTimeline) -> Details | None:
+    a, b = _int(d.get("a")), _int(d.get("b"))
+    if not a or not b:
+        return None
+    a_name, b_name = _clean(d.get("a_name")), _clean(d.get("b_name"))
+    low = b_name.lower()
+    out: Details = {"a_name": a_name, "b_name": b_name}
+    tp = tl.tensor_parallel_size or _int(arg(tl, "tensor_parallel_size"))
+    if "block" in low and ("quant" in low or low.startswith("block")):
+        return _block_split(out, a, b, a_name, b_name, tp, tl)
+    kind = next((k for word, k in _PARALLEL if word in low), None)
+    if kind is None and "block" not in low:
+        flag = flag_for(b_name, tl.vllm_version)
+        if flag is None:
+            return None
+        ok = _divisors(a)
+        out.update(divide_sentence=f"{a_name} ({a}) must split evenly into {b_name} ({b}) parts; {b} does not divide {a}.",
+                   divide_action=f"Use a {flag} that divides {a}: {_sizes(ok)}")
+        return out
+    ok = [k for k in _divisors(a) if k > 1] or [1]
+    if kind == "ep":
+        extra = (-a) % b
+        out["divide_sentence"] = (f"With expert parallelism each of the {b} ranks holds the same number of experts, so "
+                                  f"{a} experts must divide by {b}. The EP size is --tensor-parallel-size × "
+                                  "--data-parallel-size.")
+        out["divide_action"] = f"Use an EP size (TP × DP) that divides {a}: {_sizes(ok)}"
+        out["divide_action_2"] = (f"Or add {extra} redundant experts so that {a} + {extra} = {a + extra} divides by {b}: "
+                                  f"--eplb-config '{{\"num_redundant_experts\": {extra}}}' (with --enable-eplb)")
+        return out
+    flag = {"tensor_parallel_size": "--tensor-parallel-size", "pipeline_parallel_size": "--pipeline-parallel-size"}.get(kind or "")
+    out["divide_sentence"] = f"{a_name} ({a}) is split evenly across {b} ranks; {b} does not divide {a}."
+    out["divide_action"] = f"Use {flag or 'a parallel size'} that divides {a}: {_sizes(ok)}"
+    if flag and tl.model:
+        good = [k for k in ok if k < b] or ok
+        cmd = serve_with(tl, {kind: good[-1]})
+        if cmd:
+            out["divide_action_2"] = f"For example {flag} {good[-1]}: {cmd}"
+    out["divide_action_3"] = "Use the other GPUs through --pipeline-parallel-size or --data-parallel-size"
+    return out
+
+
+def _block_split(out: Details, part: int, block: int, a_name: str, b_name: str, tp: int | None, tl: StartupTimeline) -> Details:
+    """A per-GPU slice of a quantized weight that is not a whole number of quantization blocks."""
+    if tp and tp > 1:
+        full = part * tp
+        works = [t for t in range(1, 65) if full % t == 0 and (full // t) % block == 0]
+        out["divide_sentence"] = (
+            f"FP8 block quantization stores weights in {block}-wide blocks, so every GPU's slice must be a whole number "
+            f"of blocks. At --tensor-parallel-size {tp} the slice is {full} / {tp} = {part}, and {part} is not a multiple "
+            f"of {block}. ({full} is {a_name} times {tp}: the layer's full size.)")
+        out["divide_action"] = f"Use a --tensor-parallel-size that keeps whole blocks: {_sizes(works)} ({full} / TP a multiple of {block})"
+        smaller = [t for t in works if t < tp]
+        if smaller:
+            t = smaller[-1]
+            mult = tp // t if tp % t == 0 else None
+            cmd = serve_with(tl, {"tensor_parallel_size": t, **({"pipeline_parallel_size": mult} if mult and mult > 1 else {})})
+            out["divide_action_2"] = (f"For the same {tp} GPUs: --tensor-parallel-size {t}"
+                                      + (f" --pipeline-parallel-size {mult}" if mult and mult > 1 else "")
+                                      + (f" (or data parallelism): {cmd}" if cmd else " (or data parallelism)"))
+    else:
+        out["divide_sentence"] = (
+            f"FP8 block quantization stores weights in {block}-wide blocks; the per-GPU slice {part} ({a_name}) is the "
+            f"layer's size divided by the tensor-parallel size, and it is not a multiple of {block}.")
+        out["divide_action"] = f"Use a smaller --tensor-parallel-size, so that the layer's size / TP is a multiple of {block}"
+    if "gate" in a_name or "up" in a_name or "expert" in a_name.lower():
+        out["divide_action_3"] = ("For a MoE layer, expert parallelism keeps each expert's weights whole: --enable-expert-parallel")
+    else:
+        out["divide_action_3"] = "Use the other GPUs through --pipeline-parallel-size or --data-parallel-size"
+    return out
+
+
+def _split_choices(text: str | None) -> list[str]:
+    if not text:
+        return []
+    return [c for c in (p.strip().strip("'\"[]{}() ") for p in re.split(r"[,\s]+", text)) if c]
+
+
+def _unknown_choice(d: Details, tl: StartupTimeline) -> Details | None:
+    value = _clean(d.get("value"))
+    if not value:
+        return None
+    what = _clean(d.get("what")) or (d.get("flag") or "value")
+    choices = _split_choices(d.get("choices"))
+    registry = {"tool call parser": "tool_call_parser", "reasoning parser": "reasoning_parser", "tokenizer_mode": "tokenizer_mode",
+                "quantization method": "quantization", "Invalid attention backend": "attention_backend"}.get(what, (d.get("flag") or "").lstrip("-").replace("-", "_") or None)
+    first = None
+    try:
+        from dsv4ctl.catalogue import vllm_flags
+    except ImportError:
+        vllm_flags = None  # type: ignore[assignment]
+    if vllm_flags is not None and registry:
+        try:
+            known = list(vllm_flags.choices(registry, tl.vllm_version.split("+")[0] if tl.vllm_version else None) or ())
+            choices = choices or known
+            first = vllm_flags.first_release(registry, value)
+        except Exception:  # noqa: BLE001 - advice data only
+            pass
+    out: Details = {"what": what.replace("Invalid ", ""), "value_q": f"'{value}'"}
+    out["choice_sentence"] = f"The launch asked for {what} '{value}', which this vLLM does not have."
+    if choices:
+        out["choices_short"] = ", ".join(choices[:24]) + (" …" if len(choices) > 24 else "")
+        near = difflib.get_close_matches(value, choices, n=1, cutoff=0.5)
+        if near:
+            out["nearest_q"] = f"'{near[0]}'"
+            flag = d.get("flag") or ("--" + registry.replace("_", "-") if registry else None)
+            if flag and registry:
+                cmd = serve_with(tl, {registry: near[0]})
+                if cmd:
+                    out["serve_choice"] = cmd
+    if first:
+        out["first_release_sentence"] = f"'{value}' first appears in vLLM {first}: upgrade to it or later to use it"
+    if not choices and not first:
+        return None
+    return out
+
+
+# Caches by a path's parts, with the variable that moves each (huggingface_hub==2.4.0 constants.py HF_HOME;
+# vllm==0.32.0 vllm/envs.py VLLM_CACHE_ROOT; triton==3.9.0 knobs.py TRITON_CACHE_DIR; torch==2.13.0
+# torch/_inductor/runtime/cache_dir_utils.py TORCHINDUCTOR_CACHE_DIR; numba NUMBA_CACHE_DIR; outlines OUTLINES_CACHE_DIR;
+# flashinfer FLASHINFER_WORKSPACE_BASE; XDG_CACHE_HOME for the rest under ~/.cache).
+_CACHES = (
+    ("huggingface", "the Hugging Face cache (models, tokenizers)", "HF_HOME", "/tmp/hf"),
+    (".triton", "Triton's kernel cache", "TRITON_CACHE_DIR", "/tmp/triton"),
+    ("triton", "Triton's kernel cache", "TRITON_CACHE_DIR", "/tmp/triton"),
+    ("torchinductor", "torch.compile's (Inductor's) cache", "TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor"),
+    ("vllm", "vLLM's cache (compiled graphs, model info)", "VLLM_CACHE_ROOT", "/tmp/vllm-cache"),
+    ("numba", "Numba's cache", "NUMBA_CACHE_DIR", "/tmp/numba"),
+    ("outlines", "Outlines' cache", "OUTLINES_CACHE_DIR", "/tmp/outlines"),
+    ("flashinfer", "FlashInfer's JIT cache", "FLASHINFER_WORKSPACE_BASE", "/tmp/flashinfer"),
+    (".cache", "the user's cache directory (~/.cache)", "XDG_CACHE_HOME", "/tmp/cache"),
+)
+
+
+def _cache(d: Details, tl: StartupTimeline) -> Details | None:
+    path = _clean(d.get("path"))
+    if not path:
+        return None
+    parts = path.lower()
+    for word, name, var, example in _CACHES:
+        if word in parts:
+            break
+    else:
+        if path.startswith("/dev/"):
+            return None  # a device node: the device families say more
+        name, var, example = "a directory the server writes", None, None
+    out: Details = {"cache_name": name, "parent": shlex.quote(posixpath.dirname(path.rstrip("/")) or "/")}
+    if var:
+        out.update(cache_var=var, cache_example=example)
+    if path.startswith("/.cache") or path.startswith("/.triton") or path.startswith("/.config"):
+        out["uid_sentence"] = ("The path starts at / because HOME is / : the container runs as a user with no home "
+                               "directory (OpenShift's arbitrary user id, a securityContext runAsUser).")
+        out["uid_action"] = ("Give that user a writable home, HOME=/tmp, or move every cache: HF_HOME, VLLM_CACHE_ROOT, "
+                             "TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, XDG_CACHE_HOME")
+    else:
+        out["uid_sentence"] = "The user the process runs as has no write permission there."
+    return out
+
+
+def _path_kind(path: str) -> tuple[str, str, str]:
+    low = path.lower()
+    if "adapter" in low or "lora" in low:
+        return ("LoRA adapter", "An adapter is read from the path given in --lora-modules NAME=PATH (or a request's lora_path).",
+                "Point --lora-modules at a directory that holds adapter_config.json and the adapter weights")
+    if low.endswith((".jinja", ".j2")) or "template" in low:
+        return ("Chat template", "--chat-template takes a file the API server process can read (or the template text itself).",
+                "Give --chat-template a path that exists where the API server runs")
+    if low.endswith(("config.json", ".safetensors", ".bin", "tokenizer.json", "tokenizer_config.json")) or "/models" in low or "snapshots" in low:
+        return ("Model file", "The model directory (the positional model argument or --tokenizer) lacks this file, or is not mounted.",
+                "Check the model directory is complete (config.json, tokenizer files, *.safetensors) and mounted at that path")
+    if ".triton" in low or "torchinductor" in low or "/cache" in low or ".cache" in low:
+        return ("Cache file", "A compile or download cache entry vanished while it was used: two processes sharing one cache "
+                "directory, or a cache cleaned underneath.",
+                "Give each server its own cache directory (TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, VLLM_CACHE_ROOT), or clear it and restart")
+    return ("Path", "", "Pass a path that exists on this node, or mount it into the container")
+
+
+def _missing(d: Details, tl: StartupTimeline) -> Details | None:
+    path = _clean(d.get("path"))
+    if not path or path.startswith("/dev/"):
+        return None
+    kind, sentence, action = _path_kind(path)
+    parent = posixpath.dirname(path.rstrip("/")) or "/"
+    return {"path_kind": kind, "path_sentence": sentence, "path_action": action, "parent_q": shlex.quote(parent),
+            "mount_action": ("In a container, the path must be inside a mounted volume: docker inspect -f '{{json .Mounts}}' "
+                             "CONTAINER, or the pod's volumeMounts")}
+
+
+DERIVE: dict[str, Callable[[Details, StartupTimeline], Details | None]] = {
+    "value_over_limit": _over_limit,
+    "value_under_minimum": _under_minimum,
+    "value_not_divisible": _not_divisible,
+    "value_unknown_choice": _unknown_choice,
+    "cache_dir_not_writable": _cache,
+    "path_not_found": _missing,
+}

@@ -1,0 +1,378 @@
+"""Derive steps of the device, cluster, package, Hub and model families (dsv4ctl/catalogue/families/): what a CUDA or
+NPU code means and what operators did about it, which package a module is, the launch's command with the fix."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Callable
+
+from dsv4ctl.diagnosis.answers_common import arg, serve_with, with_command
+from dsv4ctl.logs.timeline import StartupTimeline
+
+Details = dict[str, Any]
+
+# CUDA runtime error codes operators meet, by code, with the runtime's name and text (CUDA runtime 13.0
+# cudaGetErrorString, in the message index) and what they mean in a vLLM deployment, with the threads behind the fix.
+CUDA_CODES: dict[int, tuple[str, str, str, tuple[str, ...]]] = {
+    1: ("cudaErrorInvalidValue", "invalid argument",
+        "A CUDA call got an argument it refuses. In vLLM this is usually a collective or kernel set-up on a topology it does "
+        "not support (custom all-reduce, DeepEP), or a kernel given an empty or oversized shape.",
+        ("Rerun with CUDA_LAUNCH_BLOCKING=1 so the failing call raises at its own line",
+         "If the frames are in all-reduce or communicator set-up: --disable-custom-all-reduce (vllm-project/vllm#5613)")),
+    2: ("cudaErrorMemoryAllocation", "out of memory",
+        "The GPU had no memory left for an allocation outside PyTorch's caching allocator (a kernel workspace, NCCL, a CUDA graph).",
+        ("Leave more memory outside the KV cache: a lower --gpu-memory-utilization",
+         "Or capture fewer CUDA graphs: --enforce-eager to confirm, then a smaller --max-cudagraph-capture-size")),
+    3: ("cudaErrorInitializationError", "initialization error",
+        "CUDA could not initialise in this process: the driver is not loaded, or CUDA was initialised in a parent before fork.",
+        ("Check the driver on the node: nvidia-smi", "Start workers with spawn: VLLM_WORKER_MULTIPROC_METHOD=spawn")),
+    35: ("cudaErrorInsufficientDriver", "CUDA driver version is insufficient for CUDA runtime version",
+         "The installed NVIDIA driver is older than the CUDA runtime this torch/vLLM build ships.",
+         ("Upgrade the host driver to one that supports the build's CUDA (nvidia-smi shows the driver's CUDA; python -c "
+          "'import torch; print(torch.version.cuda)' the build's)", "Or install a torch/vLLM build for the driver's CUDA "
+          "(nagadomi/nunif#702)")),
+    100: ("cudaErrorNoDevice", "no CUDA-capable device is detected",
+          "This process sees no GPU at all: the container was started without GPUs, or CUDA_VISIBLE_DEVICES is empty or wrong.",
+          ("Give the container its GPUs: docker run --gpus all (on Kubernetes a nvidia.com/gpu limit and the NVIDIA runtime class)",
+           "Check inside the container: nvidia-smi -L; echo $CUDA_VISIBLE_DEVICES")),
+    101: ("cudaErrorInvalidDevice", "invalid device ordinal",
+          "A process asked for a GPU index this node does not have: more ranks than visible GPUs, or CUDA_VISIBLE_DEVICES lists fewer.",
+          ("Make TP × PP (× local DP) equal the GPUs visible on the node: nvidia-smi -L; echo $CUDA_VISIBLE_DEVICES",)),
+    209: ("cudaErrorNoKernelImageForDevice", "no kernel image is available for execution on the device",
+          "The build has no kernels compiled for this GPU's architecture.",
+          ("Use a vLLM/torch build whose TORCH_CUDA_ARCH_LIST includes this GPU (nvidia-smi --query-gpu=compute_cap --format=csv)",)),
+    400: ("cudaErrorInvalidResourceHandle", "invalid resource handle",
+          "A CUDA handle (a stream, event or IPC memory handle) was not valid in this process: IPC across containers or nodes, "
+          "or a communicator (DeepEP/NVSHMEM) set up for another fabric.",
+          ("If the frames are DeepEP's: another --all2all-backend, or enable IBGDA / the MNNVL fabric API for it (vllm-project/vllm#39925)",
+           "Rerun with CUDA_LAUNCH_BLOCKING=1 so the failing call raises at its own line")),
+    719: ("cudaErrorLaunchFailure", "unspecified launch failure",
+          "A kernel faulted (often an Xid error in the kernel log): the GPU's state is lost for this process.",
+          ("Look for Xid errors on the node: dmesg | grep -i xid", "Reset or drain the GPU if they repeat: nvidia-smi -q -d ECC,PAGE_RETIREMENT")),
+    802: ("cudaErrorSystemNotReady", "system not yet initialized",
+          "On NVSwitch systems (HGX H100/H200/B200) CUDA waits for the fabric manager, which is not running or not the driver's version.",
+          ("Start the fabric manager of the same version as the driver: systemctl enable --now nvidia-fabricmanager "
+           "(gpustack/gpustack#1254)", "Check its state: systemctl status nvidia-fabricmanager; nvidia-smi -q | grep -i fabric")),
+    803: ("cudaErrorCompatNotSupportedOnDevice", "system has unsupported display driver / cuda driver combination",
+          "The container's CUDA forward-compatibility library (cuda-compat) was loaded over the host driver and does not match it.",
+          ("Let the host driver win: remove the compat path from the loader (rm -f /etc/ld.so.conf.d/cuda-compat.conf && ldconfig "
+           "in the image), or VLLM_ENABLE_CUDA_COMPATIBILITY=0 where the image supports it (vllm-project/vllm#33992)",)),
+    804: ("cudaErrorCompatNotSupportedOnDevice", "forward compatibility was attempted on non supported HW",
+          "CUDA forward compatibility works only on datacenter GPUs; on this GPU the image's CUDA needs a newer host driver.",
+          ("Upgrade the host driver to one that supports the image's CUDA natively, or use an image for an older CUDA "
+           "(gpustack/gpustack#1254, vllm-project/vllm#4940)",)),
+    999: ("cudaErrorUnknown", "unknown error",
+          "CUDA could not talk to the driver: usually the nvidia_uvm module is missing or broken (after a suspend, or /dev/nvidia-uvm "
+          "not passed into the container).",
+          ("Reload the UVM module with no GPU process running: sudo modprobe -r nvidia_uvm && sudo modprobe nvidia_uvm (pytorch/pytorch#49081)",
+           "In a container, check /dev/nvidia-uvm exists: ls -l /dev/nvidia-uvm*")),
+}
+_BY_TEXT = {text: code for code, (_n, text, _m, _a) in CUDA_CODES.items()}
+_BY_NAME = {name: code for code, (name, _t, _m, _a) in CUDA_CODES.items()}
+_DRIVER_NAMES = {"CUDA_ERROR_INVALID_VALUE": 1, "CUDA_ERROR_OUT_OF_MEMORY": 2, "CUDA_ERROR_NO_DEVICE": 100,
+                 "CUDA_ERROR_INVALID_DEVICE": 101, "CUDA_ERROR_INVALID_HANDLE": 400, "CUDA_ERROR_LAUNCH_FAILED": 719,
+                 "CUDA_ERROR_SYSTEM_NOT_READY": 802, "CUDA_ERROR_UNKNOWN": 999, "CUDA_ERROR_NO_BINARY_FOR_GPU": 209}
+
+
+def _cuda(d: Details, tl: StartupTimeline) -> Details | None:
+    code = None
+    if d.get("code"):
+        code = int(d["code"])
+    elif d.get("cuda_name"):
+        code = _BY_NAME.get(d["cuda_name"]) or _DRIVER_NAMES.get(d["cuda_name"])
+    elif d.get("cuda_text"):
+        text = d["cuda_text"].strip().lower()
+        code = next((c for t, c in _BY_TEXT.items() if text.startswith(t)), None)
+    if code not in CUDA_CODES:
+        return None
+    name, text, meaning, actions = CUDA_CODES[code]
+    out: Details = {"cuda_name": f"{name}, {code}", "cuda_text": text, "cuda_meaning": meaning}
+    for key, action in zip(("cuda_action", "cuda_action_2", "cuda_action_3"), actions):
+        out[key] = action
+    return out
+
+
+def _custom_ar(d: Details, tl: StartupTimeline) -> Details:
+    return with_command("serve_disable_car", serve_with(tl, {"disable_custom_all_reduce": True}))
+
+
+def _deepep(d: Details, tl: StartupTimeline) -> Details:
+    now = arg(tl, "all2all_backend")
+    other = "allgather_reducescatter" if now != "allgather_reducescatter" else "naive"
+    cmd = serve_with(tl, {"all2all_backend": other})
+    return {"a2a_other": cmd or f"--all2all-backend {other}"}
+
+
+_NPU = {
+    "NPU out of memory": ("The NPU ran out of memory ({code} more was asked for).",
+                          "Leave more NPU memory free: a lower --gpu-memory-utilization, --max-num-seqs or --max-model-len",
+                          "Reduce fragmentation: PYTORCH_NPU_ALLOC_CONF=expandable_segments:True"),
+    "EI0006": ("HCCL timed out waiting for a socket from another rank: that rank is stuck or unreachable.",
+               "Find the rank that did not arrive (its own log); raise HCCL_CONNECT_TIMEOUT only if it was merely slow",
+               "Check the ranks reach each other on the HCCL interface (HCCL_SOCKET_IFNAME)"),
+    "Invalid device id": ("The process asked for an NPU index the visible devices do not have.",
+                          "Use a contiguous ASCEND_RT_VISIBLE_DEVICES range, so that logical ids start at 0",
+                          "With Ray: RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES=1 and ASCEND_RT_VISIBLE_DEVICES on each node"),
+    "undefined symbol": ("torch_npu, CANN and vllm-ascend are not the combination they were built for.",
+                         "Install the torch_npu / CANN / vllm-ascend versions the vllm-ascend release documents (or its image)",
+                         "Install vllm first, then vllm-ascend, so that vllm-ascend's pinned torch wins"),
+}
+
+
+def _npu(d: Details, tl: StartupTimeline) -> Details | None:
+    kind = d.get("npu_kind") or ""
+    code = d.get("npu_code") or ""
+    key = kind or ("EI0006" if code == "EI0006" else "")
+    if key in _NPU:
+        meaning, a1, a2 = _NPU[key]
+        return {"npu_code": code or kind, "npu_meaning": meaning.format(code=code), "npu_action": a1, "npu_action_2": a2}
+    if code.startswith("5070") or re.match(r"E[EZHL][0-9]{4}", code):
+        return {"npu_code": code, "npu_meaning": f"The CANN runtime reported {code}: an operator failed on the NPU.",
+                "npu_action": "Rerun with ASCEND_LAUNCH_BLOCKING=1 to name the failing operator (then unset it: it is slow)",
+                "npu_action_2": "Read the device log (plog, under ~/ascend/log) for the code behind it"}
+    return None
+
+
+# Top-level modules operators find missing, with the package that provides them.
+_PACKAGES = {
+    "mooncake": ("mooncake-transfer-engine", "Mooncake's transfer engine, for the Mooncake KV connector"),
+    "nixl": ("nixl", "NIXL, for the NixlConnector"),
+    "lmcache": ("lmcache", "LMCache, for the LMCache connector"),
+    "deep_gemm": ("deep_gemm", "DeepGEMM (built from source at the revision vLLM pins)"),
+    "deep_ep": ("deep_ep", "DeepEP (built from source, with NVSHMEM)"),
+    "flash_attn": ("flash-attn", "FlashAttention"),
+    "flashinfer": ("flashinfer-python", "FlashInfer"),
+    "hf_transfer": ("hf_transfer", "hf_transfer (or unset HF_HUB_ENABLE_HF_TRANSFER)"),
+    "ray": ("ray", "Ray, for --distributed-executor-backend ray"),
+    "triton": ("triton", "Triton"),
+    "torch_npu": ("torch-npu", "torch_npu, for Ascend"),
+}
+
+
+def _module(d: Details, tl: StartupTimeline) -> Details | None:
+    module = d.get("module") or ""
+    top = module.split(".")[0]
+    if module == "vllm._C" or module.startswith("vllm._"):
+        return {"module_sentence": f"{module} is vLLM's compiled extension. It is missing when vLLM was installed from source "
+                "without building it, or when a vLLM source tree in the working directory shadows the installed package.",
+                "module_action": "Run from outside the source tree (cd /) so the installed vllm is imported",
+                "module_action_2": "Or build the extension: pip install -e . in the vLLM checkout (vllm-project/vllm#1814)"}
+    if top == "vllm":
+        return {"module_sentence": f"{module} is not in this vLLM: the code that imports it (a plugin, a KV connector such as "
+                "LMCache, a launcher) was written for another vLLM release.",
+                "module_action": "Install the plugin's release that matches this vLLM (pip show vllm), or the vLLM release it "
+                "was built for (LMCache/LMCache#1759)"}
+    if top in _PACKAGES:
+        pip, what = _PACKAGES[top]
+        return {"module_sentence": f"{module} is {what}; it is not installed in the Python environment vLLM runs in.",
+                "module_action": f"Install it into vLLM's environment: python -m pip install {pip}",
+                "module_action_2": f"Then check it imports: python -c 'import {top}'"}
+    if re.fullmatch(r"[a-z][a-z0-9_]+", top):
+        return {"module_sentence": f"{module} is not installed in the Python environment vLLM runs in.",
+                "module_action": f"Install the package that provides {top} into vLLM's environment (python -m pip install "
+                f"{top.replace('_', '-')} when the names agree), then check: python -c 'import {top}'"}
+    return None
+
+
+def _abi(d: Details, tl: StartupTimeline) -> Details | None:
+    lib = d.get("lib") or ""
+    name = lib.rsplit("/", 1)[-1] if lib else "A compiled extension"
+    pkg = next((p for p in ("vllm", "flash_attn", "torch_npu", "xformers", "deep_gemm", "flashinfer", "mooncake") if f"/{p}" in lib), None)
+    out: Details = {"lib_name": name, "symbol_short": d.get("symbol", "")[:60], "package_hint": pkg or "the package that ships it"}
+    if pkg == "vllm":
+        out["vllm_c_action"] = ("vLLM's own extension: reinstall vLLM with the torch it pins (pip install vllm==X installs it), "
+                                "never a torch upgraded by hand")
+    return out
+
+
+def _version(d: Details, tl: StartupTimeline) -> Details | None:
+    need = (d.get("need") or "").replace(" ", "") or (">=" + d["need_v"] if d.get("need_v") else "")
+    if not need or not d.get("package"):
+        return None
+    have = d.get("have")
+    return {"need": need, "need_spec": need, "have_text": f"{have} " if have else ""}
+
+
+def _toolchain(d: Details, tl: StartupTimeline) -> Details | None:
+    text = d.get("tool_text") or ""
+    if d.get("arch"):
+        return {"tool_text": f"ptxas does not know {d['arch']}",
+                "tool_meaning": f"Triton's bundled ptxas is older than this GPU ({d['arch']}).",
+                "tool_action": "Point Triton at the CUDA toolkit's ptxas: TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas (triton-lang/triton#8539)",
+                "tool_action_2": "Or upgrade Triton to a release that knows the architecture"}
+    if "C compiler" in text:
+        return {"tool_meaning": "Triton compiles a small C launcher at run time and found no C compiler in the image.",
+                "tool_action": "Install one in the image: apt-get install -y build-essential (or set CC to an existing compiler)"}
+    if "Python.h" in text:
+        return {"tool_meaning": "Triton's launcher build needs the Python headers of the interpreter, which the image lacks.",
+                "tool_action": "Install them: apt-get install -y python3-dev (the package for this Python's version)"}
+    if "NVCC" in text:
+        return {"tool_meaning": f"DeepGEMM compiles its kernels at run time with nvcc and needs nvcc ≥ {d.get('nvcc_need')}.",
+                "tool_action": "Point CUDA_HOME (and PATH) at a CUDA toolkit with a new enough nvcc (vllm-project/vllm#49051)"}
+    return None
+
+
+def _trust(d: Details, tl: StartupTimeline) -> Details:
+    repo = d.get("repo")
+    return {"repo_text": repo or "The model's repository", **with_command("serve_trust", serve_with(tl, {"trust_remote_code": True}))}
+
+
+def _windows(d: Details, tl: StartupTimeline) -> Details:
+    texts = " ".join(str(v) for v in d.values() if isinstance(v, str))
+    if re.search(r"[A-Za-z]:\\\\|[A-Za-z]:\\[A-Za-z]|\\site-packages\\|\.pyd\b|win32|WinError", texts):
+        return {"windows_text": "; here the paths are Windows', where vLLM does not run natively",
+                "windows_action": "vLLM does not support native Windows: run it under WSL2 or in a Linux container"}
+    return {"windows_text": ""}
+
+
+def _spec(d: Details, tl: StartupTimeline) -> Details:
+    cfg = arg(tl, "speculative_config")
+    if isinstance(cfg, str):
+        try:
+            cfg = json.loads(cfg)
+        except ValueError:
+            cfg = None
+    if isinstance(cfg, dict) and "num_speculative_tokens" not in cfg:
+        fixed = {**cfg, "num_speculative_tokens": 3}
+        cmd = serve_with(tl, {"speculative_config": fixed})
+        return {"spec_fixed": cmd or "--speculative-config '" + json.dumps(fixed) + "'"}
+    return {}
+
+
+def _feature(d: Details, tl: StartupTimeline) -> Details | None:
+    text = d.get("feature_text") or ""
+    if len(text) < 8:
+        return None
+    low = text.lower()
+    args = tl.serve_args or {}
+    flags = [f"--{k.replace('_', '-')}" for k in args if k not in ("model", "model_tag")]
+    out: Details = {"feature_flags_text": f"This launch set: {' '.join(flags[:12])}." if flags else ""}
+    if "speculative" in low or "draft" in low or "spec" in low:
+        out["feature_action"] = "Start without --speculative-config, or with a method this model supports (for DeepSeek: mtp)"
+    elif "lora" in low:
+        out["feature_action"] = "Start without --enable-lora, or serve a model whose architecture supports LoRA"
+    elif "cuda graph" in low or "cudagraph" in low:
+        out["feature_action"] = "Capture fewer graph kinds: --compilation-config '{\"cudagraph_mode\": \"PIECEWISE\"}', or --enforce-eager"
+    elif "expert parallel" in low:
+        out["feature_action"] = "Start without --enable-expert-parallel"
+    elif "pipeline" in low:
+        out["feature_action"] = "Use tensor or data parallelism instead of --pipeline-parallel-size"
+    else:
+        out["feature_action"] = "Turn off the feature the message names (the flag that enabled it), or use a release that implements it"
+    out["feature_action_2"] = "Check whether a newer vLLM implements it: the release notes, or vllm serve --help=all on that release"
+    return out
+
+
+def _block(d: Details, tl: StartupTimeline) -> Details:
+    sizes = [int(x) for x in re.findall(r"[0-9]+", d.get("sizes") or "")]
+    block = int(d.get("block") or 0)
+    good = sorted({s for s in sizes if s > 0})
+    fix = max((s for s in good if s >= 16), default=None) or (good[-1] if good else None)
+    out: Details = {"sizes_text": f" (they take {', '.join(map(str, good))})" if good else ""}
+    if fix and fix != block:
+        out["block_fix"] = fix
+        out.update(with_command("serve_block", serve_with(tl, {"block_size": fix})))
+    return out
+
+
+def _backend(d: Details, tl: StartupTimeline) -> Details:
+    if d.get("head"):
+        return {"head_text": f" (head size {d['head']})", "reasons_text": "",
+                "backend_action": "Use the backend that takes every head size, as the message says: --attention-backend FLEX_ATTENTION"
+                " (VLLM_ATTENTION_BACKEND=FLEX_ATTENTION on older releases)"}
+    reasons = re.findall(r"(\w+) is not valid[^\n]*?Reason: \[([^\]]*)\]", d.get("rest") or "")
+    text = "; ".join(f"{b}: {r}" for b, r in reasons[:4])
+    return {"head_text": "", "reasons_text": f" ({text})" if text else ""}
+
+
+def _tp_smaller(d: Details, tl: StartupTimeline) -> Details:
+    tp = tl.tensor_parallel_size
+    if tp and tp > 1:
+        return {"tp_text": f" ({tp})", "tp_smaller": f" than {tp}: {tp // 2}" + (f" or {tp // 4}" if tp >= 4 else "")}
+    return {"tp_text": "", "tp_smaller": ""}
+
+
+def _seqs(d: Details, tl: StartupTimeline) -> Details:
+    half = max(1, int(d.get("seqs") or 2) // 2)
+    return {"seqs_half": half, **with_command("serve_seqs", serve_with(tl, {"max_num_seqs": half}))}
+
+
+def _util(d: Details, tl: StartupTimeline) -> Details:
+    now = arg(tl, "gpu_memory_utilization")
+    return {"util_hint": f" (this launch: {now})" if now else " (the default is 0.9)"}
+
+
+def _kv_len(d: Details, tl: StartupTimeline) -> Details:
+    return with_command("serve_len", serve_with(tl, {"max_model_len": int(d["kv_tokens"])}))
+
+
+def _request_limit(d: Details, tl: StartupTimeline) -> Details | None:
+    if d.get("mm_limit"):
+        n = int(d["mm_limit"]) + 1
+        return {"limit_action": f"If such requests are expected, start with a higher limit: --limit-mm-per-prompt "
+                f"'{{\"{d.get('modality', 'image')}\": {n}}}' (vllm-project/vllm#13513)"}
+    if d.get("logprobs"):
+        return {"limit_action": "If clients need more, start with a larger --max-logprobs (vllm-project/vllm#5312)"}
+    text = d.get("limit_text") or ""
+    if "allowed-local-media-path" in text:
+        return {"limit_action": "Start with --allowed-local-media-path DIR (the directory the file URLs are under), or send "
+                "http(s) or data: URLs"}
+    if "tool choice" in text:
+        return {"limit_action": "Start with --enable-auto-tool-choice --tool-call-parser NAME (the parser for the model: "
+                "deepseek_v3, deepseek_v31, … as vllm serve --help lists; vllm-project/vllm#17792)"}
+    return None
+
+
+def _hub(d: Details, tl: StartupTimeline) -> Details:
+    repo = d.get("repo") or (tl.model if tl.model and "/" in tl.model and not tl.model.startswith("/") else None)
+    out: Details = {"repo_or_model": repo or "the model", "status": d.get("status") or "401"}
+    if repo:
+        out["repo"] = repo
+    return out
+
+
+def _host(d: Details, tl: StartupTimeline) -> Details:
+    return {"host_or_hub": d.get("host") or "the Hugging Face Hub"}
+
+
+def _timeout(d: Details, tl: StartupTimeline) -> Details:
+    return {"timeout_text": "the engine's execute timeout, VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS, default 300 s in vllm/envs.py",
+            "timeout_action": "Only if the work is legitimately slow (a first compile): VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=900"}
+
+
+def _cuda_need(d: Details, tl: StartupTimeline) -> Details:
+    return {"cuda_need_v": re.sub(r"^[<>=]+", "", d.get("cuda_need") or "")}
+
+
+def _size(d: Details, tl: StartupTimeline) -> Details:
+    size = int(d.get("size") or 0)
+    return {"size_text": f"{size / 2**20:.1f} MiB in {d.get('segment')}" if size else d.get("segment", "")}
+
+
+DERIVE: dict[str, Callable[[Details, StartupTimeline], Details | None]] = {
+    "cuda_error_code": _cuda,
+    "custom_all_reduce_cuda_error": _custom_ar,
+    "deepep_cuda_error": _deepep,
+    "ascend_npu_error": _npu,
+    "module_not_installed": _module,
+    "extension_abi_mismatch": _abi,
+    "package_version_required": _version,
+    "jit_toolchain_missing": _toolchain,
+    "remote_code_not_trusted": _trust,
+    "architecture_inspection_failed": _windows,
+    "speculative_config_incomplete": _spec,
+    "feature_not_supported": _feature,
+    "block_size_unsupported": _block,
+    "attention_backend_unavailable": _backend,
+    "quantized_shape_tp": _tp_smaller,
+    "sampler_warmup_oom": _seqs,
+    "no_memory_for_kv_blocks": _util,
+    "kv_tokens_below_max_len": _kv_len,
+    "request_over_server_limit": _request_limit,
+    "hub_access_denied": _hub,
+    "hub_unreachable": _host,
+    "worker_stopped_answering": _timeout,
+    "container_cuda_requirement": _cuda_need,
+    "nccl_shm_segment": _size,
+}
