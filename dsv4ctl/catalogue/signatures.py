@@ -532,4 +532,17 @@ from dsv4ctl.catalogue.signatures_vllm import SIGNATURES as _VLLM  # noqa: E402
 
 CATALOGUE = CATALOGUE + _VLLM + _ECOSYSTEM
 
-BY_ID: dict[str, Signature] = {s.id: s for s in CATALOGUE + DERIVED}
+class _ById(dict):
+    """Signatures by id; the family rules (catalogue/families) join at the first id that is none of the above, so a
+    log that fails on nothing the families answer never compiles them."""
+
+    def __missing__(self, key: str) -> Signature:
+        from dsv4ctl.catalogue.families import BY_ID as families
+
+        if key not in families:
+            raise KeyError(key)
+        self.update(families)
+        return families[key]
+
+
+BY_ID: dict[str, Signature] = _ById({s.id: s for s in CATALOGUE + DERIVED})

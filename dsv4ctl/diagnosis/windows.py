@@ -7,6 +7,7 @@ from typing import Any
 
 from dsv4ctl.catalogue.signatures import BY_ID
 from dsv4ctl.diagnosis.analyzer import Hit, StartAnalyzer, window_of
+from dsv4ctl.diagnosis.answers import answer
 from dsv4ctl.diagnosis.derive import derive
 from dsv4ctl.diagnosis.dsv4 import full_capture, is_metadata_kernel, parse_version
 from dsv4ctl.diagnosis.evidence import dedupe_frames, evidence_of, line_of, make_finding
@@ -72,6 +73,7 @@ def window_findings(
             f = unrecognized_finding(origin, quote)
             if f.id == "unrecognized_error" and (entry := lookup(origin, quote)) is not None:
                 f = indexed_finding(origin, quote, tl, entry)
+            f = answer(f, origin, tl, log)
             findings.append(f)
             causes.append(f)
 
