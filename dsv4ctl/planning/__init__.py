@@ -16,7 +16,8 @@ A startup log's figures come in as data (`dsv4ctl.logs.facts.LogCalibration`); r
 """
 
 from dsv4ctl.logs.facts import LogCalibration
-from dsv4ctl.planning.checkpoint.geometry import Dsv4Geometry, builtin_model_ids, load_geometry
+from dsv4ctl.planning.checkpoint.geometry import Dsv4Geometry, builtin_model_ids
+from dsv4ctl.planning.checkpoint.load import load_geometry
 from dsv4ctl.planning.mirror import startup_plans
 from dsv4ctl.planning.mirror.kv_planner import MIRRORED_VLLM_VERSION
 from dsv4ctl.planning.mirror.kv_specs import DSV4_BLOCK_SIZE

@@ -207,7 +207,7 @@ def ours(model_id: str, memory: int, mnbt: int, **kw) -> Any:
 
 def test_specs_match_vllm_layer_by_layer(vllm_models):
     from dsv4ctl.planning.mirror.kv_specs import build_layer_specs, resolve_kv_layout
-    from dsv4ctl.planning.checkpoint.geometry import load_geometry
+    from dsv4ctl.planning import load_geometry
 
     for model_id, model in vllm_models.items():
         geometry = load_geometry(model_id)
@@ -303,7 +303,7 @@ def test_flashinfer_plain_rows_equal_vllm(vllm_env, kv_cache_dtype):
     tmp_factory, created, mp = vllm_env
     mp.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
     model = _build(MODELS[0], tmp_factory.mktemp(f"flashinfer-{kv_cache_dtype}"), created, mp, flashinfer=True, kv_cache_dtype=kv_cache_dtype)
-    from dsv4ctl.planning.checkpoint.geometry import load_geometry
+    from dsv4ctl.planning import load_geometry
     from dsv4ctl.planning.mirror.kv_specs import build_layer_specs, resolve_kv_layout
 
     g = load_geometry(MODELS[0])

@@ -1,14 +1,8 @@
-"""DeepSeek-V4 geometry: the few config.json values that shape vLLM's KV cache.
+"""DeepSeek-V4 geometry: the few config.json values that shape vLLM's KV cache, and the weights' bytes from a
+checkpoint's safetensors headers (no tensor data is read).
 
-Sources, in the order `load_geometry` tries them:
-- a checkpoint directory (its config.json, plus safetensors headers for the weight size),
-- a config.json path,
-- a model id already in the local Hugging Face cache (config.json and safetensors headers from there),
-- a built-in public model id (`deepseek-ai/DeepSeek-V4-Flash`, `deepseek-ai/DeepSeek-V4-Pro`), whose
-  published config values ship in `builtin_models.json` (the KV layout; no weight sizes): when a plan needs
-  the weights, the hub's config.json and safetensors headers are read then (`planning/checkpoint/hub.py`), never before,
-- any other hub id `org/name`: its config.json from the hub (or dsv4ctl's cache of it), the safetensors
-  headers when a plan needs the weights. Tensor data is never downloaded.
+A config is read here from its text; where a model's config and weights come from (a directory, a config.json, the
+local Hugging Face cache, a built-in preset, the hub) is `load.load_geometry`'s. This module knows no hub.
 
 Both config forms are read: the `compress_ratios` list of the original release (vLLM <= 0.32 reads it)
 and the upstream-transformers form `layer_types` + `compress_rates` (vLLM 0.33 reads it).
@@ -20,13 +14,12 @@ import json
 import re
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from dsv4ctl.errors import InputError
-from dsv4ctl.planning.checkpoint.hub_cache import is_repo_id
 
 DSV4_ARCHITECTURES = ("DeepseekV4ForCausalLM", "DeepseekV4ForConditionalGeneration")
 DSV4_MODEL_TYPES = ("deepseek_v4",)
@@ -168,65 +161,6 @@ def builtin_model_ids() -> list[str]:
 def _builtin_configs() -> dict[str, Any]:
     text = resources.files("dsv4ctl.planning.checkpoint").joinpath(BUILTIN_FILE).read_text(encoding="utf-8")
     return json.loads(text)
-
-
-def load_geometry(model: str | Path) -> Dsv4Geometry:
-    """Read the DeepSeek-V4 geometry from a checkpoint dir, a config.json, the local Hugging Face cache, a built-in
-    model id, or the hub (a hub id's config.json; its safetensors headers only when a plan asks for the weights).
-
-    Raises InputError (one line + hint) for anything unreadable or not DeepSeek-V4.
-    """
-    text = str(model)
-    path = Path(text).expanduser()
-    if path.is_dir():
-        config_path = path / "config.json"
-        if not config_path.is_file():
-            raise InputError(
-                f"{text}: no config.json in this directory",
-                hint="point at a DeepSeek-V4 checkpoint directory or its config.json",
-            )
-        config = _read_json(config_path)
-        geometry = _geometry_from_config(config, model=text, source="config", config_path=str(config_path), weights=None, directory=path)
-        weights = read_safetensors_weights(path, geometry.num_hidden_layers)
-        return replace(geometry, weights=weights)
-    if path.is_file():
-        config = _read_json(path)
-        return _geometry_from_config(config, model=text, source="config", config_path=str(path), weights=None, directory=path.parent)
-    cached = hf_cache_snapshot(text)
-    if cached is not None:
-        config = _read_json(cached / "config.json")
-        geometry = _geometry_from_config(
-            config, model=text, source="hf-cache", config_path=str(cached / "config.json"), weights=None, directory=cached
-        )
-        weights = read_safetensors_weights(cached, geometry.num_hidden_layers)
-        if weights is None:  # a partial snapshot (config only): the same revision's headers from the hub, if asked
-            from dsv4ctl.planning.checkpoint.hub import HubWeights
-
-            weights = HubWeights(text, cached.name, commit=cached.name)
-        return replace(geometry, weights=weights, revision=cached.name)
-    builtins = _builtin_configs()
-    for model_id in builtin_model_ids():
-        if text == model_id or text.lower() == model_id.lower():
-            from dsv4ctl.planning.checkpoint.hub import REVISION, HubWeights
-
-            geometry = _geometry_from_config(builtins[model_id], model=model_id, source="builtin", config_path=None, weights=None, directory=None)
-            revision = builtins.get("_presets", {}).get(model_id, {}).get("revision")
-            # The preset is the KV layout; the weights only a checkpoint has: the hub's headers, read if a plan asks.
-            return replace(geometry, revision=revision, weights=HubWeights(model_id, REVISION, preset=geometry))
-    if path.suffix == ".json" or text.startswith((".", "/", "~")) or not is_repo_id(text):
-        raise InputError(f"{text}: no such file or directory", hint="check the path")
-    from dsv4ctl.planning.checkpoint.hub import geometry_from_hub
-
-    return geometry_from_hub(text)
-
-
-def hf_cache_snapshot(model_id: str) -> Path | None:
-    """The local Hugging Face cache snapshot of `org/name`, if one was downloaded before (never downloads).
-
-    Through huggingface_hub's cache API when it is installed (dsv4ctl/planning/checkpoint/hub_cache.py)."""
-    from dsv4ctl.planning.checkpoint.hub_cache import find_snapshot
-
-    return find_snapshot(model_id)
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dsv4ctl.planning.mirror.layers import build_specs, worker_layer_sets
-from dsv4ctl.planning.plan.request import FitRequest, max_concurrent_batches
-from dsv4ctl.planning.checkpoint.geometry import load_geometry
-from dsv4ctl.planning.mirror.kv_planner import blocks_per_request, plan_kv_cache
+from dsv4ctl.planning.checkpoint.load import load_geometry
+from dsv4ctl.planning.mirror.kv_planner import blocks_per_request, max_concurrent_batches, plan_kv_cache
 from dsv4ctl.planning.mirror.kv_specs import resolve_kv_layout
+from dsv4ctl.planning.mirror.layers import build_specs, worker_layer_sets
 
 
 @dataclass(frozen=True)
@@ -44,12 +43,10 @@ def log_figures(
 ) -> LogFigures:
     """What vLLM logs for `model` with this much KV memory per worker (max_model_len None: auto)."""
     geometry = load_geometry(model)
-    request = FitRequest(model=model, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype,
-                         max_num_batched_tokens=max_num_batched_tokens, pipeline_parallel_size=pipeline_parallel_size)
     layout = resolve_kv_layout(kv_cache_dtype, None, None)
-    specs = build_specs(geometry, request, layout)
+    specs = build_specs(geometry, layout, num_speculative_tokens=0, block_size=None)
     in_flight = max_concurrent_batches(async_scheduling, pipeline_parallel_size) * max_num_batched_tokens
-    autofit = request.is_auto
+    autofit = max_model_len is None or max_model_len == -1  # FitRequest.is_auto
     plan = plan_kv_cache(
         specs,
         worker_layer_sets(specs, geometry, pipeline_parallel_size),

@@ -288,6 +288,12 @@ def bytes_per_block(groups: list[KvGroup]) -> int:
     return round_up(widest, math.lcm(*alignments) if alignments else 1)
 
 
+def max_concurrent_batches(async_scheduling: bool, pipeline_parallel_size: int) -> int:
+    """`VllmConfig.max_concurrent_batches` with the V2 model runner (DeepSeek-V4's default since 0.28): the batches
+    in flight, whose tokens (times max_num_batched_tokens) the planner keeps room for."""
+    return pipeline_parallel_size + 1 if async_scheduling else pipeline_parallel_size
+
+
 def blocks_per_request(groups: list[KvGroup], max_model_len: int, max_in_flight_tokens: int) -> int:
     """Blocks one request of `max_model_len` tokens claims from the shared pool (sum over groups)."""
     return sum(g.max_pages(max_model_len, max_in_flight_tokens) for g in groups)

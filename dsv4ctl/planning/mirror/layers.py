@@ -6,7 +6,7 @@ from dsv4ctl.errors import UsageError
 from dsv4ctl.planning.checkpoint.geometry import Dsv4Geometry
 from dsv4ctl.planning.mirror.kv_planner import pp_layer_ranges
 from dsv4ctl.planning.mirror.kv_specs import DSV4_BLOCK_SIZE, KvLayoutChoice, LayerKvSpec, build_layer_specs
-from dsv4ctl.planning.plan.request import FitRequest
+
 
 def worker_layer_sets(specs: dict[str, LayerKvSpec], geometry: Dsv4Geometry, pp: int) -> list[set[str]]:
     """Layer names per PP stage (`get_pp_indices`); MTP draft layers live with the last stage."""
@@ -28,14 +28,17 @@ def worker_layer_sets(specs: dict[str, LayerKvSpec], geometry: Dsv4Geometry, pp:
     return sets
 
 
-def build_specs(geometry: Dsv4Geometry, request: FitRequest, layout: KvLayoutChoice) -> dict[str, LayerKvSpec]:
-    mtp_layers = geometry.num_nextn_predict_layers if request.num_speculative_tokens > 0 else 0
-    if request.num_speculative_tokens > 0 and mtp_layers == 0:
+def build_specs(
+    geometry: Dsv4Geometry, layout: KvLayoutChoice, *, num_speculative_tokens: int, block_size: int | None
+) -> dict[str, LayerKvSpec]:
+    """The KV specs of every layer vLLM gives a cache (`--block-size` None: DeepSeek-V4's own)."""
+    mtp_layers = geometry.num_nextn_predict_layers if num_speculative_tokens > 0 else 0
+    if num_speculative_tokens > 0 and mtp_layers == 0:
         raise UsageError(f"{geometry.model} ships no MTP layers (num_nextn_predict_layers = 0)", hint="drop --speculative-config")
     # num_prefill_lookahead_tokens: multi-module MTP reads num_speculative_tokens ahead, else 1 (eagle family).
-    if request.num_speculative_tokens > 0:
-        multi_module = min(mtp_layers, request.num_speculative_tokens) > 1
-        lookahead = request.num_speculative_tokens if multi_module else 1
+    if num_speculative_tokens > 0:
+        multi_module = min(mtp_layers, num_speculative_tokens) > 1
+        lookahead = num_speculative_tokens if multi_module else 1
     else:
         lookahead = 0
     return build_layer_specs(
@@ -45,6 +48,6 @@ def build_specs(geometry: Dsv4Geometry, request: FitRequest, layout: KvLayoutCho
         head_dim=geometry.head_dim,
         index_head_dim=geometry.index_head_dim,
         layout=layout,
-        block_size=request.block_size or DSV4_BLOCK_SIZE,
+        block_size=block_size or DSV4_BLOCK_SIZE,
         extra_retained_tokens=max(0, lookahead - 1),
     )

@@ -1,5 +1,5 @@
-"""vLLM's KV planner over one request's layers, its answers kept: auto-fit lengths, the memory a full context
-needs, and the what-if rows of other batch sizes."""
+"""vLLM's KV planner over one request's layers, its answers kept: auto-fit lengths and the memory a full context
+needs (the what-if rows of other batch sizes ask it again: plan/what_if.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,6 @@ from typing import Any
 
 from dsv4ctl.planning.mirror.kv_planner import KvPlan, needed_bytes, plan_kv_cache
 from dsv4ctl.planning.mirror.kv_specs import LayerKvSpec
-from dsv4ctl.planning.plan.request import max_concurrent_batches
-from dsv4ctl.planning.plan.result import WhatIfRow
-
-WHAT_IF_BATCHED_TOKENS = (2048, 4096, 8192, 16384)
 
 
 class Planner:
@@ -47,23 +43,3 @@ def full_context_bytes(plan: KvPlan, length: int) -> int:
         needed_bytes(w.groups, length, plan.max_in_flight_tokens, rules) + (w.bytes_per_block if rules.null_block else 0)
         for w in plan.workers
     )
-
-
-def what_if_rows(
-    planner: Planner, positive: list[int], mnbt: int, async_on: bool, model_max: int, pp: int
-) -> list[WhatIfRow]:
-    """Auto-fit and the full context's memory at the usual batch sizes and this one."""
-    rows = []
-    for row_mnbt in sorted(set(WHAT_IF_BATCHED_TOKENS) | {mnbt}):
-        row_in_flight = max_concurrent_batches(async_on, pp) * row_mnbt
-        row_plan = planner(positive, length=model_max, auto=True, tokens_in_flight=row_in_flight)
-        rows.append(
-            WhatIfRow(
-                max_num_batched_tokens=row_mnbt,
-                max_in_flight_tokens=row_in_flight,
-                autofit_max_model_len=autofit_len(row_plan),
-                full_context_kv_memory_bytes=full_context_bytes(row_plan, model_max),
-                current=row_mnbt == mnbt,
-            )
-        )
-    return rows

@@ -19,14 +19,15 @@ from typing import Any
 
 from dsv4ctl.errors import Dsv4ctlError
 from dsv4ctl.logs.facts import LogCalibration
-from dsv4ctl.planning.plan.devices import kv_estimate
-from dsv4ctl.planning.plan.flags import LOG_FIELDS, log_only_flags, vllm_flags
-from dsv4ctl.planning.checkpoint.geometry import Dsv4Geometry, load_geometry
-from dsv4ctl.planning.plan.inputs import Inputs, Scheduling, WorkerMemory, resolve, scheduling, worker_memory
+from dsv4ctl.planning.checkpoint.geometry import Dsv4Geometry
+from dsv4ctl.planning.checkpoint.load import load_geometry
 from dsv4ctl.planning.mirror.kv_planner import KvPlan, blocks_per_request
 from dsv4ctl.planning.mirror.layers import worker_layer_sets
+from dsv4ctl.planning.mirror.plans import Planner, autofit_len, full_context_bytes
+from dsv4ctl.planning.plan.devices import kv_estimate
+from dsv4ctl.planning.plan.flags import LOG_FIELDS, log_only_flags, vllm_flags
+from dsv4ctl.planning.plan.inputs import Inputs, Scheduling, WorkerMemory, resolve, scheduling, worker_memory
 from dsv4ctl.planning.plan.memory import KvMemoryEstimate
-from dsv4ctl.planning.mirror.plans import Planner, autofit_len, full_context_bytes, what_if_rows
 from dsv4ctl.planning.plan.request import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
     FitRequest,
@@ -40,6 +41,7 @@ from dsv4ctl.planning.plan.request import (
 )
 from dsv4ctl.planning.plan.result import THINK_MAX_CONTEXT, FitResult, WhatIfRow
 from dsv4ctl.planning.plan.safe_length import SafeLength, safe_length
+from dsv4ctl.planning.plan.what_if import what_if_rows
 from dsv4ctl.units import GiB, format_gib, format_tokens
 
 # Releases that crash in CUDA-graph capture after auto-fit shrank the length (stale max_model_len; fixed in 0.31).

@@ -10,15 +10,16 @@ from typing import Any
 
 from dsv4ctl.errors import InputError, UsageError
 from dsv4ctl.logs.facts import LogCalibration, from_timeline
-from dsv4ctl.planning.plan.devices import predict_memory, select_devices
-from dsv4ctl.planning.plan.flags import inherit_log_flags
 from dsv4ctl.planning.checkpoint.geometry import CheckpointWeights, Dsv4Geometry
+from dsv4ctl.planning.mirror.kv_planner import max_concurrent_batches
 from dsv4ctl.planning.mirror.kv_specs import KvLayoutChoice, LayerKvSpec, resolve_kv_layout
 from dsv4ctl.planning.mirror.layers import build_specs
-from dsv4ctl.planning.plan.memory import DEFAULT_NON_KV_OVERHEAD_BYTES, GpuMemoryPrediction, check_startup_memory
-from dsv4ctl.planning.plan.request import FitRequest, default_batch_limits, max_concurrent_batches
 from dsv4ctl.planning.mirror.startup_plans import cache_root, measured
 from dsv4ctl.planning.mirror.versions import VersionChoice, choose_vllm_version
+from dsv4ctl.planning.plan.devices import predict_memory, select_devices
+from dsv4ctl.planning.plan.flags import inherit_log_flags
+from dsv4ctl.planning.plan.memory import DEFAULT_NON_KV_OVERHEAD_BYTES, GpuMemoryPrediction, check_startup_memory
+from dsv4ctl.planning.plan.request import FitRequest, default_batch_limits
 from dsv4ctl.units import GiB, format_gib
 
 
@@ -102,7 +103,7 @@ def resolve(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4Ge
     devices = select_devices(snapshot, request) if snapshot is not None else None
     compute_major = devices[0].compute_capability[0] if devices else None
     layout = resolve_kv_layout(request.kv_cache_dtype, request.attention_backend, compute_major)
-    specs = build_specs(geometry, request, layout)
+    specs = build_specs(geometry, layout, num_speculative_tokens=request.num_speculative_tokens, block_size=request.block_size)
     return Inputs(request, geometry, log_cal, version, devices, layout, specs, need_prediction, snapshot, notes, warnings)
 
 

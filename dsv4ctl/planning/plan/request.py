@@ -111,11 +111,6 @@ def default_batch_limits(device_total_bytes: int | None, device_name: str, *, ba
     return mnbt, seqs, why
 
 
-def max_concurrent_batches(async_scheduling: bool, pipeline_parallel_size: int) -> int:
-    """`VllmConfig.max_concurrent_batches` with the V2 model runner (DeepSeek-V4's default since 0.28)."""
-    return pipeline_parallel_size + 1 if async_scheduling else pipeline_parallel_size
-
-
 def parse_max_model_len(text: str) -> int:
     """vLLM's `human_readable_int_or_auto`: `auto`/-1, `1m` (10^6), `1M` (2^20), `25.6k`, plain ints."""
     return parse_vllm_int(text, what="length", allow_auto=True)

@@ -9,10 +9,10 @@ from typing import Any
 from dsv4ctl.logs.facts import LogCalibration
 from dsv4ctl.planning.checkpoint.geometry import Dsv4Geometry
 from dsv4ctl.planning.mirror.kv_specs import DSV4_BLOCK_SIZE, KvLayoutChoice
+from dsv4ctl.planning.mirror.versions import VersionChoice, choose_vllm_version
 from dsv4ctl.planning.plan.memory import GpuMemoryPrediction, KvMemoryEstimate
 from dsv4ctl.planning.plan.request import FitRequest
 from dsv4ctl.planning.plan.safe_length import SafeLength
-from dsv4ctl.planning.mirror.versions import VersionChoice, choose_vllm_version
 
 # DeepSeek-V4 "Think Max" reasoning mode wants at least this much context.
 THINK_MAX_CONTEXT = 393_216
