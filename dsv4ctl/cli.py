@@ -491,6 +491,162 @@ def probe_deepgemm_command(
 
 
 # =============================================================================================
+# check / watch
+# =============================================================================================
+
+_CHECK_EXITS = (
+    f"Exit {int(ExitCode.OK)} healthy, {int(ExitCode.DEGRADED)} degraded ({int(ExitCode.OK)} with --liveness), "
+    f"{int(ExitCode.WEDGED)} wedged, {int(ExitCode.DEAD)} dead: the worst server's; {int(ExitCode.USAGE)} bad flags."
+)
+
+
+def _check_options(window: float, timeout: float, probe_timeout: float | None, kv_cliff: float) -> None:
+    from dsv4ctl.errors import UsageError
+
+    for flag, value in (("--window/--interval", window), ("--timeout", timeout), ("--probe-timeout", probe_timeout)):
+        if value is not None and not value > 0:
+            raise UsageError(f"{flag} {value:g}: must be more than 0 seconds")
+    if not 0 < kv_cliff <= 1:
+        raise UsageError(f"--kv-cliff {kv_cliff:g}: a fraction of the KV cache, more than 0 and at most 1 (0.95 = 95%)")
+
+
+@app.command("check")
+def check_command(
+    urls: list[str] = typer.Argument(..., metavar="URL", help="vLLM API servers (http://HOST:PORT): one, or every API server of a data-parallel group / of several nodes."),
+    window: float = typer.Option(3.0, "--window", metavar="SECONDS", help="Time between the two /metrics scrapes: an engine with work pending must move within it."),
+    timeout: float = typer.Option(1.0, "--timeout", metavar="SECONDS", help="For /health, /v1/models and the first /metrics together, and for the second /metrics: check ends within window + 2 x timeout."),
+    probe_request: bool = typer.Option(False, "--probe-request", help="Also send one one-token /v1/completions request: tells a stopped idle engine from an idle one."),
+    probe_timeout: float | None = typer.Option(None, "--probe-timeout", metavar="SECONDS", help="How long the probe request may take [default: the window]."),
+    api_key: str | None = typer.Option(None, "--api-key", envvar="VLLM_API_KEY", metavar="KEY", help="vLLM's --api-key, for /v1/models and the probe [default: $VLLM_API_KEY]."),
+    kv_cliff: float = typer.Option(0.95, "--kv-cliff", metavar="FRACTION", help="Degraded at or above this KV cache usage (vllm:kv_cache_usage_perc)."),
+    liveness: bool = typer.Option(False, "--liveness", help="Exit 0 when degraded: only wedged and dead fail (a Kubernetes livenessProbe)."),
+    json_output: bool = typer.Option(False, "--json", help="Print the verdicts, evidence and numbers as JSON."),
+) -> None:
+    """Is a running vLLM server alive, wedged, dead or degraded? One look: /health, /v1/models, /metrics twice.
+
+    wedged: work pending and no engine counter moved in the window (or the probe got no answer), while
+    /health still says 200. dead: no answer, or /health not 200. degraded: preemptions, KV cache at the
+    cliff, a growing queue, 5xx answers.
+    """
+    from dsv4ctl.check import DEGRADED, Limits
+    from dsv4ctl.check.http import check_group
+    from dsv4ctl.render import emit_json, out_console
+
+    _check_options(window, timeout, probe_timeout, kv_cliff)
+    group = check_group(urls, window_s=window, timeout_s=timeout, probe=probe_request, probe_timeout_s=probe_timeout,
+                        api_key=api_key, limits=Limits(kv_cliff=kv_cliff))
+    if json_output:
+        emit_json(group.to_json())
+    else:
+        from dsv4ctl.render.check import render_check
+
+        render_check(group, out_console())
+    if liveness and group.verdict == DEGRADED:
+        return
+    raise typer.Exit(int(group.exit_code))
+
+
+check_command.__doc__ = f"{check_command.__doc__}\n    {_CHECK_EXITS}\n"
+
+
+@app.command("watch")
+def watch_command(
+    urls: list[str] = typer.Argument(..., metavar="URL", help="vLLM API servers (http://HOST:PORT)."),
+    interval: float = typer.Option(2.0, "--interval", metavar="SECONDS", help="Each look's window (the time between two /metrics scrapes)."),
+    timeout: float = typer.Option(1.0, "--timeout", metavar="SECONDS", help="As check's."),
+    probe_request: bool = typer.Option(False, "--probe-request", help="One one-token request per look, as check's."),
+    probe_timeout: float | None = typer.Option(None, "--probe-timeout", metavar="SECONDS", help="[default: the interval]"),
+    api_key: str | None = typer.Option(None, "--api-key", envvar="VLLM_API_KEY", metavar="KEY", help="vLLM's --api-key [default: $VLLM_API_KEY]."),
+    kv_cliff: float = typer.Option(0.95, "--kv-cliff", metavar="FRACTION", help="As check's."),
+    log: str | None = typer.Option(None, "--log", metavar="FILE", help="The server's log (e.g. dsv4ctl serve's): on wedged or dead, diagnose's reading of its tail."),
+    count: int | None = typer.Option(None, "--count", metavar="N", help="Stop after N looks and exit with the last one's code [default: until Ctrl-C]."),
+    json_output: bool = typer.Option(False, "--json", help="One JSON document per look, one per line (JSON Lines)."),
+) -> None:
+    """The same signals live: throughput, running/waiting, KV usage, preemptions, time since the last engine step.
+
+    On a terminal the table refreshes in place; piped, one line per server and look. A change of verdict is
+    printed as an event with its time. Ctrl-C stops it (exit 130).
+    """  # the exit codes are appended below, from ExitCode
+    import json
+    import time
+
+    from dsv4ctl.check import DEAD, WEDGED, Limits
+    from dsv4ctl.check.http import check_group, normalize_url
+    from dsv4ctl.check.watch import WatchState
+    from dsv4ctl.render import STDOUT, err_console, out_console
+    from dsv4ctl.render import check as view
+
+    _check_options(interval, timeout, probe_timeout, kv_cliff)
+    if count is not None and count < 1:
+        from dsv4ctl.errors import UsageError
+
+        raise UsageError(f"--count {count}: at least 1")
+    if log is not None and not os.path.isfile(log):
+        from dsv4ctl.errors import InputError
+
+        raise InputError(f"--log {log}: no such file", hint="give the server's log file (dsv4ctl serve prints its path)")
+    bases = [normalize_url(u) for u in urls]
+    console = out_console()
+    live_view = console.is_terminal and not json_output
+    state = WatchState(started_at=time.time())
+    looks = 0
+
+    def look() -> list[Any]:
+        group = check_group(bases, window_s=interval, timeout_s=timeout, probe=probe_request,
+                            probe_timeout_s=probe_timeout, api_key=api_key, limits=Limits(kv_cliff=kv_cliff))
+        return state.update(group, time.time())
+
+    def tell(changes: list[Any], where: Any) -> None:
+        for change in changes:
+            view.render_event(change, where)
+            if log is not None and change.after in (WEDGED, DEAD):
+                from dsv4ctl.check.logtail import diagnose_tail
+                from dsv4ctl.render.diagnose import render_diagnosis
+
+                try:
+                    reading = diagnose_tail(str(log))
+                except Dsv4ctlError as exc:  # the log went away: the watch goes on
+                    error_line(f"--log {log}: {exc.message}")
+                    continue
+                where.print(f"diagnose's reading of the tail of {log}:", markup=False)
+                render_diagnosis(reading, where)
+
+    try:
+        if live_view:
+            from rich.live import Live
+
+            with Live(view.watch_table(state, time.time(), interval), console=console, auto_refresh=False,
+                      transient=False) as live:
+                while count is None or looks < count:
+                    changes = look()
+                    looks += 1
+                    tell(changes, live.console)
+                    live.update(view.watch_table(state, time.time(), interval), refresh=True)
+        else:
+            while count is None or looks < count:
+                changes = look()
+                looks += 1
+                if json_output:
+                    STDOUT.write(json.dumps({"schema_version": 1, **state.latest.to_json(),
+                                             "events": [c.to_json() for c in changes]}) + "\n")
+                else:
+                    tell(changes, console)
+                    for line in view.watch_lines(state, time.time()):
+                        STDOUT.write(line + "\n")
+                STDOUT.flush()
+    except KeyboardInterrupt:
+        err_console().print(f"watch stopped after {looks} look(s); {len(state.events)} verdict change(s)", markup=False)
+        raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+    raise typer.Exit(int(state.latest.exit_code) if state.latest else 0)
+
+
+watch_command.__doc__ = (
+    f"{watch_command.__doc__}\n    With --count, the last look's code: {_CHECK_EXITS[5:]} "
+    f"Ctrl-C: {int(ExitCode.INTERRUPTED)}.\n"
+)
+
+
+# =============================================================================================
 # serve
 # =============================================================================================
 
@@ -545,6 +701,10 @@ def serve_command(
         False, "--no-calibration", help="Plan without the KV memory earlier starts measured on this host and configuration."
     ),
     json_output: bool = typer.Option(False, "--json", help="With --dry-run: the decision as JSON on stdout."),
+    watchdog: Optional[float] = typer.Option(
+        None, "--watchdog", metavar="SECONDS", help="Check this server as `dsv4ctl check` does; once it is wedged this long, "
+        f"write the evidence (and py-spy stacks, where installed) to the log, shut vLLM down and exit {int(ExitCode.WEDGED)} [default: off]."
+    ),
     vllm_help: Optional[str] = typer.Option(
         None, "--vllm-help", metavar="GROUP", help="Show vLLM's serve help for GROUP (`all`, a config group such as ModelConfig, or a search word)."
     ),
@@ -588,8 +748,12 @@ def serve_command(
         raise UsageError("--pin-length and --keep-auto contradict each other", hint="pick one")
     options = ServeOptions(
         log_file=log_file, keep_auto=keep_auto, retry=retry, fixes=fixes, dry_run=dry_run, pin_length=pin_length,
-        vllm_version=vllm_version, no_calibration=no_calibration,
+        vllm_version=vllm_version, no_calibration=no_calibration, watchdog=watchdog,
     )
+    if watchdog is not None and not watchdog > 0:
+        from dsv4ctl.errors import UsageError
+
+        raise UsageError(f"--watchdog {watchdog:g}: must be more than 0 seconds", hint="e.g. --watchdog 120")
     view = ServeConsole()
     for flag, size in memory_flags:  # stderr: how vLLM will read it (10G = 10 GiB, 10g = 10^9 bytes)
         view.say(f"{flag} read as {describe_bytes(size)}")

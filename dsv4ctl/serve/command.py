@@ -34,6 +34,7 @@ class ServeOptions:
     pin_length: bool = False  # pass the planned explicit length even where `auto` is safe
     no_calibration: bool = False  # plan without the calibration records of earlier starts
     vllm_version: str | None = None  # --dry-run only: plan as this release (default: the installed vLLM)
+    watchdog: float | None = None  # end the server once wedged this many seconds (serve/watchdog.py)
 
 
 @dataclass
@@ -116,7 +117,7 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
     from dsv4ctl.serve.vllm_entry import parse_serve_flags, run_vllm_serve
 
     environment = apply_environment(options.fixes)
-    refusal = None
+    refusal, dog = None, None
     with ServeSession(log_file, view) as session:
         namespace = parse_serve_flags(flags)
         decision = decide(
@@ -128,7 +129,12 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
         if decision.action == REFUSE:
             refusal = decision.refusal
         else:
-            session.run(lambda: run_vllm_serve(decision.flags))
+            dog = _start_watchdog(namespace, options, view)
+            try:
+                session.run(lambda: run_vllm_serve(decision.flags))
+            finally:
+                if dog is not None:
+                    dog.stop()
     outcome = session.outcome
     if refusal is not None:
         raise refusal
@@ -156,7 +162,20 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
                 result.retry_argv = retry_argv(flags, options, length, log_file)
             else:
                 result.retry_note = "--retry: not retrying, a shorter --max-model-len would not avoid this failure"
+    if dog is not None and dog.fired:
+        result.exit_code = ExitCode.WEDGED
     return result
+
+
+def _start_watchdog(namespace: Any, options: ServeOptions, view: Any) -> Any:
+    """`--watchdog SECONDS`: the thread that checks this server (None when off)."""
+    if options.watchdog is None:
+        return None
+    from dsv4ctl.serve.watchdog import Watchdog, server_url
+
+    key = getattr(namespace, "api_key", None)
+    key = key[0] if isinstance(key, (list, tuple)) and key else key
+    return Watchdog(server_url(namespace), options.watchdog, view.say, api_key=key or os.environ.get("VLLM_API_KEY")).start()
 
 
 def diagnose_log(log_file: Path) -> Any:
@@ -192,4 +211,6 @@ def retry_argv(flags: list[str], options: ServeOptions, length: int, log_file: P
         argv += ["--pin-length"]
     if options.no_calibration:
         argv += ["--no-calibration"]
+    if options.watchdog is not None:
+        argv += ["--watchdog", f"{options.watchdog:g}"]
     return argv + set_max_model_len(flags, length)

@@ -23,9 +23,10 @@ ALLOWED: dict[str, set[str]] = {
     "probe": {"errors"},
     "fixes": {"probe"},
     "doctor": {"root", "errors", "fixes", "gpu", "probe", "planning"},
-    "serve": {"errors", "units", "logs", "planning", "advice", "fixes", "gpu"},
-    "render": {"units", "catalogue", "logs", "diagnosis", "planning", "gpu", "probe", "doctor", "serve"},
-    "cli": {"root", "errors", "units", "logs", "planning", "advice", "gpu", "fixes", "probe", "doctor", "serve", "render"},
+    "check": {"errors", "units", "logs", "advice"},
+    "serve": {"errors", "units", "logs", "planning", "advice", "fixes", "gpu", "check"},
+    "render": {"units", "catalogue", "logs", "diagnosis", "planning", "gpu", "probe", "doctor", "serve", "check"},
+    "cli": {"root", "errors", "units", "logs", "planning", "advice", "gpu", "fixes", "probe", "doctor", "serve", "render", "check"},
     "__main__": {"cli"},
     "root": set(),
 }

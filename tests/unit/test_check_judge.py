@@ -160,3 +160,23 @@ def test_a_group_takes_its_worst_verdict_and_its_exit_code():
     assert GroupCheck((healthy, wedged, dead)).exit_code == ExitCode.DEAD
     doc = json.loads(json.dumps(GroupCheck((healthy, wedged)).to_json()))
     assert doc["check"]["verdict"] == "wedged" and [s["verdict"] for s in doc["check"]["servers"]] == ["healthy", "wedged"]
+
+
+def test_preemptions_and_a_full_kv_cache_are_degraded_with_their_numbers():
+    """Recorded with a 2,048-token KV cache and eight 900-token requests."""
+    check = judge(readings("kv-pressure-1.prom", "kv-pressure-2.prom", window=1.0))
+    assert check.verdict == DEGRADED and check.exit_code == ExitCode.DEGRADED
+    preempted = sample("kv-pressure-2.prom", "vllm:num_preemptions_total") - sample("kv-pressure-1.prom", "vllm:num_preemptions_total")
+    usage = sample("kv-pressure-2.prom", "vllm:kv_cache_usage_perc")
+    assert preempted > 0 and usage >= Limits().kv_cliff
+    assert any(f"{preempted:g} preemption(s) in 1.0 s" in e for e in check.evidence)
+    assert any(f"KV cache {usage:.1%} in use" in e for e in check.evidence)
+
+
+def test_a_queue_growing_while_running_does_not_is_degraded():
+    before, after = "queue-growing-1.prom", "queue-growing-2.prom"
+    check = judge(readings(before, after, window=0.43))
+    waiting = (sample(before, "vllm:num_requests_waiting"), sample(after, "vllm:num_requests_waiting"))
+    assert waiting[1] > waiting[0]
+    assert check.verdict == DEGRADED
+    assert any(f"the queue grew from {waiting[0]:g} to {waiting[1]:g} waiting" in e for e in check.evidence)

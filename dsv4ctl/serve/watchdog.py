@@ -1,0 +1,142 @@
+"""`serve --watchdog SECONDS`: serve checks its own server and ends a wedged one, so a supervisor restarts it.
+
+A thread in the serve process runs `dsv4ctl check`'s look (`check.http.check_server`) on the server vLLM
+listens on, once it answers /health. While requests are pending the two /metrics scrapes tell progress;
+while the engine looks idle the next look adds the one-token probe request (a stopped idle engine looks
+idle). When the looks say `wedged` without a break for SECONDS (from the start of the first wedged
+look's window), the watchdog writes the evidence to serve's output (the log), a `py-spy dump` of each
+vLLM process where py-spy is installed, and sends this process SIGTERM: vLLM's own graceful shutdown
+(`vllm/entrypoints/launchers/launcher.py`, its signal handler stops the engine client, then the HTTP
+server); serve's session then reaps every process left, and serve exits with ExitCode.WEDGED.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from dsv4ctl.errors import UsageError
+
+MAX_WINDOW_S = 5.0  # a look's window: at most this, at least 1 s, a third of the limit in between
+PY_SPY_TIMEOUT_S = 20.0
+
+
+def server_url(namespace: Any) -> str:
+    """Where vLLM's API server listens, from vLLM's own parsed flags (host, port, TLS)."""
+    if getattr(namespace, "uds", None):
+        raise UsageError("--watchdog needs a TCP port; vLLM was given --uds", hint="drop --uds, or drop --watchdog")
+    host = getattr(namespace, "host", None) or "127.0.0.1"
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    scheme = "https" if getattr(namespace, "ssl_certfile", None) else "http"
+    return f"{scheme}://{host}:{int(getattr(namespace, 'port', 8000) or 8000)}"
+
+
+def window_for(limit_s: float) -> float:
+    return max(1.0, min(MAX_WINDOW_S, limit_s / 3))
+
+
+class Watchdog:
+    def __init__(self, url: str, limit_s: float, say: Callable[[str], None], *, api_key: str | None = None,
+                 timeout_s: float = 2.0) -> None:
+        if not limit_s > 0:
+            raise UsageError(f"--watchdog {limit_s:g}: must be more than 0 seconds")
+        self.url = url
+        self.limit_s = limit_s
+        self.window_s = window_for(limit_s)
+        self.timeout_s = timeout_s
+        self.api_key = api_key
+        self._say = say
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.fired = False
+        self.last: Any = None  # the last look (a check.ServerCheck)
+
+    def start(self) -> Watchdog:
+        self._thread = threading.Thread(target=self._loop, name="dsv4ctl-watchdog", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(self.window_s + 2 * self.timeout_s + 2)
+
+    def _loop(self) -> None:
+        from dsv4ctl.check import DEAD, WEDGED
+        from dsv4ctl.check.http import check_server
+
+        ready, probe, wedged_since = False, False, None
+        while not self._stop.is_set():
+            started = time.monotonic()
+            look = check_server(self.url, window_s=self.window_s, timeout_s=self.timeout_s, probe=probe,
+                                api_key=self.api_key)
+            if self._stop.is_set():
+                return
+            if not ready:
+                if look.verdict == DEAD:  # not listening yet: the start is not the watchdog's business
+                    self._stop.wait(1.0)
+                    continue
+                ready = True
+                self._say(f"watchdog: watching {self.url} (wedged for {self.limit_s:g} s ends the server)")
+            self.last = look
+            if look.verdict == WEDGED:
+                wedged_since = started if wedged_since is None else wedged_since
+                if time.monotonic() - wedged_since >= self.limit_s:
+                    self._fire(look, time.monotonic() - wedged_since)
+                    return
+            else:
+                wedged_since = None
+            probe = bool(look.engines) and not any(e.progressed or (e.pending or 0) > 0 for e in look.engines)
+
+    def _fire(self, look: Any, wedged_s: float) -> None:
+        self.fired = True
+        self._say(f"watchdog: the server is wedged ({wedged_s:.0f} s without engine progress, limit "
+                  f"{self.limit_s:g} s); the evidence:")
+        for line in look.evidence:
+            self._say(f"watchdog:   {line}")
+        for line in dump_stacks():
+            self._say(f"watchdog: {line}")
+        self._say("watchdog: shutting vLLM down (SIGTERM to this process); serve exits with the wedged code")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def vllm_processes() -> list[Any]:
+    """This process's descendants that vLLM started (EngineCore, workers), by their process titles."""
+    import psutil
+
+    out = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.name().startswith("VLLM::") or "EngineCore" in proc.name() or "Worker" in proc.name():
+                out.append(proc)
+        except psutil.Error:
+            continue
+    return out
+
+
+def dump_stacks() -> list[str]:
+    """`py-spy dump --nonblocking --pid P` (reads memory, stops nothing) of this process and each vLLM process, as lines; one line saying why not otherwise."""
+    py_spy = shutil.which("py-spy")
+    if py_spy is None:
+        return ["py-spy is not installed: no stack dumps (pip install py-spy, then the next wedge has them)"]
+    lines = []
+    pids = [os.getpid(), *(p.pid for p in vllm_processes())]
+    for pid in pids:
+        lines.append(f"py-spy dump --pid {pid}:")
+        try:
+            done = subprocess.run([py_spy, "dump", "--nonblocking", "--pid", str(pid)], capture_output=True, text=True,
+                                  timeout=PY_SPY_TIMEOUT_S)
+            text = (done.stdout + done.stderr).rstrip()
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            text = f"py-spy failed: {exc}"
+        lines += [f"  {line}" for line in text.splitlines()]
+    return lines
