@@ -11,6 +11,7 @@ finds nothing to say (a limit no flag sets) declines, and the next rule is tried
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -86,15 +87,19 @@ def _apply(rule: Signature, groups: dict[str, Any], f: Finding, tl: StartupTimel
 
 
 def _dedupe(actions: list[str]) -> list[str]:
-    """One action per instruction: an action that a longer one repeats with a command added (the same advice for a
-    log that names its model) is dropped."""
+    """One action per instruction: of two that say the same (the same words up to " (" or ": "), the one with a
+    command (for a log that names its model) replaces the one without."""
     out: list[str] = []
+    keys: list[str] = []
     for a in actions:
-        head = a.split(":")[0]
-        if any(o != a and o.startswith(head) and len(o) > len(a) for o in actions):
+        key = re.split(r" \(|: ", a, maxsplit=1)[0]
+        if key in keys:
+            k = keys.index(key)
+            if "vllm serve " in a and "vllm serve " not in out[k]:
+                out[k] = a
             continue
-        if a not in out:
-            out.append(a)
+        keys.append(key)
+        out.append(a)
     return out
 
 

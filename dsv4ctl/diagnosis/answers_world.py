@@ -83,7 +83,7 @@ def _cuda(d: Details, tl: StartupTimeline) -> Details | None:
         code = _BY_NAME.get(d["cuda_name"]) or _DRIVER_NAMES.get(d["cuda_name"])
     elif d.get("cuda_text"):
         text = d["cuda_text"].strip().lower()
-        code = next((c for t, c in _BY_TEXT.items() if text.startswith(t)), None)
+        code = next((c for t, c in _BY_TEXT.items() if text.startswith(t.lower())), None)
     if code not in CUDA_CODES:
         return None
     name, text, meaning, actions = CUDA_CODES[code]
@@ -184,6 +184,10 @@ def _abi(d: Details, tl: StartupTimeline) -> Details | None:
         out["vllm_c_action"] = ("vLLM's own extension: reinstall vLLM with the torch it pins (pip install vllm==X installs it), "
                                 "never a torch upgraded by hand")
     return out
+
+
+def _shared_lib(d: Details, tl: StartupTimeline) -> Details:
+    return {"lib_base": re.sub(r"\.so.*$", "", d.get("lib") or "")}
 
 
 def _version(d: Details, tl: StartupTimeline) -> Details | None:
@@ -357,6 +361,7 @@ DERIVE: dict[str, Callable[[Details, StartupTimeline], Details | None]] = {
     "ascend_npu_error": _npu,
     "module_not_installed": _module,
     "extension_abi_mismatch": _abi,
+    "shared_library_missing": _shared_lib,
     "package_version_required": _version,
     "jit_toolchain_missing": _toolchain,
     "remote_code_not_trusted": _trust,

@@ -76,7 +76,7 @@ FAMILIES: tuple[Signature, ...] = (
             r"Error (?P<code>[0-9]+): (?P<cuda_text>[a-z][^.\n]*)",
             r"cuda runtime error \((?P<code>[0-9]+)\) : (?P<cuda_text>[^\n]+?)(?: at |$)",
             r"code=(?P<code>[0-9]+)\((?P<cuda_name>cuda\w+)\)",
-            r"(?:CUDA|Cuda) error:? (?P<cuda_text>[a-z][a-z ,/-]+[a-z])",
+            r"(?:CUDA|Cuda) error:? (?P<cuda_text>[A-Za-z][A-Za-z ,/-]+[a-z])",
             r"(?P<cuda_name>CUDA_ERROR_[A-Z_]+)",
             r"(?P<cuda_name>cudaError[A-Za-z]+)",
         ),

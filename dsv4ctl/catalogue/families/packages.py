@@ -45,6 +45,23 @@ FAMILIES: tuple[Signature, ...] = (
         source="the dynamic loader's text; advice: vllm-project/vllm#9377, vllm-project/vllm-ascend#5710",
     ),
     Signature(
+        id="shared_library_missing",
+        severity="critical",
+        tier=1,
+        title="The loader cannot find {lib}",
+        meaning=(
+            "A compiled package needs {lib} and the dynamic loader found none: the package was built for another CUDA "
+            "or driver stack than this image has (a .so.12 on a CUDA 13 image), or the library's directory is not on the "
+            "loader's path."
+        ),
+        patterns=(r"(?P<lib>lib[\w.+-]+\.so(?:\.[0-9]+)*): cannot open shared object file",),
+        actions=(
+            "Install the build of that package made for this image's CUDA (the number after .so names the major version it wants)",
+            "Check whether the library is anywhere on the node: ldconfig -p | grep {lib_base}",
+        ),
+        source="the dynamic loader's text (dlopen); advice: vllm-project/vllm#42511",
+    ),
+    Signature(
         id="module_not_installed",
         severity="critical",
         tier=1,

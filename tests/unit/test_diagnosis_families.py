@@ -1,0 +1,190 @@
+"""The family answers (dsv4ctl/catalogue/families, dsv4ctl/diagnosis/answers*): an error no signature explains is
+answered from its own arguments, with an action that is more than a pointer.
+
+Fixtures of real text: tests/fixtures/logs/families/field_guide_messages.json holds messages copied verbatim from
+public threads (../shared/field-guide/guide.jsonl, each with its threads), each with the rule that must answer it;
+the corpus lines below are the real excerpts' own root-cause lines (../shared/real-logs).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from dsv4ctl.advice import diagnose
+from dsv4ctl.catalogue.families import BY_ID as FAMILY_BY_ID, FAMILIES
+from dsv4ctl.catalogue.signatures import BY_ID
+from dsv4ctl.diagnosis.answers import answer, headline
+from dsv4ctl.diagnosis.model import Evidence, Finding
+from dsv4ctl.logs.timeline import StartupTimeline
+
+HERE = Path(__file__).resolve().parent.parent / "fixtures" / "logs" / "families"
+GUIDE = json.loads((HERE / "field_guide_messages.json").read_text())
+# The same rule as ../shared/real-logs/score.py: an action that only points somewhere.
+POINTERS = ("Read the check where it is raised", "Read the traceback", "Collect the environment",
+            "Check the settings this check reads", "Look at the request that failed")
+
+
+def _finding(message: str) -> Finding:
+    return Finding(id="unrecognized_error", severity="critical", title="x", meaning="m",
+                   evidence=[Evidence("log", 1, message)], details={"message": message, "exception": "Error"},
+                   actions=["Read the traceback around the quoted line"], tier=1)
+
+
+def _timeline(**serve_args) -> StartupTimeline:
+    tl = StartupTimeline()
+    if serve_args:
+        tl.serve_args = serve_args
+        tl.model = serve_args.get("model")
+    return tl
+
+
+@pytest.mark.parametrize("row", GUIDE, ids=lambda r: r["class"])
+def test_each_field_guide_message_is_answered_by_its_family(row):
+    f = answer(_finding(row["message"]), None, _timeline(), "<log>")
+    assert f.id == row["rule"], (row["message"], f.id)
+    assert f.actions and all(not a.startswith(POINTERS) for a in f.actions), f.actions
+    assert not re.search(r"\{[a-z_]+\}", f.title + f.meaning)  # every template filled
+    assert f.details["family"] and f.details["answered_from"] == "unrecognized_error"
+
+
+def test_every_family_rule_has_a_guide_or_corpus_fixture():
+    covered = {r["rule"] for r in GUIDE} | {rule for _, rule in CORPUS}
+    assert set(FAMILY_BY_ID) - covered == set()
+
+
+# (the real excerpt's root-cause line, the rule): ../shared/real-logs labels' key lines.
+CORPUS = [
+    ("RuntimeError: Worker failed with error 'LoRA rank 32 is greater than max_lora_rank 16.', please check the stack "
+     "trace above for the root cause", "value_over_limit"),
+    ("ValueError: Weight input_size_per_partition = 192 is not divisible by weight quantization block_k = 128.",
+     "value_not_divisible"),
+    ("AssertionError: n_physical_experts=256 must be divisible by ep_size=3. Adjust num_redundant_experts.", "value_not_divisible"),
+    ("requests.exceptions.HTTPError: 401 Client Error: Unauthorized for url: https://huggingface.co/meta-llama/"
+     "Meta-Llama-3-8B-Instruct/resolve/main/config.json", "hub_access_denied"),
+    ("Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:455 'invalid argument'", "custom_all_reduce_cuda_error"),
+    ("RuntimeError: Failed: CUDA error /tmp/ep_kernels_workspace/DeepEP/csrc/deep_ep.cpp:226 'invalid resource handle'",
+     "deepep_cuda_error"),
+    ("torch.AcceleratorError: CUDA error: invalid argument", "cuda_error_code"),
+    ("NotImplementedError: Speculative Decoding with draft models or parallel drafting does not support M-RoPE yet",
+     "feature_not_supported"),
+    ("Value error, num_speculative_tokens must be provided with speculative model unless the draft model config contains "
+     "an n_predict parameter.", "speculative_config_incomplete"),
+    ("ValueError: No common block size for 16.", "block_size_unsupported"),
+    ("Ray does not allocate any GPUs on the driver node. Consider adjusting the Ray placement group or running the driver on "
+     "a GPU node.", "ray_driver_node_without_gpu"),
+    ("[2025-02-19 13:33:40,672 E 15244 15244] core_worker.cc:496: Failed to register worker to Raylet: IOError: "
+     "[RayletClient] Unable to register worker with raylet. Failed to read data from the socket: End of file",
+     "ray_worker_register_failed"),
+    ("RuntimeError: DeepGEMM backend is not available or outdated. Please install or update the `deep_gemm` to a newer "
+     "version to enable FP8 kernels.", "deepgemm_unavailable"),
+    ("RuntimeError: kv must have shape (num_blocks, page_block_size, h_kv, bytes_per_token)", "dsv4_kv_shape_mismatch"),
+    ("The repository for TheBloke/Nous-Capybara-34B-AWQ contains custom code which must be executed to correctly load the "
+     "model. You can inspect the repository content at https://hf.co/TheBloke/Nous-Capybara-34B-AWQ.", "remote_code_not_trusted"),
+    ("ERROR 10-26 11:35:32 registry.py:267] Error in inspecting model architecture 'LlamaForCausalLM'",
+     "architecture_inspection_failed"),
+    ("pydantic_core._pydantic_core.ValidationError: 2 validation errors for ChatCompletionStreamResponse", "response_schema_error"),
+    ("frame: /usr/local/lib/python3.12/dist-packages/vllm/distributed/device_communicators/shm_broadcast.py:647 in timeout_ms",
+     "worker_stopped_answering"),
+    ("OSError: [Errno 2] No such file or directory: '/models/adapters/sql-lora/adapter_config.json'", "path_not_found"),
+    ("RuntimeError: can't start new thread", "process_limit"),
+    ("argument --tool-call-parser: invalid choice: 'llama3_json' (choose from 'mistral', 'hermes')", "value_unknown_choice"),
+    ("ImportError: torch 2.4.0 is installed, but this requires torch>=2.6.0 (found 2.4.0)", "package_version_required"),
+    ("ImportError: /usr/local/lib/python3.12/dist-packages/vllm/_C.abi3.so: undefined symbol: _ZN3c104cuda9SetDeviceEi",
+     "extension_abi_mismatch"),
+    ("ModuleNotFoundError: No module named 'mooncake'", "module_not_installed"),
+    ("A module that was compiled using NumPy 1.x cannot be run in NumPy 2.0.2 as it may crash.", "numpy_abi"),
+    ("ValueError: Total number of attention heads (64) must be divisible by tensor parallel size (3).", "value_not_divisible"),
+    ("max_num_batched_tokens (2048) is smaller than max_model_len (40960).", "value_under_minimum"),
+    ("openai.BadRequestError: Error code: 400 - {'object': 'error', 'message': 'At most 1 image(s) may be provided in one "
+     "request.', 'type': 'BadRequestError', 'param': None, 'code': 400}", "request_over_server_limit"),
+    ("ValueError: Model <class 'vllm.model_executor.models.qwen.QWenLMHeadModel'> is not supported for LoRA.",
+     "lora_unsupported_model"),
+    ("HTTPSConnectionPool(host='huggingface.co', port=443): Max retries exceeded with url: /facebook/opt/resolve/main/config.json",
+     "hub_unreachable"),
+    ("ValueError: No valid attention backend found for cuda with AttentionSelectorConfig(head_size=576). Reasons: "
+     "{FLASHMLA is not valid... Reason: ['sparse not supported']}", "attention_backend_unavailable"),
+    # vllm==0.32.0 vllm/config/device.py:56
+    ("RuntimeError: Failed to infer device type, please set the environment variable `VLLM_LOGGING_LEVEL=DEBUG` to turn on "
+     "verbose logging to help debug the issue.", "no_device_platform"),
+]
+
+
+@pytest.mark.parametrize("line,rule", CORPUS, ids=[r for _, r in CORPUS])
+def test_real_root_lines_are_answered(line, rule):
+    f = answer(_finding(line), None, _timeline(), "<log>")
+    assert f.id == rule, (line, f.id, f.title)
+    assert f.actions and all(not a.startswith(POINTERS) for a in f.actions)
+
+
+def test_the_launch_s_own_command_carries_the_change():
+    tl = _timeline(model="org/m", tensor_parallel_size=2, max_lora_rank=16, enable_lora=True)
+    f = answer(_finding("LoRA rank 32 is greater than max_lora_rank 16."), None, tl, "<log>")
+    cmd = next(a for a in f.actions if "vllm serve" in a).split(": ", 1)[1]
+    assert cmd == "vllm serve org/m --tensor-parallel-size 2 --enable-lora --max-lora-rank 32"
+    assert "this launch" not in " ".join(f.actions)  # the command replaces the sentence without one
+
+
+def test_block_split_arithmetic_and_the_tps_that_work():
+    tl = _timeline(model="deepseek-ai/DeepSeek-V4-Pro", tensor_parallel_size=16)
+    tl.tensor_parallel_size = 16
+    f = answer(_finding("ValueError: Weight input_size_per_partition = 192 is not divisible by weight quantization block_k = 128."),
+               None, tl, "<log>")
+    assert "3072 / 16 = 192" in f.meaning
+    works = next(a for a in f.actions if a.startswith("Use a --tensor-parallel-size"))
+    assert "1, 2, 3, 4, 6, 8, 12, 24" in works  # 3072 / TP a multiple of 128 ⇔ TP divides 24
+    assert any("--tensor-parallel-size 12" in a or "--tensor-parallel-size 8 --pipeline-parallel-size 2" in a for a in f.actions)
+
+
+def test_experts_redundancy_is_computed_from_the_message():
+    f = answer(_finding("AssertionError: n_physical_experts=256 must be divisible by ep_size=3."), None, _timeline(), "<log>")
+    assert any("add 2 redundant experts" in a and "258" in a for a in f.actions)
+
+
+def test_a_cache_path_names_its_variable_and_the_arbitrary_uid():
+    f = answer(_finding("PermissionError: [Errno 13] Permission denied: '/.cache/huggingface'"), None, _timeline(), "<log>")
+    assert f.id == "cache_dir_not_writable" and any("HF_HOME=" in a for a in f.actions)
+    assert "HOME is /" in f.meaning and any("HOME=/tmp" in a for a in f.actions)
+    g = answer(_finding("PermissionError: [Errno 13] Permission denied: '/app/.triton'"), None, _timeline(), "<log>")
+    assert any("TRITON_CACHE_DIR=" in a for a in g.actions)
+
+
+def test_cuda_codes_each_have_their_meaning():
+    for code, words in ((802, "fabric"), (803, "compat"), (804, "forward"), (999, "nvidia_uvm"), (35, "driver")):
+        f = answer(_finding(f"RuntimeError: Unexpected error from cudaGetDeviceCount(). Error {code}: some text"), None,
+                   _timeline(), "<log>")
+        assert f.id == "cuda_error_code" and words in (f.meaning + " ".join(f.actions)).lower(), code
+
+
+def test_a_limit_no_flag_sets_declines_and_the_message_heads_the_finding():
+    f = answer(_finding("ValueError: frobnication depth 9 is greater than quux_limit 3."), None, _timeline(), "<log>")
+    assert f.id == "unrecognized_error"
+    assert f.title == "ValueError: frobnication depth 9 is greater than quux_limit 3."
+
+
+def test_headline_is_trimmed():
+    f = _finding("E" * 400)
+    assert len(headline(f)) <= 140 and headline(f).endswith("…")
+
+
+def test_families_join_the_catalogue_by_id_only():
+    assert "value_over_limit" not in {s.id for s in FAMILIES if False}  # noqa: SIM114 - families are not line-matched
+    assert BY_ID["value_over_limit"] is FAMILY_BY_ID["value_over_limit"]
+
+
+def test_benign_text_never_fails_a_log_through_a_family(tmp_path):
+    """Families read only a root cause: warnings that carry a family's words, on a start that went on to serve, stay
+    notes (huggingface_hub's ignored write error; NCCL's shm INFO)."""
+    log = tmp_path / "ok.log"
+    log.write_text(
+        "(APIServer pid=1) INFO 11-30 10:00:00 [api_utils.py:347] vLLM server version 0.32.0, serving model org/m\n"
+        "(APIServer pid=1) WARNING 11-30 10:00:01 [file_download.py:1] Ignored error while writing commit hash to "
+        "/.cache/huggingface/hub/models--org--m/refs/main: [Errno 13] Permission denied: '/.cache/huggingface/hub'.\n"
+        "(APIServer pid=1) INFO 11-30 10:00:30 [api_server.py:1] Starting vLLM API server 0 on http://0.0.0.0:8000\n"
+        "(APIServer pid=1) INFO:     Application startup complete.\n"
+        '(APIServer pid=1) INFO:     127.0.0.1:5 - "POST /v1/completions HTTP/1.1" 200 OK\n')
+    d = diagnose([log])
+    assert d.verdict == "healthy"
