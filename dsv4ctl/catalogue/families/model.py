@@ -239,4 +239,25 @@ FAMILIES: tuple[Signature, ...] = (
                  "used (streaming, tools, logprobs) until then",),
         source="pydantic ValidationError raised in vllm/entrypoints/openai (the response models)",
     ),
+    Signature(
+        id="sglang_cuda_graph_capture",
+        severity="critical",
+        tier=1,
+        title="SGLang could not capture its decode CUDA graphs",
+        meaning=(
+            "This is SGLang's engine, not vLLM's: its CUDA-graph runner failed while capturing the decode graphs{cause_text}. "
+            "Capture needs memory beyond the static pool and kernels that support capture at every batch size."
+        ),
+        patterns=(r"Capture cuda graph failed:(?P<cause>[^\n]*)",),
+        actions=(
+            "Leave more memory outside SGLang's static pool: a smaller --mem-fraction-static (0.8 or 0.7)",
+            "Capture fewer batch sizes: a smaller --cuda-graph-max-bs (--cuda-graph-max-bs-decode in 0.5.2x), e.g. 16",
+            "To confirm it is the capture, run once without decode graphs: --disable-cuda-graph (--cuda-graph-backend-decode="
+            "disabled in 0.5.2x); slow, not for production",
+        ),
+        source=(
+            "sglang==0.5.23 sglang/srt/model_executor/runner/decode_cuda_graph_runner.py:603, "
+            "runner_backend_utils/__init__.py:14 (the remedies it prints)"
+        ),
+    ),
 )
