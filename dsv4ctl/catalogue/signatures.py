@@ -529,8 +529,9 @@ DERIVED: tuple[Signature, ...] = (
 # file:line of the package that prints the message).
 from dsv4ctl.catalogue.signatures_ecosystem import SIGNATURES as _ECOSYSTEM  # noqa: E402
 from dsv4ctl.catalogue.signatures_vllm import SIGNATURES as _VLLM  # noqa: E402
+from dsv4ctl.catalogue.signatures_waits import DERIVED as _WAITS_DERIVED, SIGNATURES as _WAITS  # noqa: E402
 
-CATALOGUE = CATALOGUE + _VLLM + _ECOSYSTEM
+CATALOGUE = CATALOGUE + _VLLM + _ECOSYSTEM + _WAITS
 
 class _ById(dict):
     """Signatures by id; the family rules (catalogue/families) join at the first id that is none of the above, so a
@@ -545,4 +546,4 @@ class _ById(dict):
         return families[key]
 
 
-BY_ID: dict[str, Signature] = _ById({s.id: s for s in CATALOGUE + DERIVED})
+BY_ID: dict[str, Signature] = _ById({s.id: s for s in CATALOGUE + DERIVED + _WAITS_DERIVED})

@@ -4,6 +4,7 @@ bookkeeping of when it was ready, serving or shutting down (per-start state; the
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass
 
 from dsv4ctl.catalogue.signature import Signature
@@ -66,6 +67,8 @@ _SERVING_ALERT = (
     r"NCCL", r"Watchdog", r"Check failed", r"paged_mqa_logits_metadata",
     r"terminate called", r"Killed", r"Segmentation fault", r"Fatal Python", r"Aborted", r"Bus error", r"Errno 98",
     r"out of memory", r"OutOfMemory",
+    # a wait while serving (a worker that stopped answering the engine's broadcast)
+    r"No available shared memory broadcast",
 )
 
 # - the catalogue's request-level errors (a prompt too long, no chat template): warnings, analysed alone.
@@ -80,6 +83,30 @@ def request_signature(kind: int) -> Signature:
     return _REQUEST_SIGNATURES[kind - LineSorter.REQUEST]
 
 HELD_LINES = 256  # held lines analysed when trouble starts: a (long) traceback printed just before the sign
+
+# The catalogue's waits (dsv4ctl/catalogue/signatures_waits.py, and the shared-memory broadcast's): their last
+# line is kept whatever the cap (a wait's last line is what `diagnosis.stuck` needs).
+WAIT_IDS = frozenset({"wait_placement_group", "wait_dp_coordinator", "wait_engines", "wait_frontend", "engine_waiting"})
+
+ANSWER_CAP = MAX_EVIDENCE  # the first 5xx and 4xx answers kept, and the last request lines before an error
+
+# vLLM's throughput line of an engine that runs requests and makes no progress (vllm==0.32.0
+# vllm/v1/metrics/loggers.py:283, "Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s"):
+# logged while it hangs, so no sign of progress.
+_NO_THROUGHPUT = "throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s"
+
+
+@dataclass
+class WaitRun:
+    """One kind of wait a start showed: its first and last line and how many times it was logged."""
+
+    kind: str
+    first: LogLine
+    first_seq: int
+    last: LogLine
+    last_seq: int
+    count: int = 1
+    seconds: int | None = None  # the largest wait the lines state themselves ("for 70 seconds")
 
 class StartAnalyzer:
     """Everything one start of vLLM showed: the timeline, signature hits and error records."""
@@ -108,6 +135,18 @@ class StartAnalyzer:
         self.alert = False  # while serving, a sign that the server is going down was seen
         self.ready_source: str | None = None
         self._unsettled: dict[tuple[str, str | None], list[ErrorRecord]] = {}
+        # What `diagnosis.stuck` and `diagnosis.serving_view` read: the last line of each process, the last line that
+        # showed progress, the waits, NCCL's init lines, the answers with an error status, the recent requests.
+        self.proc_last: dict[tuple[str, str | None], tuple[int, LogLine]] = {}
+        self.progress_seq = 0
+        self.waits: dict[str, WaitRun] = {}
+        self.nccl_first: tuple[int, LogLine] | None = None
+        self.nccl_last: tuple[int, LogLine] | None = None
+        self.nccl_complete_seq = 0
+        self.down_answers: list[tuple[int, LogLine]] = []
+        self.client_answers: list[tuple[int, LogLine]] = []
+        self.requests: deque[tuple[int, LogLine]] = deque(maxlen=ANSWER_CAP)
+        self.full_read = False  # every line of the start's file was fed (a paste), not only the selected ones
 
     @property
     def quiet_serving(self) -> bool:
@@ -135,7 +174,13 @@ class StartAnalyzer:
         phase_before = self.progress_phase
         capture = self.tracker.timeline.capture
         capture_mode = capture.mode if capture is not None else None
-        for ev in self.tracker.feed(line):
+        self.proc_last[(line.source, line.process)] = (seq, line)
+        events = self.tracker.feed(line)
+        # Evidence that the start went on: a log record of its own (a wait's line takes this back in `_wait`).
+        progress_before = self.progress_seq
+        if events or (line.level is not None and line.level != "DEBUG"):
+            self.progress_seq = seq
+        for ev in events:
             if ev.phase not in ("failed", "shutdown"):
                 self.progress_phase = ev.phase
                 # The process went on starting up: what it printed before was not fatal.
@@ -147,8 +192,25 @@ class StartAnalyzer:
             if ev.phase == "shutdown" and self.shutdown_seq is None:
                 self.shutdown_seq = seq
         if ('HTTP/' in msg or "Avg prompt throughput" in msg) and (m := ANSWERED_RE.search(msg)) is not None:
-            if m.group("status") not in _DOWN_STATUSES:
+            status = m.group("status")
+            if status not in _DOWN_STATUSES:
                 self.alive, self.alive_seq = line, seq
+                if status is not None or _NO_THROUGHPUT not in msg:
+                    self.progress_seq = seq
+                if status is not None and status[0] == "4" and len(self.client_answers) < ANSWER_CAP:
+                    self.client_answers.append((seq, line))
+            elif len(self.down_answers) < ANSWER_CAP:
+                self.down_answers.append((seq, line))
+            if status is not None:
+                self.requests.append((seq, line))
+        elif "Received request" in msg:
+            self.requests.append((seq, line))
+        if "NCCL INFO" in msg:
+            if self.nccl_last is None or self.nccl_last[0] < self.progress_seq:
+                self.nccl_first = (seq, line)
+            self.nccl_last = (seq, line)
+            if "Init COMPLETE" in msg:
+                self.nccl_complete_seq = seq
         if "paged_mqa_logits_metadata" in msg or "IndexerMetadataBuilder" in msg:
             if len(self.traced_deepgemm) < 2 * MAX_EVIDENCE:
                 self.traced_deepgemm.append((seq, line))
@@ -170,10 +232,25 @@ class StartAnalyzer:
                 self._add_record(rec)
         for sig in _INDEX.candidates(msg):
             m = sig.match(msg)
+            if m and sig.id in WAIT_IDS:
+                self._wait(sig.id, line, seq, m)
+                if self.progress_seq == seq:
+                    self.progress_seq = progress_before
             if m and self._count_hit(sig.id, seq):
                 groups = {k: v for k, v in m.groupdict().items() if v is not None}
                 self.hits.append(Hit(sig, line, seq, order, phase_before, capture_mode, groups))
                 self.evidence_seen = True
+
+    def _wait(self, kind: str, line: LogLine, seq: int, m: re.Match[str]) -> None:
+        run = self.waits.get(kind)
+        stated = m.groupdict().get("seconds")
+        if run is None:
+            run = self.waits[kind] = WaitRun(kind, line, seq, line, seq)
+        else:
+            run.last, run.last_seq = line, seq
+            run.count += 1
+        if stated is not None:
+            run.seconds = max(run.seconds or 0, int(stated))
 
     def _add_record(self, rec: ErrorRecord) -> None:
         if rec.line.level not in _ERROR_LEVELS:

@@ -11,6 +11,8 @@ from dsv4ctl.diagnosis.dsv4 import is_dsv4
 from dsv4ctl.diagnosis.evidence import evidence_of, fill, line_of, make_finding, ref_evidence
 from dsv4ctl.diagnosis.model import Diagnosis, Finding, PhaseBasis
 from dsv4ctl.diagnosis.ranking import originating
+from dsv4ctl.diagnosis.serving_view import client_finding, down_after_error, down_details, in_request_path, request_finding
+from dsv4ctl.diagnosis.stuck import shortage_finding, stuck_finding, waited_before
 from dsv4ctl.diagnosis.windows import (
     is_request_error,
     serving_warnings,
@@ -98,6 +100,7 @@ class _Windows:
     live_startup: list[ErrorRecord]  # errors before ready that can end the start
     answered: list[ErrorRecord]  # errors of a request the server answered
     request_hits: list[Hit]
+    request_records: list[ErrorRecord]  # tracebacks of vLLM's request path: one request's error, the server up
 
 
 def _windows(a: StartAnalyzer) -> _Windows:
@@ -132,7 +135,31 @@ def _windows(a: StartAnalyzer) -> _Windows:
     request_hits = [h for hs in hits["startup"].values() for h in hs if h.sig.role == "request"]
     answered = [r for r in live_startup if any(r.spans(h.line) for h in request_hits)]
     live_startup = [r for r in live_startup if not any(r is x for x in answered)]
-    return _Windows(hits, noise, records, survived, live_startup, answered, request_hits)
+    # A traceback raised while the server handled one request (its handlers, a parser, a KV connector's handshake)
+    # is that request's: the server was answering, and it stays up unless something after it stops it.
+    request_records = [r for r in live_startup + records["serving"] if in_request_path(r)]
+    if request_records:
+        live_startup = [r for r in live_startup if not any(r is x for x in request_records)]
+        records["serving"] = [r for r in records["serving"] if not any(r is x for x in request_records)]
+    return _Windows(hits, noise, records, survived, live_startup, answered, request_hits, request_records)
+
+
+def _to_serving(w: _Windows, seq: int) -> None:
+    """The errors and signature lines before the answer at `seq` belong to the serving window: the server was up to
+    answer (an excerpt whose only sign of ready is that answer)."""
+    moved = [r for r in w.records["startup"] if r.seq < seq]
+    w.records["serving"] += moved
+    w.records["startup"] = [r for r in w.records["startup"] if r.seq >= seq]
+    w.live_startup = [r for r in w.live_startup if r.seq >= seq]
+    for sid, hs in list(w.hits["startup"].items()):
+        if sid == "autofit_reduced":
+            continue
+        before = [h for h in hs if h.seq < seq]
+        if before:
+            w.hits["serving"].setdefault(sid, []).extend(before)
+            w.hits["startup"][sid] = [h for h in hs if h.seq >= seq]
+            if not w.hits["startup"][sid]:
+                del w.hits["startup"][sid]
 
 
 def _failed_phase(a: StartAnalyzer, tl: StartupTimeline, w: _Windows) -> tuple[str | None, PhaseBasis]:
@@ -216,15 +243,33 @@ def conclude_start(a: StartAnalyzer, sources: list[str]) -> Diagnosis:
     w = _windows(a)
     dsv4 = is_dsv4(tl)
     phase, basis = _failed_phase(a, tl, w)
+    down = down_after_error(a) if phase is None and tl.ready else None
+    if down is not None:
+        # Requests answered 500/503 after an engine error, and nothing answered otherwise after them: it died serving.
+        _to_serving(w, down[0])
+        phase, basis = "serving", PhaseBasis("words", evidence_of(down[1]), "answered with a server error after it")
     findings, root = _findings(a, tl, log, w, phase, dsv4)
+    if down is not None and root is not None:
+        root.details.update(down_details(a, down, root.order[1] if len(root.order) > 1 else None))
+    phase, basis, root, stuck = _waits_and_shortages(a, tl, w, findings, phase, basis, root)
+    for r in w.request_records[:2]:
+        if not any(e.source == r.line.source and e.line == r.line.lineno for f in findings for e in f.evidence):
+            findings.append(request_finding(r, a))
+    if (refused := client_finding(a)) is not None:
+        findings.append(refused)
     if root is not None and phase is not None and BY_ID[root.id].phase:
         phase = BY_ID[root.id].phase  # e.g. a port that could not be bound: the server never served
     # Without a ready line, an excerpt that ends on the auto-fit report, or shows the server answering a
     # request, shows no failure: healthy, with the warning.
     autofit_only = tl.autofit is not None and tl.last_phase == "kv_cache" and "engine_waiting" not in w.hits["startup"]
     answers = any(r.kind == "http_error" for r in w.survived)
-    up = tl.ready or bool(w.answered) or bool(w.request_hits) or autofit_only or answers
-    verdict = "failed" if phase else ("healthy" if up else "inconclusive")
+    up = tl.ready or bool(w.answered) or bool(w.request_hits) or autofit_only or answers or bool(w.request_records)
+    if phase and stuck is None:
+        verdict = "failed"
+    elif stuck is not None and stuck.role != "note":
+        verdict = "stuck"
+    else:
+        verdict = "healthy" if up else "inconclusive"
     if root is not None:
         root.is_root_cause = True
     findings.sort(key=lambda f: (not f.is_root_cause, _SEVERITY_RANK.get(f.severity, 3), f.order or (0, 0)))
@@ -242,6 +287,55 @@ def conclude_start(a: StartAnalyzer, sources: list[str]) -> Diagnosis:
         phase_basis=basis if phase else None,
         facts={"log": log, "stale_fix_active": a.stale_fix_active, "dsv4": dsv4},
     )
+
+
+def _waits_and_shortages(
+    a: StartAnalyzer, tl: StartupTimeline, w: _Windows, findings: list[Finding], phase: str | None,
+    basis: PhaseBasis, root: Finding | None,
+) -> tuple[str | None, PhaseBasis, Finding | None, Finding | None]:
+    """A start whose last evidence is a wait is stuck (`diagnosis.stuck`); a resource warning whose numbers show a
+    shortage is the root cause of a failed or stuck start that no error explains, and a certain shortage makes a
+    stuck start failed (it cannot go on with what it has). A time-out's error names the wait it ended. Returns the
+    phase, its basis, the root cause and the stuck finding (None unless the verdict is stuck)."""
+    hits: dict[str, list[Hit]] = {}
+    for window in ("startup", "serving"):
+        for sid, hs in w.hits[window].items():
+            hits.setdefault(sid, []).extend(hs)
+    if phase is not None:
+        if root is not None and (waited := waited_before(root, a)) is not None:
+            line = waited.pop("_line")
+            root.details["waited"] = waited
+            if len(root.evidence) < 6 and all(e.line != line.lineno or e.source != line.source for e in root.evidence):
+                root.evidence.append(evidence_of(line))
+        if root is None or root.role == "symptom":
+            short, _ = shortage_finding(hits, tl, a.waits.get("wait_placement_group"))
+            if short is not None:
+                root = _replace(findings, short)
+        return phase, basis, root, None
+    stuck = stuck_finding(a, tl)
+    if stuck is None:
+        return phase, basis, root, None
+    where = "serving" if tl.ready else "startup"
+    wait_basis = PhaseBasis("words", stuck.evidence[0], "waits")
+    short, certain = shortage_finding(hits, tl, a.waits.get(stuck.details["wait"]))
+    if short is not None:
+        short.details["stuck"] = {k: stuck.details[k] for k in ("wait", "waiting_for", "since", "last", "timeout")}
+        root = _replace(findings, short)
+        findings.append(stuck)
+        if certain:
+            # The wait cannot end but in its time-out's error: the start has failed.
+            stuck.severity, stuck.role = "warning", "note"
+            return where, PhaseBasis("words", short.evidence[0], "a shortage the warning's numbers show"), root, None
+        return where, wait_basis, root, stuck
+    findings.append(stuck)
+    return where, wait_basis, stuck, stuck
+
+
+def _replace(findings: list[Finding], f: Finding) -> Finding:
+    """`f` in place of the note of the same signature among `findings` (it becomes the root cause)."""
+    findings[:] = [x for x in findings if x.id != f.id]
+    findings.append(f)
+    return f
 
 
 def not_a_vllm_log(sources: list[str], lines_read: int, selected: int) -> Diagnosis:

@@ -15,6 +15,7 @@ from dsv4ctl.logs.timeline import StartupTimeline
 VERDICT_EXIT = {
     "healthy": ExitCode.OK,
     "inconclusive": ExitCode.INCONCLUSIVE,
+    "stuck": ExitCode.STUCK,
 }
 
 MAX_EVIDENCE = 6
@@ -125,8 +126,8 @@ class PhaseBasis:
 
 @dataclass
 class Diagnosis:
-    """What a log says about its last start: verdict ("failed" | "healthy" | "inconclusive"), the phase
-    it failed in ("startup" | "serving"), root cause, findings; `starts` lists every start."""
+    """What a log says about its last start: verdict ("failed" | "stuck" | "healthy" | "inconclusive"), the phase
+    it failed or waits in ("startup" | "serving"), root cause, findings; `starts` lists every start."""
 
     verdict: str
     findings: list[Finding]
@@ -196,6 +197,13 @@ def summary_text(d: Diagnosis) -> str:
         if d.root_cause.id == "unrecognized_error":
             return f"{what}{nth} with an error no signature explains{where}: {clip(str(d.root_cause.details.get('message') or d.root_cause.details.get('exception')), 100)}"
         return f"{what}{nth}: {d.root_cause.title}{where}."
+    if d.verdict == "stuck":
+        wait = next((f for f in d.findings if f.id == "start_stuck"), None)
+        what = wait.details.get("waiting_for") if wait else "a wait"
+        where = f" (line {wait.line})" if wait and wait.line else ""
+        cause = f"; the cause: {d.root_cause.title}" if d.root_cause is not None and d.root_cause is not wait else ""
+        serving = " while serving" if d.phase == "serving" else ""
+        return f"The start is stuck{serving}{nth}: it waits for {what}{where} and nothing failed after it{cause}."
     if d.verdict == "healthy":
         if not tl.ready:
             return f"No failure: the server was answering requests{nth}."

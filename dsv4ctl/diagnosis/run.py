@@ -39,6 +39,7 @@ class LogPass:
         self._held: deque[tuple[str, str, int]] = deque(maxlen=HELD_LINES)
         self.evidence_seen = False
         self.selected = 0  # lines the prefilter selected (analysed or held)
+        self.full: set[str] = set()  # sources whose every line was fed (read in full), not only the selected ones
 
     def feed_batch(
         self, base: int, batch: prefilter.Batch, source: str,
@@ -135,16 +136,22 @@ class LogPass:
     def _close(self, a: StartAnalyzer) -> None:
         del self.analyzers[a.index]
         a.finish()
+        a.full_read = self.read_in_full()
         self.log_lines += a.log_lines
         self.evidence_seen = self.evidence_seen or a.evidence_seen
         if a.first is not None:
             a.light = True
             self.closed.append(summary_of(a, conclude_start(a, sorted(self.sources))))
 
+    def read_in_full(self) -> bool:
+        """Whether every source was fed line by line in full (then a line after another is all that came after)."""
+        return bool(self.sources) and self.sources <= self.full
+
     def conclude(self, sources: list[str]) -> "Diagnosis":
         open_starts = sorted(self.analyzers.values(), key=lambda a: a.index)
         for a in open_starts:
             a.finish()
+            a.full_read = self.read_in_full()
         lines_read = self.lines_read
         if not self.log_lines and not any(a.log_lines or a.evidence_seen for a in open_starts) and not self.evidence_seen:
             foreign = not_a_vllm_log(sources, lines_read, self.seq)
@@ -214,6 +221,7 @@ def diagnose(
             head = _read_up_to(stream, FULL_READ_BYTES + 1)
             if len(head) <= FULL_READ_BYTES:
                 # A paste, or a log this short: every line is read (the prefilter only says which it selects).
+                run.full.add(name)
                 for lineno, raw in prefilter.split_lines(head):
                     run.feed_raw(raw, name, lineno, selected=prefilter.line_matches(raw))
                     count = [lineno]
@@ -258,6 +266,8 @@ def diagnose_lines(lines: Iterable[LogLine]) -> Diagnosis:
     full = True
 
     def flush(small: bool) -> None:
+        if small and held:
+            run.full.add(held[0].source)
         for ln in held:
             if small:
                 run.feed_raw(ln.raw, ln.source, ln.lineno, ln, selected=prefilter.line_matches(ln.raw))

@@ -35,6 +35,7 @@ Every wording here is copied from the source that prints it (cited next to each 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from dsv4ctl.logs.grammars import (
@@ -70,7 +71,8 @@ from dsv4ctl.logs.reader import LogLine
 class ErrorRecord:
     """One error: a whole Python traceback (with its chain) or one non-Python error line.
 
-    kind: "python", "cuda", "cpp", "nccl", "coredump", "os", "killed", "crash", "text", "log_error".
+    kind: "python", "cuda", "cpp", "nccl", "coredump", "os", "killed", "crash", "text", "native" (a C++
+    component's E/F record), "log_error".
     line: the line that holds the originating error (the first exception's line for a traceback).
     details: what the wording carries (the CUDA error text, the faulting kernel, the errno…).
     frames: the innermost frames of the originating exception (file, function), innermost last.
@@ -169,10 +171,18 @@ class ErrorRecord:
         return out
 
 
+# The source file of a C++ component's record (glog, c10 and Ray's C++ core: "core_worker.cc:496",
+# "ProcessGroupNCCL.cpp:632").
+_NATIVE_FILE_RE = re.compile(r"\.(?:cc|cpp|cxx|cu|h|hpp)(?::[0-9]+)?$")
+
+
 def log_error(line: LogLine) -> ErrorRecord:
     """An ERROR/CRITICAL log record that states an error in words of its own (no traceback, no known
-    wording): the weakest evidence, used for the root cause only when nothing stronger is in the log."""
-    return ErrorRecord(kind="log_error", line=line, text=line.message)
+    wording): the weakest evidence, used for the root cause only when nothing stronger is in the log. A C++
+    component's E/F record (glog, c10, Ray's core: its file is a .cc/.cpp) is an error on its own (`native`):
+    such a process prints no Python traceback."""
+    native = line.fileinfo is not None and _NATIVE_FILE_RE.search(line.fileinfo) is not None
+    return ErrorRecord(kind="native" if native else "log_error", line=line, text=line.message)
 
 
 def generic_error(line: LogLine) -> ErrorRecord | None:

@@ -46,7 +46,8 @@ EXPECTED = {
     "free_memory_below_utilization": ("failed", 3, "free_memory_below_utilization", []),
     "healthy_explicit_len": ("healthy", 0, None, []),
     "inconclusive_capture": ("inconclusive", 5, None, ["autofit_reduced"]),
-    "inconclusive_engine_waiting": ("inconclusive", 5, None, ["engine_waiting"]),
+    # The log ends on the engine's shared-memory broadcast waits (capture never reports again): stuck.
+    "inconclusive_engine_waiting": ("stuck", 8, "start_stuck", ["engine_waiting"]),
     "interleaved_multiprocess": ("failed", 3, "cuda_oom", ["engine_core_failed"]),
     "kv_cache_dtype_auto_bf16": ("healthy", 0, None, ["kv_cache_dtype_auto_bf16"]),
     "kv_cache_dtype_unsupported": ("failed", 3, "kv_cache_dtype_unsupported", []),
@@ -84,9 +85,9 @@ def test_every_fixture_has_an_expectation_and_every_signature_a_fixture():
     assert {p.stem for p in FIXTURES.glob("*.log")} == set(EXPECTED)
     covered = {root for _, _, root, _ in EXPECTED.values() if root} | {i for *_, ids in EXPECTED.values() for i in ids}
     # The family modules (signatures_vllm, …) have fixtures of their own under fixtures/logs/catalogue/.
-    from dsv4ctl.catalogue import signatures_ecosystem, signatures_vllm
+    from dsv4ctl.catalogue import signatures_ecosystem, signatures_vllm, signatures_waits
 
-    family = {s.id for s in signatures_vllm.SIGNATURES + signatures_ecosystem.SIGNATURES}
+    family = {s.id for s in signatures_vllm.SIGNATURES + signatures_ecosystem.SIGNATURES + signatures_waits.SIGNATURES}
     assert {s.id for s in CATALOGUE} - family <= covered
 
 
