@@ -178,7 +178,7 @@ def _unknown_choice(d: Details, tl: StartupTimeline) -> Details | None:
     out["choice_sentence"] = f"The launch asked for {what} '{value}', which this vLLM does not have."
     if choices:
         out["choices_short"] = ", ".join(choices[:24]) + (" …" if len(choices) > 24 else "")
-        near = difflib.get_close_matches(value, choices, n=1, cutoff=0.5)
+        near = difflib.get_close_matches(value, [c for c in choices if c != value], n=1, cutoff=0.5)
         if near:
             out["nearest_q"] = f"'{near[0]}'"
             flag = d.get("flag") or ("--" + registry.replace("_", "-") if registry else None)
@@ -187,7 +187,9 @@ def _unknown_choice(d: Details, tl: StartupTimeline) -> Details | None:
                 if cmd:
                     out["serve_choice"] = cmd
     if first:
-        out["first_release_sentence"] = f"'{value}' first appears in vLLM {first}: upgrade to it or later to use it"
+        running = f"the running vLLM ({tl.vllm_version})" if tl.vllm_version else "the running vLLM"
+        out["first_release_sentence"] = (f"'{value}' is a {out['what']} of vLLM {first} and later (of the releases dsv4ctl "
+                                         f"indexed): {running} predates it or was built without it; upgrade to use it")
     if not choices and not first:
         return None
     return out
