@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
 from dsv4ctl.errors import InputError
-from dsv4ctl.logs import prefilter
+from dsv4ctl.logs import formats, prefilter
 
 PARALLEL_MIN_BYTES = 64 * 1024 * 1024
 MAX_WORKERS = 4
@@ -74,8 +74,9 @@ def parallel_size(path: str | Path, min_bytes: int = PARALLEL_MIN_BYTES) -> int 
         if not stat.S_ISREG(st.st_mode) or st.st_size < max(min_bytes, 1):
             return None
         with open(path, "rb") as f:
-            if f.read(2) == b"\x1f\x8b":
-                return None
+            head = f.read(formats.SNIFF_BYTES)
+            if head[:2] == b"\x1f\x8b" or formats.sniff(head) is not None:
+                return None  # compressed, or a shipper's format: read in order, unwrapped
     except OSError:
         return None  # the sequential path reports it
     return st.st_size

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator, Union
 
 from dsv4ctl.errors import InputError
+from dsv4ctl.logs import formats
 
 MAX_LINE_BYTES = 64 * 1024
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -180,30 +181,21 @@ def clean(raw: str) -> str:
     return text.rstrip("\n")
 
 
-_JSON_LEVELS = {"WARN": "WARNING", "FATAL": "CRITICAL"}
-
-
 def _json_record(text: str) -> tuple[str, str | None, str | None, str | None] | None:
-    """A log record a JSON formatter wrote (`VLLM_LOGGING_CONFIG_PATH` with python-json-logger and the like):
-    (message, level, process, fileinfo) from its usual keys, or None when the line is not such an object."""
+    """A log record a JSON formatter wrote (`VLLM_LOGGING_CONFIG_PATH` with python-json-logger and the like), on a
+    line of a file that is not all such records (`formats` unwraps those): (message, level, process, fileinfo)
+    from its usual keys (`formats.record_fields`), or None when the line is not such an object. A traceback in a
+    field of its own gives its last line to the message."""
     try:
         obj = json.loads(text)
     except ValueError:
         return None
-    if not isinstance(obj, dict):
+    fields = formats.record_fields(obj) if isinstance(obj, dict) else None
+    if fields is None:
         return None
-    message = next((obj[k] for k in ("message", "msg", "event") if isinstance(obj.get(k), str)), None)
-    if message is None:
-        return None
-    level = next((str(obj[k]).upper() for k in ("levelname", "level", "severity") if isinstance(obj.get(k), str)), None)
-    level = _JSON_LEVELS.get(level, level) if level in ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL") else None
-    process = obj.get("processName") if isinstance(obj.get("processName"), str) else None
-    where = obj.get("filename"), obj.get("lineno")
-    fileinfo = f"{where[0]}:{where[1]}" if isinstance(where[0], str) and isinstance(where[1], int) else None
-    for key in ("exc_info", "exception", "stack_info"):  # a traceback the formatter put in a field of its own
-        if isinstance(obj.get(key), str) and obj[key].strip():
-            message = f"{message} | {obj[key].strip().splitlines()[-1]}"
-            break
+    message, level, process, fileinfo, _clock, _pid, trace = fields
+    if trace:
+        message = f"{message} | {trace.strip().splitlines()[-1]}"
     return message, level, process, fileinfo
 
 
@@ -335,7 +327,7 @@ def open_source(source: Source) -> BinaryIO:
             try:
                 if path.is_dir():
                     raise InputError(f"{path} is a directory, not a log file", hint="pass the log file itself")
-                raw = open(path, "rb")  # noqa: SIM115 - closed by the caller
+                raw = open(path, "rb", buffering=formats.SNIFF_BYTES)  # noqa: SIM115 - closed by the caller
             except InputError:
                 raise
             except FileNotFoundError:
@@ -346,14 +338,23 @@ def open_source(source: Source) -> BinaryIO:
         raw = source
         if isinstance(raw, io.TextIOBase):
             raw = raw.buffer  # type: ignore[attr-defined]
-    buffered: BinaryIO = raw if hasattr(raw, "peek") else io.BufferedReader(raw)  # type: ignore[arg-type]
+    buffered: BinaryIO = raw if hasattr(raw, "peek") else io.BufferedReader(raw, formats.SNIFF_BYTES)  # type: ignore[arg-type]
     try:
         head = buffered.peek(2)[:2]  # type: ignore[attr-defined]
     except (OSError, ValueError):
         head = b""
+    stream: BinaryIO = buffered
     if head == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=buffered, mode="rb")  # type: ignore[return-value]
-    return buffered
+        stream = gzip.GzipFile(fileobj=buffered, mode="rb")  # type: ignore[assignment]
+    # A shipper's format (JSON records, Docker's json-file, CRI, exports) is read as the lines it wraps.
+    try:
+        first = stream.peek(formats.SNIFF_BYTES)  # type: ignore[attr-defined]
+    except (OSError, ValueError, EOFError, gzip.BadGzipFile, zlib.error):
+        first = b""
+    fmt = formats.sniff(first) if first else None
+    if fmt is not None:
+        return formats.Unwrapped(fmt, b"", _Reader(stream).read, source_name(source), stream.close)  # type: ignore[return-value]
+    return stream
 
 
 class _Reader:
