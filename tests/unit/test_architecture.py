@@ -4,6 +4,9 @@ a program. Read from the sources' own imports and definitions, so the test fails
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -156,6 +159,53 @@ def test_each_circle_left_is_still_one(package):
     inside = {m for m in graph if m == package or m.startswith(f"{package}.")}
     with pytest.raises(AssertionError):  # the circle is gone: take its entry out of LAZY_CIRCLES_LEFT
         _assert_no_circle({m: graph[m] & inside for m in inside})
+
+
+def _importtime(argv: tuple[str, ...]) -> tuple[list[tuple[str, str]], set[str]]:
+    """Run `python -X importtime -m dsv4ctl *argv`: (loader, loaded) pairs of dsv4ctl modules as its tree shows
+    them (a module's children print before it, one level deeper), and every dsv4ctl module it loaded."""
+    env = dict(os.environ, NO_COLOR="1", DSV4CTL_DEBUG="")
+    run = subprocess.run([sys.executable, "-X", "importtime", "-m", "dsv4ctl", *argv], capture_output=True, text=True,
+                         env=env, timeout=120, cwd=PACKAGE.parent)
+    modules, pairs, waiting = _modules(), [], {}
+    for line in run.stderr.splitlines():
+        if not line.startswith("import time:") or "imported package" in line:
+            continue
+        name = line.split("|")[2]
+        depth, name = (len(name) - len(name.lstrip())) // 2, name.strip()
+        pairs += [(name, child) for child in waiting.pop(depth + 1, [])]
+        waiting.setdefault(depth, []).append(name)
+    loaded = {n for d in waiting.values() for n in d} | {c for _, c in pairs}
+    return [(a, b) for a, b in pairs if a in modules and b in modules], loaded & modules.keys()
+
+
+@pytest.mark.parametrize("argv", [
+    ("--help",),
+    ("fit-length", "deepseek-ai/DeepSeek-V4-Flash", "-tp", "8", "--kv-cache-memory", "40GiB", "--json"),
+    ("diagnose", "--example", "stale-max-model-len", "--json"),
+])
+def test_what_a_command_loads_follows_the_graph(argv):
+    """The graph read from the sources is the one Python runs: each module a command's run loads under another is
+    one that module imports (or the package of one, which loads first); --help loads only the top level's."""
+    graph = _module_graph(keep_left=True)
+
+    def packages(name: str) -> set[str]:
+        parts = name.split(".")
+        return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+    pairs, loaded = _importtime(argv)
+    assert "dsv4ctl.cli" in loaded, "the command did not run"
+    unread = [f"{a} loaded {b}" for a, b in pairs
+              if b not in graph[a] and b not in packages(a) and not any(b in packages(t) for t in graph[a])]
+    assert not unread, "\n".join(unread)
+    if argv == ("--help",):
+        top, todo = set(), ["dsv4ctl.__main__"]
+        while todo:
+            module = todo.pop()
+            if module not in top:
+                top.add(module)
+                todo += [t for t in _imports(_modules()[module], top_level_only=True) if t in graph]
+        assert loaded == top - {"dsv4ctl.__main__"}  # __main__ runs as the script, not as an import
 
 
 def _planning_room(module: str) -> str:
