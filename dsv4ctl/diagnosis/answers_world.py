@@ -127,7 +127,7 @@ def _npu(d: Details, tl: StartupTimeline) -> Details | None:
     if key in _NPU:
         meaning, a1, a2 = _NPU[key]
         return {"npu_code": code or kind, "npu_meaning": meaning.format(code=code), "npu_action": a1, "npu_action_2": a2}
-    if code.startswith("5070") or re.match(r"E[EZHL][0-9]{4}", code):
+    if code.startswith("5070") or re.match(r"E[0-9A-Z][0-9]{4}", code):
         return {"npu_code": code, "npu_meaning": f"The CANN runtime reported {code}: an operator failed on the NPU.",
                 "npu_action": "Rerun with ASCEND_LAUNCH_BLOCKING=1 to name the failing operator (then unset it: it is slow)",
                 "npu_action_2": "Read the device log (plog, under ~/ascend/log) for the code behind it"}
@@ -359,6 +359,34 @@ def _sglang(d: Details, tl: StartupTimeline) -> Details:
     return {"cause_text": f" ({cause})" if cause else ""}
 
 
+def _eager(d: Details, tl: StartupTimeline) -> Details:
+    return with_command("serve_eager", serve_with(tl, {"enforce_eager": True}))
+
+
+def _path_q(d: Details, tl: StartupTimeline) -> Details:
+    import shlex
+
+    return {"path_q": shlex.quote(d.get("path") or "")}
+
+
+def _kv_budget(d: Details, tl: StartupTimeline) -> Details | None:
+    max_len, need, avail = int(d["max_len"]), float(d["need"]), float(d["avail"])
+    stated = re.search(r"estimated maximum model length is ([0-9]+)", " ".join(str(v) for v in d.values() if isinstance(v, str)))
+    if stated:
+        fit, basis = int(stated.group(1)), "vLLM's own estimate in the message"
+    elif need > 0:
+        fit = int(max_len * avail / need) // 16 * 16
+        basis = (f"an estimate: {max_len:,} × {avail} / {need}, rounded down to 16 (KV memory grows about linearly with "
+                 "the length; vLLM's own estimate can be lower by the block granularity)")
+    else:
+        return None
+    cpu = "cpu" in str(tl.vllm_version or "") or bool(re.search(r"VLLM_CPU|cpu_worker|CPU", " ".join(str(v) for v in d.values() if isinstance(v, str))))
+    more = ("a larger VLLM_CPU_KVCACHE_SPACE (the CPU backend's KV budget, in GiB)" if cpu else
+            "a higher --gpu-memory-utilization, or more GPUs (--tensor-parallel-size), or --kv-cache-dtype fp8")
+    return {"fit_len": fit, "estimate_text": f"The longest that fits: {fit:,} ({basis}).", "more_memory": more,
+            **with_command("serve_len", serve_with(tl, {"max_model_len": fit}))}
+
+
 DERIVE: dict[str, Callable[[Details, StartupTimeline], Details | None]] = {
     "cuda_error_code": _cuda,
     "custom_all_reduce_cuda_error": _custom_ar,
@@ -386,4 +414,8 @@ DERIVE: dict[str, Callable[[Details, StartupTimeline], Details | None]] = {
     "container_cuda_requirement": _cuda_need,
     "nccl_shm_segment": _size,
     "sglang_cuda_graph_capture": _sglang,
+    "cuda_graph_capture_refused": _eager,
+    "model_path_taken_as_hub_id": _path_q,
+    "kv_budget_too_small": _kv_budget,
+    "hub_revision_missing": _hub,
 }

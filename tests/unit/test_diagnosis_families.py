@@ -108,6 +108,21 @@ CORPUS = [
     ("ValueError: No valid attention backend found for cuda with AttentionSelectorConfig(head_size=576). Reasons: "
      "{FLASHMLA is not valid... Reason: ['sparse not supported']}", "attention_backend_unavailable"),
     ("deepseek-v32-exp  | Exception: Capture cuda graph failed: ", "sglang_cuda_graph_capture"),
+    ("RuntimeError: Assertion error (/workspace/.deps/deepgemm-src/csrc/apis/../jit_kernels/impls/../heuristics/../../utils/"
+     "layout.hpp:76): Unknown recipe", "deepgemm_arch_unsupported"),
+    ("RuntimeError: CUDA error: operation not permitted when stream is capturing", "cuda_graph_capture_refused"),
+    ("huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or 'namespace/repo_name': "
+     "'/data/models/cache/model_scope/deepseek-ai/DeepSeek-V3'. Use `repo_type` argument if needed.", "model_path_taken_as_hub_id"),
+    ("huggingface_hub.errors.RevisionNotFoundError: 404 Client Error. (Request ID: Root=1-6a7458a2)", "hub_revision_missing"),
+    ("ValueError: Fast download using 'hf_transfer' is enabled (HF_HUB_ENABLE_HF_TRANSFER=1) but 'hf_transfer' package is "
+     "not available in your environment.", "hf_transfer_missing"),
+    ("ValueError: To serve at least one request with the models's max seq len (1048576), (24.00 GiB KV cache is needed, which "
+     "is larger than the available KV cache memory (9.97 GiB). Try increasing `gpu_memory_utilization`", "kv_budget_too_small"),
+    ("Value error, `limit_mm_per_prompt` is only supported for multimodal models.", "flag_needs_multimodal_model"),
+    ("TimeoutError: Timed out waiting for engines to send initial message on input socket.", "engine_handshake_timeout"),
+    ("UserWarning: CUDA initialization: CUDA unknown error - this may be due to an incorrectly set up environment",
+     "cuda_error_code"),
+    ("RuntimeError: call aclnnQuantMatmulWeightNz failed, detail:E69999: Inner Error!", "ascend_npu_error"),
     # vllm==0.32.0 vllm/config/device.py:56
     ("RuntimeError: Failed to infer device type, please set the environment variable `VLLM_LOGGING_LEVEL=DEBUG` to turn on "
      "verbose logging to help debug the issue.", "no_device_platform"),
@@ -151,6 +166,16 @@ def test_a_cache_path_names_its_variable_and_the_arbitrary_uid():
     assert "HOME is /" in f.meaning and any("HOME=/tmp" in a for a in f.actions)
     g = answer(_finding("PermissionError: [Errno 13] Permission denied: '/app/.triton'"), None, _timeline(), "<log>")
     assert any("TRITON_CACHE_DIR=" in a for a in g.actions)
+
+
+def test_kv_budget_estimate_says_it_is_one():
+    f = answer(_finding("ValueError: To serve at least one request with the models's max seq len (1048576), (24.00 GiB KV "
+                        "cache is needed, which is larger than the available KV cache memory (9.97 GiB)."), None, _timeline(), "<log>")
+    assert "435,584" in f.meaning and "an estimate" in f.meaning  # 1048576 × 9.97 / 24 = 435,610 → 435,584 (÷16)
+    g = answer(_finding("ValueError: To serve at least one request with the model's max seq len (30000), (6.66 GiB KV cache is "
+                        "needed, which is larger than the available KV cache memory (5.44 GiB). Based on the available memory, "
+                        "the estimated maximum model length is 13528."), None, _timeline(), "<log>")
+    assert "13,528" in g.meaning and "vLLM's own estimate" in g.meaning
 
 
 def test_cuda_codes_each_have_their_meaning():

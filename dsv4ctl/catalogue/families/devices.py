@@ -77,6 +77,8 @@ FAMILIES: tuple[Signature, ...] = (
             r"cuda runtime error \((?P<code>[0-9]+)\) : (?P<cuda_text>[^\n]+?)(?: at |$)",
             r"code=(?P<code>[0-9]+)\((?P<cuda_name>cuda\w+)\)",
             r"(?:CUDA|Cuda) error:? (?P<cuda_text>[A-Za-z][A-Za-z ,/-]+[a-z])",
+            # torch==2.13.0 torch/cuda/__init__.py (the UserWarning on a failed CUDA init)
+            r"CUDA initialization: CUDA (?P<cuda_text>unknown error)",
             r"(?P<cuda_name>CUDA_ERROR_[A-Z_]+)",
             r"(?P<cuda_name>cudaError[A-Za-z]+)",
         ),
@@ -131,6 +133,7 @@ FAMILIES: tuple[Signature, ...] = (
             r"(?P<npu_kind>Invalid device id)",
             r"error code is (?P<npu_code>5070[0-9]{2})",
             r"(?P<npu_code>E[EZHL][0-9]{4})[: ]",
+            r"detail:(?P<npu_code>E[0-9A-Z][0-9]{4}): Inner Error",
             r"(?P<npu_kind>undefined symbol)[^\n]*(?:torch_npu|atb|libtbe|Ascend)",
         ),
         actions=("{npu_action}", "{npu_action_2}"),
@@ -138,5 +141,38 @@ FAMILIES: tuple[Signature, ...] = (
             "torch_npu (NPUCachingAllocator, npu_sys_ctrl.cpp), HCCL (EI0006), CANN runtime codes; advice: "
             "vllm-project/vllm-ascend#393, #449, #1653, #5710"
         ),
+    ),
+    Signature(
+        id="deepgemm_arch_unsupported",
+        severity="critical",
+        tier=1,
+        title="DeepGEMM has no kernel for this GPU ({what})",
+        meaning=(
+            "DeepGEMM's own check ({where}) refused: its kernels exist for SM90 (Hopper) and SM100 (Blackwell datacenter); "
+            "an older DeepGEMM has none for SM120/SM121 (RTX PRO 6000, GB10), and A100 (SM80) has none at all."
+        ),
+        patterns=(r"Assertion error \((?P<where>[^)]*deepgemm[^)]*\.hpp:[0-9]+)\): (?P<what>Unsupported architecture|Unknown recipe)",),
+        actions=(
+            "Use a vLLM build whose DeepGEMM pin supports this GPU (SM120 support: deepseek-ai/DeepGEMM#324, vllm-project/vllm#43477)",
+            "Where the model does not need it, keep FP8 linear layers off DeepGEMM: VLLM_USE_DEEP_GEMM=0",
+        ),
+        source="DeepGEMM csrc/apis/hyperconnection.hpp:56, csrc/utils/layout.hpp:76 (bundled in vLLM's .deps/deepgemm-src); advice: vllm-project/vllm#52035, #41849",
+    ),
+    Signature(
+        id="cuda_graph_capture_refused",
+        severity="critical",
+        tier=1,
+        title="An operation that CUDA-graph capture does not allow ran during capture",
+        meaning=(
+            "While vLLM captured CUDA graphs, a kernel or host call that is illegal inside a capture (a synchronisation, "
+            "an allocation, a host-device copy) ran: the model's code path or a custom hook is not capture-safe."
+        ),
+        patterns=(r"operation not permitted when stream is capturing", r"cudaErrorStreamCaptureUnsupported",
+                  r"operation failed due to a previous error during capture"),
+        actions=(
+            "Confirm it with CUDA graphs off: --enforce-eager{serve_eager_sep}{serve_eager}",
+            "Then keep graphs where they work: --compilation-config '{{\"cudagraph_mode\": \"PIECEWISE\"}}'",
+        ),
+        source="CUDA runtime (cudaErrorStreamCaptureUnsupported) through torch's capture; advice: vllm-project/vllm#9094, #11587",
     ),
 )

@@ -89,4 +89,39 @@ FAMILIES: tuple[Signature, ...] = (
         ),
         source="transformers==5.19.0 utils/hub.py:621; urllib3's MaxRetryError; advice: QwenLM/Qwen3#556, hiyouga/LlamaFactory#3503",
     ),
+    Signature(
+        id="model_path_taken_as_hub_id",
+        severity="critical",
+        tier=1,
+        title="The model path {path} does not exist here, so it was taken for a Hub id",
+        meaning=(
+            "A model argument that is not an existing directory is read as a Hub repository id, and {path} is not a "
+            "valid id: the directory is missing on this node or not mounted into the container."
+        ),
+        patterns=(r"Repo id must be in the form 'repo_name' or 'namespace/repo_name': '(?P<path>[^']+)'",),
+        actions=("Check the directory on the node that runs the server: ls -la {path_q}",
+                 "In a container, mount it at that path (docker run -v HOST_DIR:{path_q}, or the pod's volumeMounts)"),
+        source="huggingface_hub==2.4.0 utils/_validators.py:134; advice: the field's hf_validation_error_local_path_missing reports",
+    ),
+    Signature(
+        id="hub_revision_missing",
+        severity="critical",
+        tier=1,
+        title="The revision asked for does not exist in {repo_or_model}",
+        meaning="The Hub (or ModelScope) has no branch, tag or commit of that name in the repository.",
+        patterns=(r"RevisionNotFoundError", r"Invalid rev id: (?P<rev>\S+)", r"has no revision: (?P<rev>\S+)"),
+        actions=("Pass a revision the repository has (--revision, --tokenizer-revision); list them: hf models info {repo}",
+                 "Pass a revision the repository has (--revision, --tokenizer-revision); on ModelScope the default branch is master"),
+        source="huggingface_hub==2.4.0 utils/_http.py:881; modelscope hub/api.py; advice: vllm-project/vllm#8501, vllm-project/vllm-ascend#829",
+    ),
+    Signature(
+        id="hf_transfer_missing",
+        severity="critical",
+        tier=1,
+        title="HF_HUB_ENABLE_HF_TRANSFER=1 is set but hf_transfer is not installed",
+        meaning="Older huggingface_hub releases refuse to download when fast transfer is asked for and its package is missing.",
+        patterns=(r"Fast download using 'hf_transfer' is enabled \(HF_HUB_ENABLE_HF_TRANSFER=1\) but 'hf_transfer' package is not available",),
+        actions=("Unset HF_HUB_ENABLE_HF_TRANSFER, or install the package: python -m pip install hf_transfer",),
+        source="huggingface_hub (< 1.0) file_download.py; huggingface_hub==2.4.0 constants.py:303 deprecates the variable",
+    ),
 )

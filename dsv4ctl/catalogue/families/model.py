@@ -63,7 +63,7 @@ FAMILIES: tuple[Signature, ...] = (
         tier=1,
         title="{model_class} has no LoRA support in this vLLM",
         meaning="LoRA was enabled (--enable-lora) for an architecture whose vLLM implementation does not support adapters.",
-        patterns=(r"(?P<model_class>\w+) does not support LoRA yet", r"Model (?P<model_class><class [^>]+>|\S+) is not supported for LoRA"),
+        patterns=(r"(?P<model_class>\w+) does not support LoRA yet", r"Model (?P<model_class>\w+) does not support LoRA, but LoRA is enabled", r"Model (?P<model_class><class [^>]+>|\S+) is not supported for LoRA"),
         actions=("Start without --enable-lora, or merge the adapter into the weights and serve the merged model",
                  "Check the LoRA column of vLLM's supported-models list for a release that adds it"),
         source="vllm==0.32.0 vllm/v1/worker/lora_model_runner_mixin.py:48, vllm/lora/model_manager.py:1448",
@@ -259,5 +259,47 @@ FAMILIES: tuple[Signature, ...] = (
             "sglang==0.5.23 sglang/srt/model_executor/runner/decode_cuda_graph_runner.py:603, "
             "runner_backend_utils/__init__.py:14 (the remedies it prints)"
         ),
+    ),
+    Signature(
+        id="kv_budget_too_small",
+        severity="critical",
+        tier=1,
+        title="One request of {max_len:,} tokens needs {need} GiB of KV cache; {avail} GiB is available",
+        meaning=(
+            "vLLM sizes the KV cache from the memory left after the weights ({avail} GiB) and refuses a --max-model-len "
+            "whose one request would not fit ({need} GiB). {estimate_text}"
+        ),
+        patterns=(r"max seq len \((?P<max_len>[0-9]+)\), \((?P<need>[0-9.]+) GiB KV cache is needed, which is larger than the "
+                  r"available KV cache memory \((?P<avail>[0-9.]+) GiB\)",),
+        actions=("Set --max-model-len {fit_len} or less{serve_len_sep}{serve_len}",
+                 "Or give the KV cache more memory: {more_memory}"),
+        source="vllm==0.32.0 vllm/v1/core/kv_cache_utils.py:1027 (the estimate); older releases' 'models's max seq len' wording",
+    ),
+    Signature(
+        id="flag_needs_multimodal_model",
+        severity="critical",
+        tier=1,
+        title="{flag_text} is only for multimodal models",
+        meaning="The launch set a multimodal option for a model that vLLM loads as text-only (or whose multimodal architecture this vLLM does not register).",
+        patterns=(r"`(?P<flag_text>limit_mm_per_prompt)` is only supported for multimodal models",),
+        actions=("Start without --limit-mm-per-prompt, or with a vLLM release that registers the model's multimodal architecture",),
+        source="vllm (0.9.x) vllm/config.py ModelConfig; advice: zai-org/GLM-V#15",
+    ),
+    Signature(
+        id="engine_handshake_timeout",
+        severity="critical",
+        tier=1,
+        title="The engine process never answered the front end ({timeout_text})",
+        meaning=(
+            "The API server waited for its engine core process (or, in a multi-node data-parallel group, for the remote "
+            "engines) and gave up: the engine died before it could answer, is still loading, or cannot reach the "
+            "front end's address."
+        ),
+        patterns=(r"(?P<timeout_text>Timed out waiting for engines to send initial message on input socket)",
+                  r"(?P<timeout_text>Server didn't reply within [0-9]+ ms)"),
+        actions=("Look for the engine's own error before this line (EngineCore / Worker lines); if it was only slow, allow more "
+                 "time: VLLM_ENGINE_READY_TIMEOUT_S=1800 (default 600, vllm/envs.py:811)",
+                 "Multi-node: every headless node must reach --data-parallel-address on --data-parallel-rpc-port (check with nc -zv ADDR PORT)"),
+        source="vllm==0.32.0 vllm/envs.py:811 (VLLM_ENGINE_READY_TIMEOUT_S); vllm v1/engine/utils.py (the handshake); V0 'Server didn't reply' (VLLM_RPC_TIMEOUT)",
     ),
 )
