@@ -60,7 +60,24 @@ def answer(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, log: str
             if answered is not None:
                 return answered
             break
-    return replace(f, title=headline(f))
+    return _releases_differ(replace(f, title=headline(f)), tl)
+
+
+def _releases_differ(f: Finding, tl: StartupTimeline) -> Finding:
+    """An indexed vLLM message that later releases no longer print: the check is gone there, which is an action (the
+    message index's releases, catalogue/message_index)."""
+    releases = f.details.get("releases")
+    if f.id != "indexed_error" or f.details.get("package") != "vllm" or not releases:
+        return f
+    from dsv4ctl.catalogue import message_index
+
+    indexed = list((message_index.header().get("packages") or {}).get("vllm") or ())
+    later = [r for r in indexed if r not in releases and indexed.index(r) > indexed.index(releases[-1])] if releases[-1] in indexed else []
+    if not later:
+        return f
+    action = (f"vLLM {later[0]} and later no longer print this message (it is in {releases[0]}–{releases[-1]} only): the "
+              f"check was removed or reworded there, so a newer vLLM may accept this launch; try it with vLLM {later[-1]}")
+    return replace(f, actions=[action, *f.actions], details={**f.details, "gone_from": later[0]})
 
 
 def _apply(rule: Signature, groups: dict[str, Any], f: Finding, tl: StartupTimeline, log: str, family: str) -> Finding | None:

@@ -246,3 +246,16 @@ def test_every_command_a_family_prints_parses_with_vllms_parser(vllm_available):
             assert namespace.gpu_memory_utilization == 0.9, action
             seen += 1
     assert seen >= 5
+
+
+def test_an_indexed_message_later_releases_dropped_says_so():
+    """--use-replayssm requires --mamba-backend triton: in the index for vLLM 0.27.1-0.29.0 only."""
+    from dsv4ctl.catalogue import message_index
+
+    entry = message_index.lookup("ValueError: --use-replayssm requires --mamba-backend triton")
+    assert entry is not None and entry.releases[-1] == "0.29.0"
+    f = _finding("ValueError: --use-replayssm requires --mamba-backend triton")
+    f.id = "indexed_error"
+    f.details.update(package="vllm", releases=list(entry.releases), cite=entry.cite)
+    g = answer(f, None, _timeline(), "<log>")
+    assert g.actions[0].startswith("vLLM 0.30.0 and later no longer print this message")
