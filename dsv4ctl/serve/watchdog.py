@@ -46,7 +46,7 @@ def window_for(limit_s: float) -> float:
 
 class Watchdog:
     def __init__(self, url: str, limit_s: float, say: Callable[[str], None], *, api_key: str | None = None,
-                 timeout_s: float = 2.0) -> None:
+                 timeout_s: float = 2.0, end: Callable[[], None] | None = None) -> None:
         if not limit_s > 0:
             raise UsageError(f"--watchdog {limit_s:g}: must be more than 0 seconds")
         self.url = url
@@ -55,6 +55,7 @@ class Watchdog:
         self.timeout_s = timeout_s
         self.api_key = api_key
         self._say = say
+        self._end = end or _sigterm_this_process
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.fired = False
@@ -106,7 +107,13 @@ class Watchdog:
         for line in dump_stacks():
             self._say(f"watchdog: {line}")
         self._say("watchdog: shutting vLLM down (SIGTERM to this process); serve exits with the wedged code")
-        os.kill(os.getpid(), signal.SIGTERM)
+        self._end()
+
+
+def _sigterm_this_process() -> None:
+    """vLLM's own shutdown path: its signal handler on the event loop (launcher.py) stops the engine client,
+    then the HTTP server."""
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def vllm_processes() -> list[Any]:
