@@ -368,6 +368,30 @@ CATALOGUE: tuple[Signature, ...] = (
         source="vllm/v1/executor/multiproc_executor.py monitor_workers",
     ),
     Signature(
+        id="serve_engine_died",
+        fatal=True,
+        severity="critical",
+        tier=1,  # what the engine printed before it ended (a Python error of a known kind) says more
+        title="A vLLM engine process died",
+        meaning=(
+            "vLLM's {process} process (pid {pid}) {how} while the server was meant to run; dsv4ctl serve saw it "
+            "end (on a headless node vLLM itself logs no word of it, and the head keeps answering /health). "
+            "A signal with nothing printed before it is the kernel's OOM killer (SIGKILL: host or container "
+            "memory), a crash in native code (SIGSEGV, SIGBUS, SIGABRT) or someone's kill; an exit code follows "
+            "an error the engine printed just before."
+        ),
+        patterns=(
+            r"dsv4ctl serve: engine process (?P<process>\S+) \(pid (?P<pid>[0-9]+)(?:, DP rank (?P<rank>[0-9]+))?\) "
+            r"(?P<how>was killed by signal (?P<signum>[0-9]+) \((?P<signal>[^)]+)\)|exited with code (?P<code>-?[0-9]+))",
+        ),
+        actions=(
+            "Read the lines of ({process} pid={pid}) just before this one: an error there is the cause",
+            "After SIGKILL, look for the OOM killer: dmesg -T | grep -i -E 'killed process|out of memory'",
+            "Restart every node of the group: a data-parallel deployment serves only with all of its ranks",
+        ),
+        source="dsv4ctl dsv4ctl/serve/engines.py:78 (EngineDeath.describe; the words at :75-78)",
+    ),
+    Signature(
         id="engine_core_failed",
         fatal=True,
         severity="critical",

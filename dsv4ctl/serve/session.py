@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from dsv4ctl.errors import Dsv4ctlError, InputError
 from dsv4ctl.serve.capture import FdTee, flush_python_streams
 from dsv4ctl.serve.children import ChildTracker, ReapReport
+from dsv4ctl.serve.engines import EngineDeath, EngineWatch, SignalNotes, write_fd2
 
 # Outcome statuses
 STOPPED = "stopped"  # vLLM returned normally (a requested shutdown)
@@ -60,6 +61,7 @@ class ServeOutcome:
     autofit_from: int | None = None  # vLLM's own auto-fit, as it logged it
     autofit_to: int | None = None
     ready_url: str | None = None
+    engine_deaths: list[EngineDeath] = field(default_factory=list)  # vLLM processes that died unasked
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -75,6 +77,7 @@ class ServeOutcome:
             "duration_s": round(self.duration_s, 3),
             "autofit": {"from": self.autofit_from, "to": self.autofit_to} if self.autofit_to is not None else None,
             "ready_url": self.ready_url,
+            "engine_deaths": [d.to_json() for d in self.engine_deaths],
         }
 
 
@@ -120,6 +123,9 @@ class ServeSession:
         self._append = append
         self._tee: FdTee | None = None
         self._children: ChildTracker | None = None
+        self._engines: EngineWatch | None = None
+        self._signal_notes = SignalNotes()
+        self._closing = False
         self._feed: _ProgressFeed | None = None
         self._saved_handlers: dict[int, Any] = {}
         self._started = time.monotonic()
@@ -142,6 +148,8 @@ class ServeSession:
             self.view.attach(self._tee)
             self._children = ChildTracker().start()
             self._install_handlers(self._interrupt)
+            self._signal_notes.__enter__()  # a stop signal reaching vLLM's own handlers is noted too
+            self._engines = EngineWatch(write_fd2, self._stop_requested).start()
         except BaseException:
             # `with` does not call __exit__ when __enter__ fails: give the terminal back and close the log here.
             self.__exit__(None, None, None)
@@ -150,12 +158,14 @@ class ServeSession:
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
         # From here on a second SIGTERM/Ctrl-C must not cut the cleanup short.
+        self._closing = True
         self._install_handlers(self._note_only)
         try:
             if exc is not None and not isinstance(exc, (KeyboardInterrupt, SystemExit, Dsv4ctlError)):
                 traceback.print_exception(exc_type, exc, tb, file=sys.stderr)  # into the log
             self.shutdown()
         finally:
+            self._signal_notes.__exit__()
             self._restore_handlers()
         return False
 
@@ -163,6 +173,9 @@ class ServeSession:
         """Reap vLLM's processes, then (whatever the reaping did) drain and close the log, detach the
         view and give the terminal back."""
         reap = ReapReport()
+        self._closing = True
+        if self._engines is not None:
+            self._engines.stop()
         try:
             if self._children is not None:
                 # vLLM's processes first; then this process's multiprocessing resource tracker, which
@@ -222,6 +235,9 @@ class ServeSession:
             error = f"{type(exc).__name__}: {exc}"
         finally:
             flush_python_streams()
+        deaths = self._engine_deaths()
+        if deaths and status != INTERRUPTED:
+            status, error = FAILED, deaths[0].describe().removeprefix("dsv4ctl serve: ")  # vLLM may have exited 0
         self.outcome = ServeOutcome(
             status=status,
             vllm_exit_status=exit_status,
@@ -230,9 +246,20 @@ class ServeSession:
             log_bytes=0,
             reached_ready=False,
             last_phase=None,
+            engine_deaths=deaths,
         )
         self._complete_outcome()
         return self.outcome
+
+    def _engine_deaths(self) -> list[EngineDeath]:
+        """The vLLM processes that died while nobody asked to stop (their ends seen to the last one)."""
+        if self._engines is None:
+            return []
+        self._engines.check(0.0)
+        return list(self._engines.deaths)
+
+    def _stop_requested(self) -> bool:
+        return self._closing or bool(self.signals_received) or bool(self._signal_notes.received)
 
     # -- signals ---------------------------------------------------------------------------------------
 

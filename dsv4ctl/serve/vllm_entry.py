@@ -123,6 +123,9 @@ def vllm_flag_names() -> set[str]:
 def run_vllm_serve(flags: list[str]) -> int:
     """Run `vllm serve *flags` in this process through vLLM's CLI main. Returns its exit status."""
     cli_main = _import_vllm_cli()
+    from dsv4ctl.serve.engines import report_before_vllm_teardown
+
+    report_before_vllm_teardown()  # an engine's death is logged before vLLM's shutdown lines
     saved_argv = sys.argv
     sys.argv = ["vllm", "serve", *flags]
     try:

@@ -62,6 +62,8 @@ EXPECTED = {
     "ray_prefixed": ("failed", 3, "cuda_oom", []),
     "real_v032_cpu_healthy": ("healthy", 0, None, ["shutdown_noise"]),
     "real_v032_cpu_kv_insufficient": ("failed", 3, "kv_cache_insufficient", ["engine_core_failed", "worker_died"]),
+    # a headless data-parallel node whose engine was killed: dsv4ctl serve's own line is the only word of it
+    "real_v032_cpu_headless_engine_killed": ("failed", 3, "serve_engine_died", ["shutdown_noise"]),
     "shutdown_noise_interrupted": ("inconclusive", 5, None, ["shutdown_noise"]),
     "stale_max_model_len_compose_v029": ("failed", 3, "stale_max_model_len", ["autofit_reduced"]),
     "stale_max_model_len_no_autofit": ("failed", 3, "stale_max_model_len", []),
