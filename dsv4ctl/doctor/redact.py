@@ -1,21 +1,15 @@
-"""Which environment variables `doctor` shows, and redaction of secrets. Pure."""
+"""Which environment variables `doctor` shows, secrets redacted by the one rule (dsv4ctl/redaction). Pure."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-REDACTED = "***redacted***"
+from dsv4ctl.redaction import REDACTED, is_secret_name, looks_secret
+
 RELEVANT_PREFIXES = ("VLLM_", "CUDA_", "NCCL_", "TORCH_", "DG_", "HF_", "DSV4CTL_", "PYTORCH_", "TRITON_", "OMP_")
 RELEVANT_NAMES = ("CUDA_VISIBLE_DEVICES",)
-SECRET_NAME_PARTS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "SIGNATURE")
-# Hugging Face access tokens: `hf_` followed by a long alphanumeric run.
-_HF_TOKEN = re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{16,}")
-# Any user information inside a URL: `user:password@`, `:password@` or a bare `token@`.
-_URL_CREDENTIALS = re.compile(r"://[^/\s@]+@")
-# A query parameter (`?name=value`, `&name=value`); its name is judged like a variable's name.
-_QUERY_PARAM = re.compile(r"[?&;]([^=&;#\s]+)=[^&;#\s]")
+__all__ = ["REDACTED", "EnvVar", "is_relevant", "is_secret_name", "looks_secret", "redact", "relevant_environment"]
 
 
 @dataclass(frozen=True)
@@ -31,19 +25,6 @@ class EnvVar:
 def is_relevant(name: str) -> bool:
     upper = name.upper()
     return upper in RELEVANT_NAMES or upper.startswith(RELEVANT_PREFIXES)
-
-
-def is_secret_name(name: str) -> bool:
-    upper = name.upper()
-    return any(part in upper for part in SECRET_NAME_PARTS)
-
-
-def looks_secret(value: str) -> bool:
-    """A Hugging Face token, user information in a URL, or a URL query parameter with a secret name
-    (`?token=`, `&api_key=`, `X-Amz-Signature=`...)."""
-    if _HF_TOKEN.search(value) or _URL_CREDENTIALS.search(value):
-        return True
-    return any(is_secret_name(match.group(1)) for match in _QUERY_PARAM.finditer(value))
 
 
 def redact(name: str, value: str) -> EnvVar:

@@ -1,0 +1,252 @@
+"""The bundle: one `.tar.gz` with every gathered log (secrets redacted) and `manifest.json`.
+
+Logs are streamed in line by line: each line is redacted (dsv4ctl.redaction, the rule `doctor` uses), its
+time read (an RFC 3339 stamp that `kubectl logs --timestamps` / `docker logs --timestamps` put first, or
+vLLM's `MM-DD HH:MM:SS` record time) for the entry's time range, and written to a spool file; a log over
+`max_bytes` keeps its first quarter and its end (where a failure is), with one line saying how much was
+left out between. Each log enters the archive as soon as it is read, and the manifest is written last in a
+`finally`, so an interrupted or failing gather keeps everything read up to then.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from dsv4ctl.collect.model import MANIFEST, LogEntry
+from dsv4ctl.redaction import redact_line
+
+_RFC3339 = re.compile(rb"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s")
+# vLLM's record time (vllm/logger.py _DATE_FORMAT "%m-%d %H:%M:%S"), after the level.
+_VLLM_TIME = re.compile(rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
+_CHUNK = 1 << 20
+
+
+class _Spool:
+    """A log's bytes as kept: the head, then a rolling tail of two segments (bounded disk)."""
+
+    def __init__(self, directory: str, max_bytes: int) -> None:
+        self.head_limit = max(max_bytes // 4, 1)
+        self.tail_limit = max(max_bytes - self.head_limit, 1)
+        self._dir = directory
+        self.head = tempfile.TemporaryFile(dir=directory)
+        self.head_size = 0
+        self.head_closed = False
+        self.segments: list[tuple[IO[bytes], int]] = []
+        self.dropped = 0
+
+    def write(self, data: bytes) -> None:
+        """Whole lines: those that fit go to the head, the rest to the tail."""
+        if not self.segments and not self.head_closed:
+            room = self.head_limit - self.head_size
+            cut = len(data) if len(data) <= room else data.rfind(b"\n", 0, room) + 1
+            if cut:
+                self.head.write(data[:cut])
+                self.head_size += cut
+                data = data[cut:]
+            if not data:
+                return
+            self.head_closed = True
+        if not self.segments or self.segments[-1][1] >= self.tail_limit:
+            if len(self.segments) == 2:
+                old, size = self.segments.pop(0)
+                self.dropped += size
+                old.close()
+            self.segments.append((tempfile.TemporaryFile(dir=self._dir), 0))
+        f, size = self.segments[-1]
+        f.write(data)
+        self.segments[-1] = (f, size + len(data))
+
+    def parts(self) -> list[tuple[IO[bytes], int, int]]:
+        """(file, offset, length) to read, in order: the head, then the last `tail_limit` bytes."""
+        out = [(self.head, 0, self.head_size)]
+        tail_total = sum(s for _, s in self.segments)
+        skip = max(tail_total - self.tail_limit, 0)
+        self.dropped += skip
+        for f, size in self.segments:
+            cut = min(skip, size)
+            skip -= cut
+            if size - cut:
+                out.append((f, cut, size - cut))
+        if self.dropped and len(out) > 1:  # the kept end starts at a line's start
+            f, offset, length = out[1]
+            f.seek(offset)
+            newline = f.read(min(length, 1 << 20)).find(b"\n")
+            if newline >= 0:
+                self.dropped += newline + 1
+                out[1] = (f, offset + newline + 1, length - newline - 1)
+        return out
+
+    def close(self) -> None:
+        self.head.close()
+        for f, _ in self.segments:
+            f.close()
+
+
+class _Parts(io.RawIOBase):
+    """The spool's parts (and a marker between head and tail) read as one stream."""
+
+    def __init__(self, parts: list[tuple[IO[bytes], int, int]], marker: bytes) -> None:
+        self._items: list[tuple[IO[bytes] | None, int, int]] = [parts[0]]
+        if marker:
+            self._items.append((None, 0, len(marker)))
+        self._items += parts[1:]
+        self._marker = marker
+        self._i, self._done = 0, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while self._i < len(self._items):
+            f, offset, length = self._items[self._i]
+            left = length - self._done
+            if left <= 0:
+                self._i, self._done = self._i + 1, 0
+                continue
+            n = min(len(buffer), left)
+            if f is None:
+                data = self._marker[self._done:self._done + n]
+            else:
+                f.seek(offset + self._done)
+                data = f.read(n)
+            if not data:
+                raise OSError("the spooled log shrank while it was archived")
+            buffer[: len(data)] = data
+            self._done += len(data)
+            return len(data)
+        return 0
+
+
+class BundleWriter:
+    """Writes the bundle as it goes; `close(manifest)` adds the manifest and ends the archive."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._tar = tarfile.open(self.path, "w:gz")  # noqa: SIM115 - closed in close()
+        self._tmp = tempfile.TemporaryDirectory(prefix="dsv4ctl-collect-")
+        self._names: set[str] = set()
+
+    def unique(self, name: str) -> str:
+        base, n = name, 1
+        while name in self._names:
+            n += 1
+            stem, dot, ext = base.rpartition(".")
+            name = f"{stem}.{n}.{ext}" if dot else f"{base}.{n}"
+        self._names.add(name)
+        return name
+
+    def add_log(self, entry: LogEntry, chunks: Iterable[bytes], max_bytes: int) -> LogEntry:
+        """Stream a log into the bundle under `entry.path`, redacted and bounded; fills the entry's figures.
+        An error while reading keeps what was read and is recorded in `entry.error` (then re-raised only
+        for an interrupt)."""
+        entry.path = self.unique(entry.path)
+        spool = _Spool(self._tmp.name, max_bytes)
+        pending = b""
+        try:
+            try:
+                for chunk in chunks:
+                    pending = self._lines(entry, spool, pending + chunk)
+            except KeyboardInterrupt:
+                entry.error = "interrupted"
+                raise
+            except (OSError, ValueError) as exc:
+                entry.error = f"read stopped: {exc}"
+            finally:
+                if pending:
+                    self._lines(entry, spool, pending + b"\n")
+                self._archive(entry, spool)
+        finally:
+            spool.close()
+        return entry
+
+    def _lines(self, entry: LogEntry, spool: _Spool, data: bytes) -> bytes:
+        cut = data.rfind(b"\n") + 1
+        if not cut:
+            return data
+        out = []
+        for raw in data[:cut].splitlines(keepends=True):
+            entry.lines += 1
+            stamp = _RFC3339.match(raw) or _VLLM_TIME.search(raw, 0, 200)
+            if stamp:
+                text = stamp.group(1).decode("ascii", "replace")
+                entry.first_time = entry.first_time or text
+                entry.last_time = text
+            line = raw.decode("utf-8", "surrogateescape")
+            redacted, n = redact_line(line)
+            if n:
+                entry.redactions += n
+                raw = redacted.encode("utf-8", "surrogateescape")
+            out.append(raw)
+        spool.write(b"".join(out))
+        return data[cut:]
+
+    def _archive(self, entry: LogEntry, spool: _Spool) -> None:
+        parts = spool.parts()
+        marker = b""
+        if spool.dropped:
+            entry.truncated = True
+            marker = (f"[dsv4ctl collect: {spool.dropped:,} bytes left out here (over --max-log-bytes); "
+                      "the start and the end are kept]\n").encode()
+        size = sum(n for _, _, n in parts) + len(marker)
+        entry.bytes = size
+        info = tarfile.TarInfo(entry.path)
+        info.size, info.mtime, info.mode = size, int(time.time()), 0o644
+        self._tar.addfile(info, io.BufferedReader(_Parts(parts, marker), _CHUNK))
+
+    def add_bytes(self, name: str, data: bytes) -> str:
+        name = self.unique(name)
+        info = tarfile.TarInfo(name)
+        info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
+        self._tar.addfile(info, io.BytesIO(data))
+        return name
+
+    def close(self, manifest: dict[str, Any]) -> None:
+        try:
+            data = json.dumps(manifest, indent=2).encode()
+            info = tarfile.TarInfo(MANIFEST)
+            info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
+            self._tar.addfile(info, io.BytesIO(data))
+        finally:
+            self._tar.close()
+            self._tmp.cleanup()
+
+
+def read_chunks(stream: IO[bytes], size: int = _CHUNK) -> Iterator[bytes]:
+    while True:
+        block = stream.read(size)
+        if not block:
+            return
+        yield block
+
+
+# -- reading a bundle back (diagnose BUNDLE) ---------------------------------------------------------------
+
+
+def is_bundle(path: str | os.PathLike[str]) -> bool:
+    """A .tar.gz (or .tgz/.tar) that holds a manifest.json at its top."""
+    p = Path(path)
+    if not p.is_file() or not (p.name.endswith((".tar.gz", ".tgz", ".tar"))):
+        return False
+    try:
+        with tarfile.open(p) as tar:
+            return any(m.name == MANIFEST for m in tar.getmembers())
+    except (tarfile.TarError, OSError, EOFError):
+        return False
+
+
+def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
+    with tarfile.open(path) as tar:
+        member = tar.extractfile(MANIFEST)
+        if member is None:
+            raise ValueError("no manifest.json")
+        return json.loads(member.read())
