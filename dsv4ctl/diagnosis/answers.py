@@ -56,7 +56,7 @@ def answer(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, log: str
             m = rule.match(text)
             if m is None:
                 continue
-            answered = _apply(rule, m.groupdict(), f, tl, log, FAMILY_OF.get(rule.id, ""))
+            answered = _apply(rule, m.groupdict(), f, record, tl, log, FAMILY_OF.get(rule.id, ""))
             if answered is not None:
                 return answered
             break
@@ -80,10 +80,15 @@ def _releases_differ(f: Finding, tl: StartupTimeline) -> Finding:
     return replace(f, actions=[action, *f.actions], details={**f.details, "gone_from": later[0]})
 
 
-def _apply(rule: Signature, groups: dict[str, Any], f: Finding, tl: StartupTimeline, log: str, family: str) -> Finding | None:
+def _apply(rule: Signature, groups: dict[str, Any], f: Finding, record: ErrorRecord | None, tl: StartupTimeline, log: str,
+           family: str) -> Finding | None:
     details: dict[str, Any] = {**f.details, **command_parts(tl, log)}
     details.update({k: v for k, v in groups.items() if v is not None})
     details["release"] = tl.vllm_version
+    if log not in ("<log>", "-", ""):
+        details["_log_path"] = log
+    if record is not None:
+        details["_frames"] = "\n".join(f"frame: {fr.file}:{fr.lineno} in {fr.function}" for fr in record.frames[-8:])
     step = DERIVE.get(rule.id)
     if step is not None:
         extra = step(details, tl)

@@ -387,6 +387,29 @@ def _kv_budget(d: Details, tl: StartupTimeline) -> Details | None:
             **with_command("serve_len", serve_with(tl, {"max_model_len": fit}))}
 
 
+def _engine_died(d: Details, tl: StartupTimeline) -> Details:
+    import shlex
+
+    text = " ".join(str(v) for v in d.values() if isinstance(v, str))
+    worker = "WorkerProc hit an exception" in text
+    serving = "serving" in text or "/v1/" in text or "chat_completion" in text or "render_chat_request" in text
+    frames = re.findall(r"frame: (\S+?):[0-9]+ in (\w+)", text)
+    triton = next((f for f, _ in frames if "/triton/" in f), None)
+    log = d.get("_log_path")
+    pattern = "(EngineCore|Worker)[^ ]* .*(ERROR|Error|Exception)"
+    grep = (f"Find the engine's own error in the whole log: grep -n -E {shlex.quote(pattern)} {shlex.quote(log)}" if log else
+            "Find the engine's own error in the full log (not an excerpt): the EngineCore and Worker lines marked ERROR "
+            "before this one")
+    return {
+        "while_text": " while serving" if serving else "",
+        "who_text": ("A worker's exception was logged, but its exception line is not in these lines." if worker else
+                     "The API server found its engine core dead and answers requests with errors."),
+        "frames_text": (f" The worker's traceback runs into Triton's kernel launcher ({triton}): a Triton kernel failed to "
+                        "compile or launch." if triton else ""),
+        "grep_action": grep,
+    }
+
+
 DERIVE: dict[str, Callable[[Details, StartupTimeline], Details | None]] = {
     "cuda_error_code": _cuda,
     "custom_all_reduce_cuda_error": _custom_ar,
@@ -418,4 +441,5 @@ DERIVE: dict[str, Callable[[Details, StartupTimeline], Details | None]] = {
     "model_path_taken_as_hub_id": _path_q,
     "kv_budget_too_small": _kv_budget,
     "hub_revision_missing": _hub,
+    "engine_died_cause_elsewhere": _engine_died,
 }

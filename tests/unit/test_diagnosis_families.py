@@ -123,6 +123,8 @@ CORPUS = [
     ("UserWarning: CUDA initialization: CUDA unknown error - this may be due to an incorrectly set up environment",
      "cuda_error_code"),
     ("RuntimeError: call aclnnQuantMatmulWeightNz failed, detail:E69999: Inner Error!", "ascend_npu_error"),
+    ("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.",
+     "engine_died_cause_elsewhere"),
     # vllm==0.32.0 vllm/config/device.py:56
     ("RuntimeError: Failed to infer device type, please set the environment variable `VLLM_LOGGING_LEVEL=DEBUG` to turn on "
      "verbose logging to help debug the issue.", "no_device_platform"),

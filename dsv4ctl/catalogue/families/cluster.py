@@ -184,4 +184,27 @@ FAMILIES: tuple[Signature, ...] = (
         ),
         source="Python threading / glibc pthread_create (EAGAIN); the container's pids cgroup",
     ),
+    Signature(
+        id="engine_died_cause_elsewhere",
+        severity="critical",
+        tier=1,
+        title="The engine died{while_text}; its own error is not in these lines",
+        meaning=(
+            "{who_text} The error that killed it is printed by the EngineCore or a Worker process before this point, or, "
+            "when they printed nothing, the process was killed from outside (the kernel's OOM killer, a signal).{frames_text}"
+        ),
+        patterns=(
+            r"EngineDeadError", r"EngineCore encountered an issue\. See stack trace",  # vllm==0.32.0 v1/engine/exceptions.py:16
+            r"AsyncEngineDeadError", r"Background loop has errored already",
+            r"WorkerProc hit an exception",  # vllm==0.32.0 v1/executor/multiproc_executor.py:1063
+        ),
+        actions=(
+            "{grep_action}",
+            "If the engine printed nothing before it died (a container's state then says OOMKilled), look for the OOM "
+            "killer on the node: dmesg -T | grep -i -E 'killed process|out of memory'",
+            "The server does not recover by itself: restart it (dsv4ctl serve --watchdog exits on a wedged engine so that a "
+            "supervisor restarts it)",
+        ),
+        source="vllm==0.32.0 vllm/v1/engine/exceptions.py:16, vllm/v1/executor/multiproc_executor.py:1063",
+    ),
 )
