@@ -41,11 +41,11 @@ def _server(s: ServerCheck, console: Console) -> None:
     head.append(f"  (exit {int(s.exit_code)}, {s.duration_s:.1f} s)", style="dim")
     _print(console, head)
     for line in s.evidence:
-        _print(console, Text(f"  - {line}"))
+        _bullet(console, line)
     for e in s.engines:
-        _print(console, Text(f"  {engine_line(e)}", style="dim"))
+        _bullet(console, engine_line(e), "  ", "dim")
     for note in s.notes:
-        _print(console, Text(f"  note: {note}", style="yellow"))
+        _bullet(console, note, "  note: ", "yellow")
 
 
 def engine_line(e: EngineNumbers) -> str:
@@ -62,6 +62,18 @@ def _n(value: float | None, fmt: str = "{:g}") -> str:
 
 def _pct(value: float | None) -> str:
     return "?" if value is None else f"{value:.1%}"
+
+
+def _bullet(console: Console, line: str, lead: str = "  - ", style: str = "") -> None:
+    """`lead` + text, continued under the text on a terminal (a hanging indent); one line when piped."""
+    if console.is_terminal:
+        grid = Table.grid()
+        grid.add_column(no_wrap=True)
+        grid.add_column(overflow="fold")
+        grid.add_row(lead, Text(line, style=style))
+        console.print(grid)
+    else:
+        _print(console, Text(f"{lead}{line}", style=style))
 
 
 def _print(console: Console, text: Text) -> None:
@@ -90,7 +102,7 @@ def render_event(change: VerdictChange, console: Console) -> None:
     _print(console, line)
     if change.after != HEALTHY:
         for evidence in change.evidence:
-            _print(console, Text(f"  - {evidence}"))
+            _bullet(console, evidence)
 
 
 def watch_table(state: WatchState, now: float, interval_s: float) -> Group:
