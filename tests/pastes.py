@@ -13,6 +13,7 @@ Used by tests/unit/test_logs_pastes.py.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -225,6 +226,17 @@ def elided(line: str, i: int) -> str:
     return line
 
 
+def docker_json(line: str, i: int) -> str:
+    """Docker's json-file driver (the file under /var/lib/docker/containers/): one JSON entry per line."""
+    return json.dumps({"log": line + "\n", "stream": "stderr", "time": _iso(i, 9, "Z")}, separators=(",", ":"))
+
+
+def cri(line: str, i: int) -> str:
+    """The CRI log format of /var/log/containers: a long line as the runtime splits it, P parts then its F part."""
+    parts = [line[k:k + 80] for k in range(0, len(line), 80)] if len(line) > 120 else [line]
+    return "\n".join(f"{_iso(i, 9, 'Z')} stderr {'P' if k < len(parts) - 1 else 'F'} {p}" for k, p in enumerate(parts))
+
+
 def stacked(*fns: Callable[[str, int], str]) -> Callable[[str, int], str]:
     def wrap(line: str, i: int) -> str:
         for fn in fns:  # innermost first
@@ -260,6 +272,9 @@ WRAPPERS: dict[str, Callable[[str, int], str]] = {
     "srun": srun,
     "quote": quote,
     "fenced": plain,  # the excerpt inside a Markdown code fence (the fence lines are added in `pastes`)
+    # the files shippers write (dsv4ctl/logs/formats.py unwraps them)
+    "docker_json": docker_json,
+    "cri": cri,
 }
 FENCE = ("```text", "```")
 
@@ -372,7 +387,7 @@ PLAN: dict[str, tuple[str, ...]] = {
                "quote"),
     "tail40": ("plain", "gha", "buildkite", "ray", "compose_ansi"),
     "tb_headless": ("plain", "strip", "compose", "ansi_esc", "kubectl_pf", "strip_flat", "crlf", "fenced", "srun",
-                    "quote"),
+                    "quote", "docker_json", "cri"),
     "exc_plus6": ("plain", "strip", "compose", "ansi_bare", "journald", "strip_flat"),
     "tb_mid": ("plain", "strip", "compose", "ansi_bare"),
     "from_cause": ("plain", "kubectl", "strip", "fenced"),

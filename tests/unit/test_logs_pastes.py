@@ -17,6 +17,8 @@ Transforms (tests/pastes.py):
   ansi_esc / ansi_bare (vLLM's colours around the process tag, level and time, with and without the ESC byte),
   ray (worker tags become `(RayWorkerWrapper pid=<pid>, ip=10.0.0.2)`), strip (only the message, indentation
   kept), compose_ansi (colour inside compose), gha_ansi_bare (ESC-less colour inside GitHub timestamps);
+- the files shippers write: docker_json (Docker's json-file entries), cri (the CRI format, long lines split into
+  P parts);
 - wrappers beyond the brief, other shapes of real pastes: strip_flat (the message without its indentation),
   crlf, compose_colour (compose's coloured service name), elided (`pid=...`, `ERROR ... [file.py:N]`), srun
   (Slurm's `0: ` label), quote (a reply's `> `), fenced (the excerpt in a ``` code fence);
@@ -29,7 +31,7 @@ Transforms (tests/pastes.py):
 - combinations (pastes.PLAN, not the cross product): whole and alone x every wrapper; window x plain, compose,
   kubectl, journald, ansi_bare, strip, strip_flat, elided, srun, quote; tail40 x plain, gha, buildkite, ray,
   compose_ansi; tb_headless x plain, strip (the headless traceback with the process prefixes stripped),
-  compose, ansi_esc, kubectl_pf, strip_flat, crlf, fenced, srun, quote; exc_plus6 x plain, strip, compose,
+  compose, ansi_esc, kubectl_pf, strip_flat, crlf, fenced, srun, quote, docker_json, cri; exc_plus6 x plain, strip, compose,
   ansi_bare, journald, strip_flat; tb_mid x plain, strip, compose, ansi_bare; from_cause x plain, kubectl,
   strip, fenced; gap x plain, compose, strip, elided. Controls: whole and tail40 x every wrapper. A wrapper
   that changes nothing (Ray on a log without worker tags, colour on a log already coloured) or would stack a
