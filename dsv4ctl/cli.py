@@ -196,8 +196,12 @@ def diagnose_command(
         autocompletion=_complete_example,
     ),
     list_examples: bool = typer.Option(False, "--list-examples", help="List the example logs and exit."),
+    svg: Path | None = typer.Option(None, "--svg", metavar="FILE", help="A deployment (a collect bundle, or several launches' logs): also save the report as SVG."),
 ) -> None:
     """Diagnose a vLLM startup log: verdict, root cause with evidence, timeline and the next command.
+
+    A `dsv4ctl collect` bundle, or logs of several launches (the nodes of a group), are read as one
+    deployment: its ranks side by side, the first originating error across them, the silent ranks.
 
     Exit status: 0 no failure, 3 failed with a known cause, 4 failed with an unknown cause,
     5 inconclusive (the log ends before ready), 1 the log could not be read, 143/129 stopped by
@@ -228,7 +232,12 @@ def diagnose_command(
             hint="dsv4ctl diagnose vllm.log (or - for stdin); try: dsv4ctl diagnose --example stale-max-model-len",
         )
     from dsv4ctl.render.progress import input_bytes, read_progress
+    from dsv4ctl.group import is_group
 
+    if is_group(sources):
+        _diagnose_group(sources, json_out, svg)
+    if svg is not None:
+        raise UsageError("--svg goes with a deployment: a collect bundle or several launches' logs")
     # A bar of bytes read on stderr for inputs over 50 MB, on a terminal only.
     with _stop_on_signals(), read_progress(input_bytes(sources), "reading the log") as progress:
         result = diagnose(sources, progress=progress)
@@ -856,3 +865,22 @@ def collect_command(
         if not result.logs:
             raise InputError(f"nothing collected: {first.error}", hint="the manifest in the bundle lists every source and why")
         raise typer.Exit(int(ExitCode.ERROR))
+
+
+def _diagnose_group(sources: list[str], json_out: bool, svg: Path | None) -> None:
+    """`diagnose` of a deployment: read as one group, rendered, exit with the group's verdict."""
+    from dsv4ctl.group import read_group
+    from dsv4ctl.render import emit_json, err_console, out_console
+    from dsv4ctl.render.group import render_group, save_svg
+    from dsv4ctl.render.progress import input_bytes, read_progress
+
+    with _stop_on_signals(), read_progress(input_bytes(sources), "reading the logs") as progress:
+        reading = read_group(sources, progress=progress)
+    if json_out:
+        emit_json(reading.to_json())
+    else:
+        render_group(reading, out_console())
+    if svg is not None:
+        save_svg(reading, svg)
+        err_console().print(f"saved {svg}", markup=False)
+    raise typer.Exit(int(reading.exit_code))

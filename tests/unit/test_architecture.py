@@ -28,10 +28,11 @@ ALLOWED: dict[str, set[str]] = {
     "redaction": set(),
     "doctor": {"root", "errors", "fixes", "gpu", "probe", "planning", "redaction"},
     "collect": {"errors", "units", "redaction"},
+    "group": {"errors", "units", "catalogue", "logs", "diagnosis", "advice", "collect"},
     "check": {"errors", "units", "logs", "advice"},
     "serve": {"errors", "units", "logs", "planning", "advice", "fixes", "gpu", "check"},
-    "render": {"units", "catalogue", "logs", "diagnosis", "planning", "gpu", "probe", "doctor", "serve", "check"},
-    "cli": {"root", "errors", "units", "logs", "planning", "advice", "gpu", "fixes", "probe", "doctor", "serve", "render", "check", "collect"},
+    "render": {"units", "catalogue", "logs", "diagnosis", "planning", "gpu", "probe", "doctor", "serve", "check", "group"},
+    "cli": {"root", "errors", "units", "logs", "planning", "advice", "gpu", "fixes", "probe", "doctor", "serve", "render", "check", "collect", "group"},
     "__main__": {"cli"},
     "root": set(),
 }

@@ -1,0 +1,111 @@
+"""`diagnose` of a deployment (a bundle, or several launches' logs): the group's verdict, its members and
+ranks, a timeline per rank side by side, the root cause with its node, pod and rank, the silent ranks,
+what the others saw, and the group's advice. `--svg FILE` saves the same report through Rich's own SVG
+export (for a bug report)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from dsv4ctl.group import GroupReading, MemberReading
+
+PHASE_ROWS = (("engine_config", "engine configured"), ("kv_cache_size", "KV cache sized"),
+              ("init_engine", "engine initialised"), ("ready", "ready"), ("startup_complete", "serving"),
+              ("failed", "failed"))
+
+
+def _clock(stamp: str | None) -> str:
+    return stamp.split(" ", 1)[-1] if stamp else "-"
+
+
+def _column(r: MemberReading) -> str:
+    rank = f"rank {r.rank_text}" if r.ranks else "no rank"
+    return f"{rank}\n{r.label}"
+
+
+def timeline_table(g: GroupReading) -> Table:
+    table = Table(title="Timeline per rank", title_justify="left", show_lines=False, pad_edge=False)
+    table.add_column("", no_wrap=True)
+    ordered = sorted(g.readings, key=lambda r: (r.ranks[0] if r.ranks else 1 << 30, r.label))
+    for r in ordered:
+        table.add_column(_column(r), overflow="fold")
+    for phase, label in PHASE_ROWS:
+        cells = []
+        for r in ordered:
+            m = next((m for m in r.milestones if m.phase == phase), None)
+            cells.append(f"{_clock(m.time)} (l.{m.line})" if m and m.line else (_clock(m.time) if m else ""))
+        if any(cells):
+            table.add_row(label, *cells)
+    table.add_row("last line", *[_clock(r.last_time) for r in ordered])
+    table.add_row("verdict", *[Text(r.verdict, style="bold red" if r.verdict == "failed" else "") for r in ordered])
+    return table
+
+
+def members_table(g: GroupReading) -> Table:
+    table = Table(title="Members", title_justify="left", pad_edge=False)
+    for name in ("log", "node", "pod/container", "ranks", "role", "vLLM", "status"):
+        table.add_column(name, overflow="fold")
+    for r in g.readings:
+        m = r.member
+        term = m.termination or {}
+        status = term.get("reason") and f"{term.get('reason')} (exit {term.get('exit_code')})" or ""
+        if m.restart_count:
+            status = f"{status}; {m.restart_count} restart(s)".strip("; ")
+        table.add_row(m.name.rsplit("/", 1)[-1], m.node or "-", f"{m.pod}/{m.container}" if m.pod else "-",
+                      r.rank_text, r.role, r.vllm_version or "-", status or "-")
+    return table
+
+
+def render_group(g: GroupReading, console: Console) -> None:
+    style = {"failed": "bold red", "stuck": "bold yellow", "healthy": "bold green"}.get(g.verdict, "bold")
+    console.print(Text(g.summary, style=style))
+    console.print()
+    console.print(members_table(g))
+    console.print()
+    console.print(timeline_table(g))
+    if g.root is not None:
+        r = g.root
+        console.print()
+        console.print(Text("Root cause", style="bold"))
+        where = ", ".join(x for x in (f"rank {r.rank_text}" if r.ranks else None,
+                                      f"node {r.member.node}" if r.member.node else None,
+                                      f"pod {r.member.pod}" if r.member.pod else None) if x)
+        console.print(f"  {r.root_title}" + (f" — {where}" if where else ""), markup=False)
+        at = f"{r.member.name}:{r.root_line}" if r.root_line else r.member.name
+        console.print(f"  {at}  {r.root_text or ''}", markup=False, overflow="fold")
+        if r.root_time:
+            console.print(f"  at {r.root_time} ({g.root_reason})", markup=False)
+    if g.silent:
+        console.print()
+        console.print(Text("Went silent while the others went on", style="bold"))
+        for r in g.silent:
+            console.print(f"  rank {r.rank_text} ({r.label}): last line at {_clock(r.last_time)}", markup=False)
+    others = [r for r in g.readings if r is not g.root]
+    if g.root is not None and others:
+        console.print()
+        console.print(Text("What the other members saw", style="bold"))
+        for r in others:
+            seen = r.root_title or r.summary
+            console.print(f"  rank {r.rank_text} ({r.label}): {r.verdict}: {seen}", markup=False, overflow="fold")
+    if g.findings:
+        console.print()
+        console.print(Text("The group", style="bold"))
+        for f in g.findings:
+            console.print(f"  {f.title}", markup=False)
+            console.print(f"    {f.detail}", markup=False, overflow="fold")
+            if f.action:
+                console.print(f"    → {f.action}", markup=False)
+
+
+def save_svg(g: GroupReading, path: Path) -> None:
+    """The same report through Rich's own SVG export."""
+    console = Console(record=True, width=120, file=open("/dev/null", "w"), color_system="truecolor")  # noqa: SIM115
+    try:
+        render_group(g, console)
+        console.save_svg(str(path), title="dsv4ctl diagnose")
+    finally:
+        console.file.close()
