@@ -204,8 +204,8 @@ def diagnose_command(
     deployment: its ranks side by side, the first originating error across them, the silent ranks.
 
     Exit status: 0 no failure, 3 failed with a known cause, 4 failed with an unknown cause,
-    5 inconclusive (the log ends before ready), 1 the log could not be read, 143/129 stopped by
-    SIGTERM/SIGHUP.
+    5 inconclusive (the log ends before ready), 8 stuck (the start's last evidence is a wait, nothing
+    failed after it), 1 the log could not be read, 143/129 stopped by SIGTERM/SIGHUP.
     """
     from dsv4ctl.errors import UsageError
     from dsv4ctl.advice import diagnose

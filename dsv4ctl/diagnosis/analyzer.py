@@ -67,8 +67,9 @@ _SERVING_ALERT = (
     r"NCCL", r"Watchdog", r"Check failed", r"paged_mqa_logits_metadata",
     r"terminate called", r"Killed", r"Segmentation fault", r"Fatal Python", r"Aborted", r"Bus error", r"Errno 98",
     r"out of memory", r"OutOfMemory",
-    # a wait while serving (a worker that stopped answering the engine's broadcast)
-    r"No available shared memory broadcast",
+    # a wait while serving (a worker that stopped answering the engine's broadcast); an answer with a server error
+    # (500/503: the engine may be gone)
+    r"No available shared memory broadcast", r'HTTP/[0-9.]+" 50[03] ',
 )
 
 # - the catalogue's request-level errors (a prompt too long, no chat template): warnings, analysed alone.

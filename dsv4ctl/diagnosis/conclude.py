@@ -20,6 +20,7 @@ from dsv4ctl.diagnosis.windows import (
     takes_down,
     window_findings,
 )
+from dsv4ctl.logs.grammars import WRAPPER_RE
 from dsv4ctl.logs.records import ErrorRecord
 from dsv4ctl.logs.timeline import StartupTimeline
 
@@ -307,7 +308,7 @@ def _waits_and_shortages(
             root.details["waited"] = waited
             if len(root.evidence) < 6 and all(e.line != line.lineno or e.source != line.source for e in root.evidence):
                 root.evidence.append(evidence_of(line))
-        if root is None or root.role == "symptom":
+        if root is None or root.role == "symptom" or _only_wraps(root):
             short, _ = shortage_finding(hits, tl, a.waits.get("wait_placement_group"))
             if short is not None:
                 root = _replace(findings, short)
@@ -315,7 +316,7 @@ def _waits_and_shortages(
     stuck = stuck_finding(a, tl)
     if stuck is None:
         return phase, basis, root, None
-    where = "serving" if tl.ready else "startup"
+    where = "serving" if tl.serving else "startup"
     wait_basis = PhaseBasis("words", stuck.evidence[0], "waits")
     short, certain = shortage_finding(hits, tl, a.waits.get(stuck.details["wait"]))
     if short is not None:
@@ -325,15 +326,29 @@ def _waits_and_shortages(
         if certain:
             # The wait cannot end but in its time-out's error: the start has failed.
             stuck.severity, stuck.role = "warning", "note"
+            stuck.title = f"It waits for {stuck.details['waiting_for']}"
+            short.meaning += f" {stuck.details['since_text']} {stuck.details['timeout_text']}"
             return where, PhaseBasis("words", short.evidence[0], "a shortage the warning's numbers show"), root, None
         return where, wait_basis, root, stuck
     findings.append(stuck)
     return where, wait_basis, stuck, stuck
 
 
+def _only_wraps(root: Finding) -> bool:
+    """A root cause that only names a wrapper (an unrecognized or indexed error whose line repeats an error printed
+    elsewhere: `Engine core initialization failed`, `EngineCore failed to start`), or a native record (a C++ component's
+    own E line) a resource warning may explain."""
+    if root.id not in ("unrecognized_error", "indexed_error") or not root.evidence:
+        return False
+    return root.details.get("kind") == "native" or bool(WRAPPER_RE.search(root.evidence[0].text))
+
+
 def _replace(findings: list[Finding], f: Finding) -> Finding:
-    """`f` in place of the note of the same signature among `findings` (it becomes the root cause)."""
-    findings[:] = [x for x in findings if x.id != f.id]
+    """`f` in place of the note of the same signature among `findings` (it becomes the root cause), and of an
+    unnamed error quoting the same line."""
+    lead = (f.evidence[0].source, f.evidence[0].line) if f.evidence else None
+    findings[:] = [x for x in findings if x.id != f.id and not (
+        x.id in ("unrecognized_error", "indexed_error") and x.evidence and (x.evidence[0].source, x.evidence[0].line) == lead)]
     findings.append(f)
     return f
 

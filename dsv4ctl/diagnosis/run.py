@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from dsv4ctl.catalogue.signature_index import LineSorter
-from dsv4ctl.diagnosis.analyzer import HELD_LINES, SERVING_SORTER, StartAnalyzer, request_signature
+from dsv4ctl.diagnosis.analyzer import ANSWER_CAP, HELD_LINES, SERVING_SORTER, StartAnalyzer, request_signature
 from dsv4ctl.diagnosis.conclude import conclude_start, not_a_vllm_log
 from dsv4ctl.diagnosis.evidence import evidence_of
 from dsv4ctl.diagnosis.model import Diagnosis, StartSummary
@@ -111,8 +111,10 @@ class LogPass:
                 for item in held:
                     self.feed(parse_line(*item))
             elif kind == LineSorter.SKIP:
-                self._held.append((raw, source, lineno))
-                return
+                # (The first answers with a client's error are read: the finding that quotes one.)
+                if not (len(a.client_answers) < ANSWER_CAP and '" 4' in raw and "HTTP/" in raw):
+                    self._held.append((raw, source, lineno))
+                    return
             elif a.count_beyond_cap(request_signature(kind).id):
                 # One more request answered with an error the start already holds HIT_CAP examples of:
                 # counted, not parsed (it can change no verdict, and its first lines are the evidence).

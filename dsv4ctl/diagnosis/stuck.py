@@ -20,7 +20,7 @@ from typing import Any
 from dsv4ctl.catalogue.signatures import BY_ID
 from dsv4ctl.diagnosis.analyzer import Hit, StartAnalyzer, WaitRun
 from dsv4ctl.diagnosis.dsv4 import parse_version
-from dsv4ctl.diagnosis.evidence import evidence_of, fill
+from dsv4ctl.diagnosis.evidence import evidence_of, fill, is_worker
 from dsv4ctl.diagnosis.model import MAX_EVIDENCE, Finding
 from dsv4ctl.logs.starts import seconds
 from dsv4ctl.logs.timeline import StartupTimeline
@@ -155,7 +155,8 @@ def _groups(line) -> dict[str, str]:
 
 
 def _last_wait(a: StartAnalyzer, serving: bool) -> WaitRun | None:
-    runs = [r for r in a.waits.values() if r.last_seq > a.progress_seq]
+    # The broadcast's line alone is printed during long compilations too: a wait once it repeats.
+    runs = [r for r in a.waits.values() if r.last_seq > a.progress_seq and (r.kind != "engine_waiting" or r.count > 1)]
     if a.nccl_last is not None and a.nccl_last[0] > a.progress_seq and a.nccl_complete_seq != a.nccl_last[0]:
         first = a.nccl_first or a.nccl_last
         runs.append(WaitRun("nccl_init", first[1], first[0], a.nccl_last[1], a.nccl_last[0]))
@@ -175,7 +176,7 @@ def stuck_finding(a: StartAnalyzer, tl: StartupTimeline) -> Finding | None:
     failed (no failed phase)."""
     if a.shutdown_seq is not None:
         return None
-    serving = tl.ready
+    serving = tl.serving  # the API server answers (an engine's "init engine … took" alone is not serving)
     run = _last_wait(a, serving)
     if run is None:
         return None
@@ -206,7 +207,9 @@ def stuck_finding(a: StartAnalyzer, tl: StartupTimeline) -> Finding | None:
     details["went_on"] = [_tag(ln.process, ln.pid) for _, ln in went_on]
     if silent:
         last = ", ".join(f"{_tag(ln.process, ln.pid)} since line {ln.lineno}" for _, ln in silent[:4])
-        details["silent_text"] = f"Silent while the others went on: {last}."
+        others = ", ".join(_tag(ln.process, ln.pid) for _, ln in went_on[:4])
+        details["silent_text"] = (f"Silent since before the wait: {last}" + (f", while {others} went on." if others
+                                                                             else "."))
     else:
         details["silent_text"] = ""
     key = f"engine_waiting@{'serving' if serving else 'startup'}" if run.kind == "engine_waiting" else run.kind
@@ -234,10 +237,12 @@ def _silent(a: StartAnalyzer, run: WaitRun) -> tuple[list, list]:
     """Processes (by tag) that printed nothing since the wait began, and those that went on, when the log has
     several; the waiter itself is neither."""
     waiter = (run.first.source, run.first.process)
-    procs = [(seq, ln) for key, (seq, ln) in a.proc_last.items() if key != waiter and ln.process]
+    # The API server is quiet while its engines start or step, by design: neither silent nor going on.
+    procs = [(seq, ln) for key, (seq, ln) in a.proc_last.items()
+             if key != waiter and ln.process and not ln.process.startswith(("APIServer", "ApiServer"))]
     if not procs:
         return [], []
-    silent = sorted((p for p in procs if p[0] < run.first_seq), key=lambda p: p[0])
+    silent = sorted((p for p in procs if p[0] < run.first_seq), key=lambda p: (not is_worker(p[1].process), p[0]))
     went_on = sorted((p for p in procs if p[0] >= run.first_seq), key=lambda p: p[0])
     return silent, went_on
 
@@ -285,6 +290,21 @@ MQ_CHUNK_BYTES = 16 * 1024 * 1024
 MQ_CHUNKS = 10
 
 
+# Ray's directory counts as full for vLLM below this (dsv4ctl's bound, not Ray's: Ray warns at 95 % used whatever the
+# size, and a 1 TB disk with 48 GB left serves on).
+ROOM_BYTES = 1 << 30
+
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 1 << 10, "MIB": 1 << 20,
+          "GIB": 1 << 30, "TIB": 1 << 40}
+
+
+def _bytes(text: str | None) -> int | None:
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]?i?B)?\s*", text or "")
+    if m is None:
+        return None
+    return int(float(m.group(1)) * _UNITS.get((m.group(2) or "").upper(), 1))
+
+
 def broadcast_queue_bytes(local_world_size: int) -> int:
     return (MQ_CHUNK_BYTES + 1 + local_world_size) * MQ_CHUNKS
 
@@ -307,7 +327,7 @@ def shortage_finding(hits: dict[str, list[Hit]], tl: StartupTimeline, run: WaitR
             world = (tl.tensor_parallel_size or 1) * (tl.pipeline_parallel_size or 1) if tl.tensor_parallel_size else None
             need = need or world
             details["required"] = need
-            details["arithmetic"] = (
+            details["shortage"] = (
                 f"the placement group needs {need} {g.get('device', 'GPU')}(s) (one bundle per worker) and Ray's "
                 "cluster had fewer when vLLM counted them (ray.cluster_resources())" if need
                 else "Ray's cluster had fewer GPUs than the engine's world size when vLLM counted them")
@@ -316,7 +336,7 @@ def shortage_finding(hits: dict[str, list[Hit]], tl: StartupTimeline, run: WaitR
             if run is None or run.kind != "wait_placement_group":
                 continue
             req, avail = int(g["required"]), int(g["available"])
-            details["arithmetic"] = (f"{req} GPUs required, {avail} on this node: {req - avail} must come from other "
+            details["shortage"] = (f"{req} GPUs required, {avail} on this node: {req - avail} must come from other "
                                      "nodes of the Ray cluster, and the placement group is still waiting for them")
         elif sid == "ray_object_store_on_tmp":
             world = (tl.tensor_parallel_size or 1) * (tl.pipeline_parallel_size or 1)
@@ -324,16 +344,20 @@ def shortage_finding(hits: dict[str, list[Hit]], tl: StartupTimeline, run: WaitR
             have = int(g["shm_bytes"])
             if have >= need:
                 continue  # room to spare for vLLM's own queue
-            details["arithmetic"] = (
+            details["shortage"] = (
                 f"/dev/shm has {have:,} bytes; vLLM's broadcast queue alone needs {need:,} bytes "
                 f"((16 MiB + 1 + {world}) × 10 chunks)")
             certain = True
         else:
-            details["arithmetic"] = (f"{g.get('path')} over {g.get('percent')}% full: {g.get('available')} available "
-                                     f"of {g.get('capacity')}")
+            free = _bytes(g.get("available"))
+            if free is None or free >= ROOM_BYTES:
+                continue  # room to spare (or no number to judge by)
+            details["shortage"] = (f"{g.get('path')} over {g.get('percent')}% full: {g.get('available')} available "
+                                   f"of {g.get('capacity')}, less than {ROOM_BYTES >> 30} GiB")
+            certain = True
         f = make_finding(BY_ID[sid], [h], details)
         f.severity, f.role, f.tier = "critical", "cause", 0
-        f.meaning += " " + details["arithmetic"][0].upper() + details["arithmetic"][1:] + "."
+        f.meaning += " " + details["shortage"][0].upper() + details["shortage"][1:] + "."
         return f, certain
     return None, False
 

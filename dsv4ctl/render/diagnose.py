@@ -19,7 +19,8 @@ from dsv4ctl.render import cut_around, print_command, print_prose
 from dsv4ctl.render.tables import print_table
 from dsv4ctl.units import format_tokens
 
-_VERDICT_STYLE = {"failed": "bold white on red", "healthy": "bold white on green", "inconclusive": "bold black on yellow"}
+_VERDICT_STYLE = {"failed": "bold white on red", "healthy": "bold white on green", "inconclusive": "bold black on yellow",
+                  "stuck": "bold white on magenta"}
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
 _ANSWER_STYLE = {"yes": "bold", "no": "bold", "not in log": "dim"}
 _TEXT_LIMIT = 160

@@ -27,9 +27,9 @@ VLLM = "vllm serve"
 FLAG_RE = re.compile(r"(?<![\w\-`'/])(--[a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
 COMMAND_RE = re.compile(
     r"\b(dsv4ctl (?:probe deepgemm|diagnose|fit-length|serve|gpus|doctor)|fit-length|probe deepgemm|vllm serve|vLLM"
-    r"|nvcc|nvidia-smi|pip|python3?|docker|hf)\b"
+    r"|nvcc|nvidia-smi|pip|python3?|docker|hf|py-spy|ray)\b"
 )
-OTHER_PROGRAMS = {"nvcc", "nvidia-smi", "pip", "python", "python3", "docker", "hf"}
+OTHER_PROGRAMS = {"nvcc", "nvidia-smi", "pip", "python", "python3", "docker", "hf", "py-spy", "ray"}
 # A clause ends where a new sentence or alternative starts; a command's flags stay inside its clause.
 CLAUSE_SPLIT = re.compile(r";|`|\n| or (?=[a-z`-])|, (?=[a-z`])|\(|\)| and (?=use|pass|give)")
 

@@ -7,8 +7,9 @@ Triton, safetensors, NCCL, SGLang); labels.json there has the schema of the real
 They cover failure classes and paste shapes that the 56 real excerpts do not, so that a miss here
 shows where `diagnose` does not generalise. The test is strict on purpose (no xfail).
 
-Rules (score.py's):
+Rules (score.py's, and one for the `stuck` verdict score.py's corpus does not label):
   failed (startup/serving)  the verdict is `failed`, and the root-cause finding quotes the key line
+  stuck (startup/serving)   the verdict is `stuck`, and the root-cause finding quotes the key line (a wait's line)
   healthy, phase request    the server is not called failed, and some finding quotes the key line
   healthy / inconclusive    the log is not called failed
 A quoted line matches when one contains the other after surrounding whitespace is stripped;
@@ -72,6 +73,10 @@ def score_one(item: dict) -> dict:
         called = verdict == "failed"
         located = quoted(roots or findings[:1], wanted)
         res.update(kind="failure", called_failed=called, line_located=located, ok=called and located)
+    elif item["verdict"] == "stuck":
+        located = quoted(roots or findings[:1], wanted)
+        res.update(kind="stuck", called_failed=verdict == "failed", line_located=located,
+                   ok=verdict == "stuck" and located)
     elif item["phase"] == "request":
         located = quoted(findings, wanted)
         res.update(kind="request", called_failed=verdict == "failed", line_located=located,
@@ -87,12 +92,14 @@ def totals(results: list[dict]) -> dict:
     req = [r for r in results if r["kind"] == "request"]
     ctrl = [r for r in results if r["kind"] == "control"]
     broken = [r for r in results if r["kind"] == "broken"]
+    stuck = [r for r in results if r["kind"] == "stuck"]
     return {
         "files": len(results),
         "passed": sum(r["ok"] for r in results),
         "failures_called_failed": f"{sum(r.get('called_failed', False) for r in fail)}/{len(fail)}",
         "root_line_located": f"{sum(r.get('line_located', False) for r in fail + req)}/{len(fail) + len(req)}",
         "controls_called_failed": f"{sum(r['called_failed'] for r in ctrl)}/{len(ctrl)}",
+        "stuck_called_stuck": f"{sum(r['ok'] for r in stuck)}/{len(stuck)}",
         "broken": len(broken),
     }
 
@@ -114,7 +121,7 @@ def test_labels_are_well_formed():
     assert {x["file"] for x in LABELS} == files
     for x in LABELS:
         assert keys <= set(x), x["file"]
-        assert x["verdict"] in ("failed", "healthy", "inconclusive"), x["file"]
+        assert x["verdict"] in ("failed", "stuck", "healthy", "inconclusive"), x["file"]
         assert x["phase"] in ("startup", "serving", "request"), x["file"]
         lines = (PASTES / x["file"]).read_text(encoding="utf-8").splitlines()
         for key in [x["key_line"]] + list(x["key_line_alt"] or []):
