@@ -129,7 +129,7 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
         if decision.action == REFUSE:
             refusal = decision.refusal
         else:
-            dog = _start_watchdog(namespace, options, view)
+            dog = _start_watchdog(namespace, options)
             try:
                 session.run(lambda: run_vllm_serve(decision.flags))
             finally:
@@ -167,7 +167,7 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
     return result
 
 
-def _start_watchdog(namespace: Any, options: ServeOptions, view: Any) -> Any:
+def _start_watchdog(namespace: Any, options: ServeOptions) -> Any:
     """`--watchdog SECONDS`: the thread that checks this server (None when off)."""
     if options.watchdog is None:
         return None
@@ -175,7 +175,13 @@ def _start_watchdog(namespace: Any, options: ServeOptions, view: Any) -> Any:
 
     key = getattr(namespace, "api_key", None)
     key = key[0] if isinstance(key, (list, tuple)) and key else key
-    return Watchdog(server_url(namespace), options.watchdog, view.say, api_key=key or os.environ.get("VLLM_API_KEY")).start()
+    return Watchdog(server_url(namespace), options.watchdog, _into_the_log, api_key=key or os.environ.get("VLLM_API_KEY")).start()
+
+
+def _into_the_log(line: str) -> None:
+    """The watchdog's lines through fd 2, where the capture puts them into the log (and on the terminal)."""
+    sys.stderr.write(f"dsv4ctl serve: {line}\n")
+    sys.stderr.flush()
 
 
 def diagnose_log(log_file: Path) -> Any:
