@@ -345,7 +345,9 @@ def test_an_error_the_index_knows_is_a_known_root_cause_naming_its_source():
         "must be divisible by ep_size=3. Adjust num_redundant_experts.\n"
     )
     root = d.root_cause
-    assert (d.verdict, root.id, int(d.exit_code)) == ("failed", "indexed_error", 3)
+    # The index names the source; the divisibility family answers it (the EP sizes that divide 256).
+    assert (d.verdict, root.id, int(d.exit_code)) == ("failed", "value_not_divisible", 3)
+    assert root.details["answered_from"] == "indexed_error"
     assert root.details["function"].endswith("_init_mega_moe_experts") and root.details["package"] == "vllm"
     assert root.details["cite"].startswith("vllm==0.33.0 vllm/models/deepseek_v4/")
     assert root.evidence[0].text.startswith("AssertionError: n_physical_experts=256")
@@ -378,8 +380,15 @@ def test_the_same_words_raised_elsewhere_are_not_the_indexed_message():
 
 
 def test_text_no_index_knows_stays_unrecognized():
-    d = run("RuntimeError: kv must have shape (num_blocks, page_block_size, h_kv, bytes_per_token)\n")
+    d = run("RuntimeError: the frobnicator overflowed in stage 7\n")
     assert (d.verdict, d.root_cause.id, int(d.exit_code)) == ("failed", "unrecognized_error", 4)
+    assert d.root_cause.title == "RuntimeError: the frobnicator overflowed in stage 7"  # the message heads it
+
+
+def test_text_no_index_knows_but_a_family_covers_is_answered():
+    d = run("RuntimeError: kv must have shape (num_blocks, page_block_size, h_kv, bytes_per_token)\n")
+    assert (d.verdict, d.root_cause.id, int(d.exit_code)) == ("failed", "dsv4_kv_shape_mismatch", 3)
+    assert d.root_cause.details["answered_from"] == "unrecognized_error"
 
 
 def test_the_h200_core_dump_capture_alone_names_deepgemms_metadata_kernel():
