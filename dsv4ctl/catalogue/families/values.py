@@ -56,7 +56,7 @@ FAMILIES: tuple[Signature, ...] = (
         id="value_not_divisible",
         severity="critical",
         tier=1,
-        title="{a_name} = {a} does not divide by {b_name} = {b}",
+        title="{a_name} = {a} is not a multiple of {b_name} = {b}",
         meaning="{divide_sentence}",
         patterns=(
             # vllm==0.32.0 vllm/model_executor/layers/quantization/utils/fp8_utils.py:1325 (block_k), :1316 (block_n);
