@@ -109,7 +109,7 @@ MIN_LITERAL_CHARS = 12
 MIN_WORDS = 2
 FIELDS = ("package", "kind", "exception", "level", "function", "template", "pattern", "anchor", "sources", "flags")
 PACKAGE_ORDER = ("vllm", "torch", "transformers", "huggingface_hub", "ray", "safetensors", "triton",
-                 "nvidia-cuda-runtime", "nvidia-nccl-cu13")
+                 "nvidia-cuda-runtime", "nvidia-nccl-cu13", "vllm_ascend", "torch_npu")
 
 EXCLUDED_PARTS = frozenset({"tests", "test", "testing", "examples", "docs", "benchmarks", "third_party",
                             "thirdparty", "_vendor", "vendor", "vendored", "__pycache__"})
@@ -160,6 +160,18 @@ NEIGHBOURS = {
     "safetensors": ("safetensors", "0.8.0", "safetensors-0.8.0", ("safetensors/",), ()),
     "triton": ("triton", "3.8.0", "triton-3.8.0", ("triton/",), ("triton/tools/", "triton/_C/")),
 }
+# Other accelerators. vllm-ascend is published as an sdist only, and no release of it that pairs with vLLM 0.27-0.33
+# is on the registry (`pip index versions vllm-ascend`: 0.23.0.post1 is the newest), so the newest is read. torch_npu
+# 2.14.0 pairs with torch 2.14: its Python, the C++ checks of its headers (torch_npu/include/torch_npu/csrc) and the
+# ACL error-code table its messages end with (NPUErrorCodes.h, `[Error]: <text>`).
+ACCELERATORS = {
+    "vllm_ascend": ("vllm-ascend", "0.23.0.post1", "vllm_ascend-0.23.0.post1", ("vllm_ascend/",), (
+        "vllm_ascend/_cann_ops_custom/",)),
+    "torch_npu": ("torch-npu", "2.14.0", "torch_npu-2.14.0", ("torch_npu/",), (
+        "torch_npu/testing/", "torch_npu/onnx/", "torch_npu/_op_plugin_docs.py", "torch_npu/profiler/")),
+}
+TORCH_NPU_HEADERS = "torch_npu/include/torch_npu/csrc/"
+ACL_ERROR_CODES = "torch_npu/include/torch_npu/csrc/core/npu/NPUErrorCodes.h"
 CUDART = ("nvidia-cuda-runtime", "13.0.96", "nvidia-cuda-runtime-13.0.96", "nvidia/cu13/lib/libcudart.so.13")
 NCCL = ("nvidia-nccl-cu13", "2.30.7", "nvidia-nccl-cu13-2.30.7", "nvidia/nccl/lib/libnccl.so.2")
 # binaries unpacked too, not read here: the hand-written catalogue's tests look for its cited texts in them
@@ -221,7 +233,7 @@ def pattern_of(parts: list) -> str:
 
 # The index's patterns are written with the escape lookups compile with (one function, so they cannot drift).
 sys.path.insert(0, str(REPO))
-from dsv4ctl.catalogue.message_index import escape, pack  # noqa: E402
+from dsv4ctl.catalogue.message_index import escape, pack, template_parts  # noqa: E402
 
 
 def literal_text(parts: list) -> str:
@@ -598,7 +610,7 @@ def extract_python(job: tuple[str, str]) -> tuple[str, list, Counter, str | None
     root, rel = job
     path = Path(root) / rel
     try:
-        source = path.read_text(encoding="utf-8")
+        source = path.read_text(encoding="utf-8-sig")  # a BOM is not code
         tree = ast.parse(source, filename=rel)
     except (SyntaxError, UnicodeDecodeError, ValueError) as e:
         return rel, [], Counter({"unparsable_files": 1}), f"{rel}: {type(e).__name__}: {e}"
@@ -1090,6 +1102,74 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
 '''
 
 
+_SETUPTOOLS_SHIM = '''"""Stand-in build backend: only lets `pip download` save an sdist whose metadata step needs its build tools."""
+import os
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
+    d = os.path.join(metadata_directory, "%s-%s.dist-info")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "METADATA"), "w") as f:
+        f.write("Metadata-Version: 2.1\\nName: %s\\nVersion: %s\\n")
+    return os.path.basename(d)
+'''
+
+
+def ensure_accelerators(wheels: Path, keep_wheels: bool) -> None:
+    """vllm-ascend's sdist (its Python only) and torch_npu's wheel (Python, headers) under other/."""
+    whl_dir = wheels / "whl"
+    for pkg, (dist, v, folder, _inc, _exc) in ACCELERATORS.items():
+        dest = wheels / "other" / folder
+        if (dest / pkg / "__init__.py").exists():
+            continue
+        print(f"{pkg} {v}: downloading", flush=True)
+        if pkg == "vllm_ascend":
+            with tempfile.TemporaryDirectory() as shim:
+                (Path(shim) / "setuptools").mkdir()
+                (Path(shim) / "setuptools" / "__init__.py").write_text("")
+                (Path(shim) / "setuptools" / "build_meta.py").write_text(_SETUPTOOLS_SHIM % (pkg, v, dist, v))
+                env = dict(os.environ, PYTHONPATH=shim + os.pathsep + os.environ.get("PYTHONPATH", ""))
+                sd = pip_download(f"{dist}=={v}", wheels / "sdist", ["--no-build-isolation"], env=env)
+            dest.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(sd) as t:
+                top = f"{pkg}-{v}/"
+                members = []
+                for m in t.getmembers():
+                    if m.isfile() and m.name.startswith(top + pkg + "/") and m.name.endswith(".py"):
+                        m.name = m.name[len(top):]
+                        members.append(m)
+                t.extractall(dest, members=members, filter="data")
+            if not keep_wheels:
+                sd.unlink()
+            continue
+        whl = pip_download(f"{dist}=={v}", whl_dir)
+        unpack_wheel(whl, dest, lambda n: n.endswith(".py") or n.endswith(".dist-info/METADATA")
+                     or (n.startswith(TORCH_NPU_HEADERS) and n.endswith((".h", ".hpp"))))
+        if not keep_wheels:
+            whl.unlink()
+
+
+def acl_error_codes(path: Path) -> list[tuple[int, str]]:
+    """(code, text) of torch_npu's AclErrorCode table (`{100000, "Parameter verification failed.\\n…"}`): the text
+    its NPU/OPS/HCCL checks append to a failed call's message (`[Error]: <text>`)."""
+    toks = [t for t in tokenize_c(path.read_text(encoding="utf-8")) if t[0] != "op" or t[1] in "{},"]
+    out: list[tuple[int, str]] = []
+    i = 0
+    while i + 3 < len(toks):
+        if toks[i][1] == "{" and toks[i + 1][0] == "num" and toks[i + 2][1] == ",":
+            j, parts = i + 3, []
+            while j < len(toks) and toks[j][0] == "str":
+                parts.append(toks[j][1])
+                j += 1
+            if parts and j < len(toks) and toks[j][1] == "}":
+                # the table's lines continue with a backslash and the next line's indentation; a log line is read stripped
+                text = "\n".join(ln.strip() for ln in "".join(parts).split("\n")).strip()
+                out.append((int(toks[i + 1][1]), text))
+                i = j
+        i += 1
+    return out
+
+
 def ensure_sources(wheels: Path, keep_wheels: bool) -> None:
     whl_dir = wheels / "whl"
     for v in VLLM_RELEASES:
@@ -1218,6 +1298,27 @@ class Builder:
             if flags_of is not None:
                 e["flags"] |= flags_of(names)
 
+    def keep(self, data: dict, only: set[str]) -> None:
+        """The entries, counts and problems of the packages not in `only`, as the committed JSON `data` has them."""
+        col = {name: i for i, name in enumerate(data["fields"])}
+        for row in data["entries"]:
+            pkg = row[col["package"]]
+            if pkg in only:
+                continue
+            key = (pkg, row[col["kind"]], row[col["exception"]], row[col["level"]], row[col["function"]], row[col["pattern"]])
+            e = self.entries.setdefault(key, {"flags": set(), "rows": defaultdict(set), "shown": {}})
+            for f, line, rels in row[col["sources"]]:
+                e["rows"][(f, line)].update(rels)
+            e["flags"] |= set(row[col["flags"]])
+            parts = [p if p is not None else Ph("") for p in template_parts(row[col["template"]])]
+            newest = max((r for _f, _l, rels in row[col["sources"]] for r in rels), key=version_key)
+            e["shown"][newest] = (row[col["template"]], tuple(anchor_candidates(parts)))
+        for pkg, per in data["counts"]["occurrences"].items():
+            if pkg not in only:
+                for rel, c in per.items():
+                    self.stats[pkg][rel].update(c)
+        self.problems += [x for x in data.get("unparsable", []) if x.split("==", 1)[0] not in only]
+
     def shown(self, key: tuple) -> tuple[str, tuple[str, ...]]:
         shown = self.entries[key]["shown"]
         return shown[max(shown, key=version_key)]
@@ -1281,9 +1382,14 @@ def choose_anchors(keys: list[tuple], shown: dict[tuple, tuple]) -> dict[tuple, 
     return out
 
 
-def build(wheels: Path, jobs: int) -> dict:
+def build(wheels: Path, jobs: int, only: set[str] | None = None, kept: dict | None = None) -> dict:
+    """The index from the sources under `wheels`; with `only`, just those packages are read and the others' entries,
+    counts and problems are taken from `kept` (the committed JSON), the anchors chosen again over all of them."""
     b = Builder()
     pool = ProcessPoolExecutor(max_workers=jobs)
+
+    def wanted(pkg: str) -> bool:
+        return only is None or pkg in only
 
     def run_python(pkg: str, release: str, root: Path, files: list[str], flags_of) -> None:
         st = b.stats[pkg][release]
@@ -1294,7 +1400,7 @@ def build(wheels: Path, jobs: int) -> dict:
                 b.problems.append(f"{pkg}=={release} {problem}")
             b.add(pkg, release, rel, occ, flags_of)
 
-    for v in VLLM_RELEASES:
+    for v in VLLM_RELEASES if wanted("vllm") else ():
         root = wheels / "src" / f"vllm-{v}"
         fields, alias = engine_args_fields(root / "vllm" / "engine" / "arg_utils.py")
 
@@ -1311,6 +1417,8 @@ def build(wheels: Path, jobs: int) -> dict:
         run_python("vllm", v, root, files, flags_of)
 
     for pkg, (_dist, v, folder, inc, exc) in NEIGHBOURS.items():
+        if not wanted(pkg):
+            continue
         root = wheels / "other" / folder
         files = py_files(root, inc, exc)
         print(f"{pkg} {v}: {len(files)} files", flush=True)
@@ -1343,11 +1451,32 @@ def build(wheels: Path, jobs: int) -> dict:
                         st["rust_unverified"] += 1
                         st[o[0]] -= 1
                 b.add(pkg, v, p.relative_to(sroot).as_posix(), kept)
+    for pkg, (_dist, v, folder, inc, exc) in ACCELERATORS.items():
+        if not wanted(pkg):
+            continue
+        root = wheels / "other" / folder
+        files = py_files(root, inc, exc)
+        print(f"{pkg} {v}: {len(files)} files", flush=True)
+        run_python(pkg, v, root, files, None)
+        if pkg == "torch_npu":
+            st = b.stats[pkg][v]
+            hdrs = sorted(p for p in (root / TORCH_NPU_HEADERS).rglob("*") if p.suffix in (".h", ".hpp") and p.is_file())
+            st["headers"] += len(hdrs)
+            for h in hdrs:
+                occ, stats = extract_cpp(h.read_text(encoding="utf-8", errors="replace"))
+                st.update(stats)
+                b.add(pkg, v, h.relative_to(root).as_posix(), occ)
+            for code, text in acl_error_codes(root / ACL_ERROR_CODES):
+                if specific_enough([text]):
+                    st["error_string"] += 1
+                    b.add(pkg, v, ACL_ERROR_CODES, [("error_string", None, None, f"AclErrorCode({code})", [text], 0, set())])
     pool.shutdown()
 
     for dist, v, folder, lib, func, codes, unknown in (
             (*CUDART, "cudaGetErrorString", range(0, 1100), "unrecognized error code"),
             (*NCCL, "ncclGetErrorString", range(0, 64), "unknown result code")):
+        if not wanted(dist):
+            continue
         st = b.stats[dist][v]
         strings = c_error_strings(wheels / "other" / folder / lib, func, codes, unknown)
         for code, text in strings:
@@ -1358,6 +1487,8 @@ def build(wheels: Path, jobs: int) -> dict:
             st["error_string"] += 1
             b.add(dist, v, lib, [("error_string", None, None, f"{func}({code})", parts, 0, set())])
 
+    if kept is not None and only is not None:
+        b.keep(kept, only)
     keys = list(b.entries)
     shown = {k: b.shown(k) for k in keys}
     anchors = choose_anchors(keys, shown)
@@ -1373,6 +1504,7 @@ def build(wheels: Path, jobs: int) -> dict:
     versions.update({pkg: [cfg[1]] for pkg, cfg in NEIGHBOURS.items()})
     versions[CUDART[0]] = [CUDART[1]]
     versions[NCCL[0]] = [NCCL[1]]
+    versions.update({pkg: [cfg[1]] for pkg, cfg in ACCELERATORS.items()})
     by_pkg = Counter(r[0] for r in rows)
     by_kind = Counter(r[1] for r in rows)
     stats = {pkg: {rel: dict(sorted(c.items())) for rel, c in sorted(per.items(), key=lambda x: version_key(x[0]))}
@@ -1415,15 +1547,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-wheels", action="store_true", help="keep the downloaded .whl files")
     ap.add_argument("--jobs", type=int, default=max(1, os.cpu_count() or 1))
     ap.add_argument("--no-download", action="store_true", help="fail instead of downloading what is missing")
+    ap.add_argument("--only", default="", metavar="PKG,...",
+                    help="read only these packages (vllm, torch, ..., vllm_ascend, torch_npu); keep the others' entries "
+                         "from --out as committed")
     args = ap.parse_args(argv)
     packed = args.packed or args.out.with_name(PACKED.name)
     if args.pack:
         packed.write_bytes(pack(read(args.out)))
         print(f"wrote {packed} ({packed.stat().st_size / 1e6:.2f} MB) from {args.out}")
         return 0
+    only = {p.strip() for p in args.only.split(",") if p.strip()} or None
+    known = {"vllm", *NEIGHBOURS, *ACCELERATORS, CUDART[0], NCCL[0]}
+    if only is not None and only - known:
+        ap.error(f"--only: unknown package(s) {sorted(only - known)}; known: {sorted(known)}")
     if not args.no_download:
-        ensure_sources(args.wheels, args.keep_wheels)
-    data = build(args.wheels, args.jobs)
+        if only is None or only - set(ACCELERATORS):
+            ensure_sources(args.wheels, args.keep_wheels)
+        ensure_accelerators(args.wheels, args.keep_wheels)
+    data = build(args.wheels, args.jobs, only, read(args.out) if only is not None else None)
     if args.wheels != DEFAULT_WHEELS:
         data["generator"] += " --wheels " + shlex.quote(str(args.wheels))
     size = write(data, args.out, packed)

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ALL_VLLM = ("0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
 KINDS = {"raise", "assert", "assert_bare", "log", "format", "error_string"}
 PACKAGE_ORDER = ("vllm", "torch", "transformers", "huggingface_hub", "ray", "safetensors", "triton",
-                 "nvidia-cuda-runtime", "nvidia-nccl-cu13")
+                 "nvidia-cuda-runtime", "nvidia-nccl-cu13", "vllm_ascend", "torch_npu")
 
 
 @pytest.fixture(scope="module")
@@ -355,3 +355,20 @@ def test_a_common_phrase_inside_another_message_names_nothing():
     assert mi.lookup_line("ValueError: invalid argument for --served-model-name: expected a list") is None
     cuda = mi.lookup_line("torch.AcceleratorError: CUDA error: invalid argument")
     assert cuda is not None and cuda.function == "cudaGetErrorString(1)"
+
+
+def test_other_accelerators():
+    # vllm-ascend: no release that pairs with vLLM 0.27-0.33 is on the registry; its newest is read. torch_npu 2.14.0.
+    head = mi.header()
+    assert head["packages"]["vllm_ascend"] == ["0.23.0.post1"] and head["packages"]["torch_npu"] == ["2.14.0"]
+    hit = _one(mi.lookup_line("ValueError: ACL graph is incompatible with ASCEND_LAUNCH_BLOCKING=1. Please unset "
+                              "ASCEND_LAUNCH_BLOCKING or set it to 0. If you need ASCEND_LAUNCH_BLOCKING for debugging, "
+                              "consider other methods — for example, check the plog files (default: $HOME/ascend/log/"
+                              "debug) for more information about runtime errors."))
+    assert hit.package == "vllm_ascend" and _files(hit) == {"vllm_ascend/platform.py"}
+    # vLLM's own message that vllm-ascend repeats in its patches is still vLLM's
+    assert _one(mi.lookup_line("EngineCore failed to start.")).package == "vllm"
+    # torch_npu's NPU/OPS/HCCL checks end with the text of the ACL code: "[Error]: <text>" (NPUErrorCodes.h)
+    acl = _one(mi.lookup_line("[Error]: Model execution failed."))
+    assert acl.function == "AclErrorCode(507011)" and acl.cite == "torch_npu==2.14.0 NPUErrorCodes.h AclErrorCode(507011)"
+    assert mi.lookup_line("Model execution failed because the input was empty") is None  # not after "[Error]: "
