@@ -598,9 +598,12 @@ def watch_command(
     console = out_console()
     live_view = console.is_terminal and not json_output
     state = WatchState(started_at=time.time())
-    looks = 0
+    looks, last = 0, [time.monotonic()]
 
     def look() -> list[Any]:
+        if looks:  # a look at a dead server returns at once: one look per interval all the same
+            time.sleep(max(0.0, interval - (time.monotonic() - last[0])))
+        last[0] = time.monotonic()
         group = check_group(bases, window_s=interval, timeout_s=timeout, probe=probe_request,
                             probe_timeout_s=probe_timeout, api_key=api_key, limits=Limits(kv_cliff=kv_cliff))
         return state.update(group, time.time())

@@ -97,6 +97,7 @@ class Watchdog:
             else:
                 wedged_since = None
             probe = bool(look.engines) and not any(e.progressed or (e.pending or 0) > 0 for e in look.engines)
+            self._stop.wait(max(0.0, self.window_s - (time.monotonic() - started)))  # a dead look is quick
 
     def _fire(self, look: Any, wedged_s: float) -> None:
         self.fired = True
