@@ -200,8 +200,10 @@ class StartAnalyzer:
                     self.progress_seq = seq
                 if status is not None and status[0] == "4" and len(self.client_answers) < ANSWER_CAP:
                     self.client_answers.append((seq, line))
-            elif len(self.down_answers) < ANSWER_CAP:
-                self.down_answers.append((seq, line))
+            else:
+                self.alert = True  # a server error: whether it answers otherwise later decides, so read on
+                if len(self.down_answers) < ANSWER_CAP:
+                    self.down_answers.append((seq, line))
             if status is not None:
                 self.requests.append((seq, line))
         elif "Received request" in msg:

@@ -244,12 +244,14 @@ def conclude_start(a: StartAnalyzer, sources: list[str]) -> Diagnosis:
     w = _windows(a)
     dsv4 = is_dsv4(tl)
     phase, basis = _failed_phase(a, tl, w)
-    down = down_after_error(a) if phase is None and tl.ready else None
-    if down is not None:
+    down = down_after_error(a) if phase in (None, "serving") and tl.ready else None
+    if down is not None and phase is None:
         # Requests answered 500/503 after an engine error, and nothing answered otherwise after them: it died serving.
         _to_serving(w, down[0])
         phase, basis = "serving", PhaseBasis("words", evidence_of(down[1]), "answered with a server error after it")
     findings, root = _findings(a, tl, log, w, phase, dsv4)
+    if root is not None and root.id in CHAIN_CAUSES:
+        _consequence(root, w.live_startup if not tl.ready else w.records["serving"])
     if down is not None and root is not None:
         root.details.update(down_details(a, down, root.order[1] if len(root.order) > 1 else None))
     phase, basis, root, stuck = _waits_and_shortages(a, tl, w, findings, phase, basis, root)
@@ -332,6 +334,29 @@ def _waits_and_shortages(
         return where, wait_basis, root, stuck
     findings.append(stuck)
     return where, wait_basis, stuck, stuck
+
+
+# Records an exception follows from (dsv4ctl/catalogue/signatures_waits.py): the exception logged with or after them
+# is their consequence.
+CHAIN_CAUSES = frozenset({"trust_remote_code_prompt", "model_inspection_subprocess_failed", "spawn_unguarded_main"})
+
+
+def _consequence(root: Finding, records: list[ErrorRecord]) -> None:
+    """The exception that follows from the root cause's record, in the same process: named in the details and
+    quoted after the cause (`EOFError: EOF when reading a line` after transformers' prompt)."""
+    if not root.evidence:
+        return
+    lead = root.evidence[0]
+    after = [r for r in records if r.line.source == lead.source and r.line.process == lead.process
+             and r.line.lineno >= lead.line - 1 and r.line.lineno != lead.line]
+    if not after:
+        return
+    rec = min(after, key=lambda r: r.line.lineno)
+    root.details["consequence"] = rec.origin.text if rec.origin is not None else rec.text
+    root.details["consequence_line"] = rec.line.lineno
+    root.meaning += f" The exception that follows (line {rec.line.lineno}: {root.details['consequence']}) is its consequence."
+    if len(root.evidence) < 6 and all(e.line != rec.line.lineno for e in root.evidence):
+        root.evidence.append(evidence_of(rec.line))
 
 
 def _only_wraps(root: Finding) -> bool:
