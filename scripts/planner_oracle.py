@@ -75,7 +75,7 @@ LAYER_EXTRAS = {
 
 
 def builtin_configs() -> dict:
-    return json.loads((REPO / "dsv4ctl" / "planning" / "builtin_models.json").read_text())
+    return json.loads((REPO / "dsv4ctl" / "planning" / "checkpoint" / "builtin_models.json").read_text())
 
 
 # ------------------------------------------------------------------------------------------------
