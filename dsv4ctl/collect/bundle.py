@@ -22,12 +22,22 @@ from pathlib import Path
 from typing import IO, Any
 
 from dsv4ctl.collect.model import MANIFEST, LogEntry
-from dsv4ctl.redaction import redact_line
+from dsv4ctl.redaction import MAY_HOLD_SECRET, redact_line
 
 _RFC3339 = re.compile(rb"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s")
 # vLLM's record time (vllm/logger.py _DATE_FORMAT "%m-%d %H:%M:%S"), after the level.
 _VLLM_TIME = re.compile(rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
 _CHUNK = 1 << 20
+# The redaction rule's words (dsv4ctl.redaction): a line without any of them holds no secret.
+_MAY_HOLD_SECRET = re.compile(MAY_HOLD_SECRET.encode())  # searched in the lower-cased block
+
+
+def _first_time(lines) -> str | None:
+    for raw in lines:
+        stamp = _RFC3339.match(raw) or _VLLM_TIME.search(raw, 0, 200)
+        if stamp:
+            return stamp.group(1).decode("ascii", "replace")
+    return None
 
 
 class _Spool:
@@ -170,25 +180,42 @@ class BundleWriter:
         return entry
 
     def _lines(self, entry: LogEntry, spool: _Spool, data: bytes) -> bytes:
+        """The complete lines of `data` into the spool (redacted), counted and timed; returns the rest.
+        Whole blocks at a time: only the lines that hold one of the redaction rule's words are decoded."""
         cut = data.rfind(b"\n") + 1
         if not cut:
             return data
-        out = []
-        for raw in data[:cut].splitlines(keepends=True):
-            entry.lines += 1
-            stamp = _RFC3339.match(raw) or _VLLM_TIME.search(raw, 0, 200)
-            if stamp:
-                text = stamp.group(1).decode("ascii", "replace")
-                entry.first_time = entry.first_time or text
-                entry.last_time = text
-            line = raw.decode("utf-8", "surrogateescape")
+        block = data[:cut]
+        entry.lines += block.count(b"\n")
+        lines = None
+        if entry.first_time is None:
+            lines = block.split(b"\n")
+            entry.first_time = _first_time(lines[:2000])
+        stamp = _first_time(reversed((lines or block[-(256 << 10):].split(b"\n"))[-2000:]))
+        entry.last_time = stamp or entry.last_time
+        lower = block.lower()
+        if _MAY_HOLD_SECRET.search(lower):
+            block = self._redact(entry, block, lower)
+        spool.write(block)
+        return data[cut:]
+
+    @staticmethod
+    def _redact(entry: LogEntry, block: bytes, lower: bytes) -> bytes:
+        out, pos = [], 0
+        while (m := _MAY_HOLD_SECRET.search(lower, pos)) is not None:
+            start = block.rfind(b"\n", 0, m.start()) + 1
+            end = block.find(b"\n", m.end()) + 1 or len(block)
+            line = block[start:end].decode("utf-8", "surrogateescape")
             redacted, n = redact_line(line)
+            out.append(block[pos:start])
             if n:
                 entry.redactions += n
-                raw = redacted.encode("utf-8", "surrogateescape")
-            out.append(raw)
-        spool.write(b"".join(out))
-        return data[cut:]
+                out.append(redacted.encode("utf-8", "surrogateescape"))
+            else:
+                out.append(block[start:end])
+            pos = end
+        out.append(block[pos:])
+        return b"".join(out)
 
     def _archive(self, entry: LogEntry, spool: _Spool) -> None:
         parts = spool.parts()
