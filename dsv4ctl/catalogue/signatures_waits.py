@@ -215,7 +215,9 @@ SIGNATURES: tuple[Signature, ...] = (
             "Put the script's code under if __name__ == \"__main__\": (vLLM's troubleshooting guide, 'Python "
             "multiprocessing')",
         ),
-        source="cpython==3.11.7 Lib/multiprocessing/spawn.py:140-142 (_check_not_importing_main)",
+        source="cpython==3.11.7 Lib/multiprocessing/spawn.py:140-142 (_check_not_importing_main); without it in the "
+        "log, vLLM's config lines printed again after the engine's (vllm==0.5.0 vllm/config.py:623, "
+        "vllm/engine/llm_engine.py:161): dsv4ctl/diagnosis/analyzer.py StartAnalyzer._watch_rerun",
     ),
 )
 

@@ -148,6 +148,10 @@ class StartAnalyzer:
         self.client_answers: list[tuple[int, LogLine]] = []
         self.requests: deque[tuple[int, LogLine]] = deque(maxlen=ANSWER_CAP)
         self.full_read = False  # every line of the start's file was fed (a paste), not only the selected ones
+        # A V0 engine's config lines printed again by the same process after its engine began: the main module ran
+        # again (a spawned child importing an unguarded script); (the first line, the repeat).
+        self._pre_engine: dict[str, LogLine] | None = {}
+        self.rerun: tuple[LogLine, LogLine] | None = None
 
     @property
     def quiet_serving(self) -> bool:
@@ -208,6 +212,8 @@ class StartAnalyzer:
                 self.requests.append((seq, line))
         elif "Received request" in msg:
             self.requests.append((seq, line))
+        if self._pre_engine is not None and line.level == "INFO":
+            self._watch_rerun(msg, line)
         if "NCCL INFO" in msg:
             if self.nccl_last is None or self.nccl_last[0] < self.progress_seq:
                 self.nccl_first = (seq, line)
@@ -243,6 +249,24 @@ class StartAnalyzer:
                 groups = {k: v for k, v in m.groupdict().items() if v is not None}
                 self.hits.append(Hit(sig, line, seq, order, phase_before, capture_mode, groups))
                 self.evidence_seen = True
+
+    def _watch_rerun(self, msg: str, line: LogLine) -> None:
+        """vllm==0.5.0 vllm/config.py:623 and the other config lines, then vllm/engine/llm_engine.py:161 "Initializing an
+        LLM engine (v%s) with config"; the process's next record one of the first again: the main module ran again."""
+        pre = self._pre_engine
+        if self.progress_phase not in (None, "starting"):
+            self._pre_engine = None  # it went on: a later repeat is another LLM() of the same script
+        elif "Initializing an LLM engine (v" in msg:
+            pre[""] = line  # the engine began
+        elif "" not in pre:
+            if len(pre) < 8:
+                pre.setdefault(msg, line)
+        elif line.process == pre[""].process:
+            # The next record of the engine's process: a config line again, or the engine going on.
+            first = pre.get(msg)
+            if first is not None and first.process == line.process:
+                self.rerun = (first, line)
+            self._pre_engine = None
 
     def _wait(self, kind: str, line: LogLine, seq: int, m: re.Match[str]) -> None:
         run = self.waits.get(kind)

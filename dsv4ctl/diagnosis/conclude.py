@@ -255,6 +255,8 @@ def conclude_start(a: StartAnalyzer, sources: list[str]) -> Diagnosis:
     if down is not None and root is not None:
         root.details.update(down_details(a, down, root.order[1] if len(root.order) > 1 else None))
     phase, basis, root, stuck = _waits_and_shortages(a, tl, w, findings, phase, basis, root)
+    if phase is None and not tl.ready and a.rerun is not None:
+        phase, basis, root = _rerun(a, findings)
     for r in w.request_records[:2]:
         if not any(e.source == r.line.source and e.line == r.line.lineno for f in findings for e in f.evidence):
             findings.append(request_finding(r, a))
@@ -357,6 +359,20 @@ def _consequence(root: Finding, records: list[ErrorRecord]) -> None:
     root.meaning += f" The exception that follows (line {rec.line.lineno}: {root.details['consequence']}) is its consequence."
     if len(root.evidence) < 6 and all(e.line != rec.line.lineno for e in root.evidence):
         root.evidence.append(evidence_of(rec.line))
+
+
+def _rerun(a: StartAnalyzer, findings: list[Finding]) -> tuple[str, PhaseBasis, Finding]:
+    """The main module ran again after its engine began (`StartAnalyzer.rerun`): a spawned child importing a script
+    without `if __name__ == "__main__":` starts a second engine, which Python stops while the child bootstraps."""
+    first, again = a.rerun
+    f = make_finding(BY_ID["spawn_unguarded_main"], [], {"repeated": first.message, "repeat_line": again.lineno},
+                     extra=[first, again])
+    f.meaning += (f" Here the config line '{first.message}' (line {first.lineno}) is printed again at line "
+                  f"{again.lineno} by the same process after the engine began and before any weights: the main module "
+                  "ran a second time.")
+    f.order = ("", first.lineno)
+    findings.append(f)
+    return "startup", PhaseBasis("words", evidence_of(again), "the main module ran again"), f
 
 
 def _only_wraps(root: Finding) -> bool:

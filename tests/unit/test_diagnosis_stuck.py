@@ -315,3 +315,16 @@ def test_the_stuck_finding_is_in_the_catalogue_and_prints_runnable_commands():
     assert sig.role == "cause" and "{py_spy}" in sig.actions[0]
     d = run("\n".join(record("Waiting for READY message from DP Coordinator...", tag="") for _ in range(2)))
     assert "for p in $(pgrep -f VLLM::); do py-spy dump --pid $p; done" in d.root_cause.actions[0]
+
+
+# vllm==0.5.0 vllm/config.py:623 and vllm/engine/llm_engine.py:161, as an offline script logs them.
+_MP = "INFO 06-18 21:35:{:02d} config.py:623] Defaulting to use mp for distributed inference"
+_V0_ENGINE = "INFO 06-18 21:35:42 llm_engine.py:161] Initializing an LLM engine (v0.5.0) with config: model='/m'"
+
+
+def test_the_config_line_again_right_after_the_engine_began_is_a_spawned_rerun_of_the_main_module():
+    d = run("\n".join([_MP.format(42), _V0_ENGINE, _MP.format(44)]))
+    assert d.verdict == "failed" and d.root_cause.id == "spawn_unguarded_main" and d.root_cause.line == 1
+    # The engine went on first (its weights): a second LLM() of the same script, not a rerun.
+    weights = "INFO 06-18 21:36:20 model_runner.py:159] Loading model weights took 6.9972 GB"
+    assert run("\n".join([_MP.format(42), _V0_ENGINE, weights, _MP.format(50), _V0_ENGINE])).verdict != "failed"
