@@ -1,0 +1,55 @@
+"""check's and watch's output at 80 columns: nothing cut, every number shown (recorded readings, tests/fixtures/check)."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from dsv4ctl.check import GroupCheck, HttpAnswer, Readings, judge
+from dsv4ctl.check.watch import WatchState
+from dsv4ctl.render.check import render_check, render_event, watch_lines, watch_table
+from test_check_judge import readings
+
+
+def group() -> GroupCheck:
+    healthy = judge(readings("busy-1.prom", "busy-2.prom", window=1.0))
+    wedged = judge(Readings(**{**readings("engine-stopped-1.prom", "engine-stopped-2.prom").__dict__,
+                               "url": "http://10.200.300.400:18000"}))
+    dead = judge(Readings(url="http://127.0.0.1:1", health=HttpAnswer(None, 0.0, error="connection refused")))
+    return GroupCheck((healthy, wedged, dead), checked_at=1_000_000.0)
+
+
+def terminal(width: int = 80) -> tuple[Console, io.StringIO]:
+    out = io.StringIO()
+    return Console(file=out, width=width, force_terminal=True, color_system=None, highlight=False), out
+
+
+def test_the_live_table_fits_80_columns_with_every_number():
+    state = WatchState(started_at=999_990.0)
+    state.update(group(), 1_000_002.0)
+    console, out = terminal()
+    console.print(watch_table(state, 1_000_004.0, 2.0))
+    lines = out.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= 80 and "…" not in out.getvalue()
+    wedged_row = next(line for line in lines if "wedged" in line)
+    assert "10.200.300.400:18000" in out.getvalue() and " 6 " in wedged_row and "2.3%" in wedged_row
+    assert "2 s ago" in next(line for line in lines if "healthy" in line)  # it moved at the look
+    assert ">14 s" in wedged_row  # not since the watch began
+
+
+def test_the_report_and_events_wrap_at_80_columns_and_stay_whole_when_piped():
+    console, out = terminal()
+    render_check(group(), console)
+    for change in WatchState(started_at=0.0).update(group(), 1_000_002.0):
+        render_event(change, console)
+    assert max(len(line) for line in out.getvalue().splitlines()) <= 80
+    assert "…" not in out.getvalue()
+    piped = io.StringIO()
+    render_check(group(), Console(file=piped, width=80, force_terminal=False, highlight=False))
+    text = piped.getvalue()
+    assert any(len(line) > 80 for line in text.splitlines())  # one line per item, not cut
+    assert "/health still answered 200: vLLM's /health only turns 503 when the engine is known dead" in text
+    state = WatchState(started_at=0.0)
+    state.update(group(), 1_000_002.0)
+    assert len(watch_lines(state, 1_000_003.0)) == 3
