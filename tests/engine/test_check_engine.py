@@ -220,7 +220,9 @@ def test_serve_watchdog_ends_a_wedged_server_with_the_wedged_code_and_no_process
         srv.kill_leftovers()
     err, log = srv.stderr(), srv.log_file.read_text(errors="replace")
     assert code == 9, err[-4000:]
-    assert took >= limit
+    from dsv4ctl.serve.watchdog import window_for
+
+    assert took >= limit - window_for(limit)  # the wedge counts from the start of the first wedged look's window
     assert "watchdog: the server is wedged" in log and "/health still answered 200" in log
     assert "watchdog: shutting vLLM down" in log and "watchdog: shutting vLLM down" in err
     assert ("py-spy dump --pid" in log) or ("py-spy is not installed" in log)
