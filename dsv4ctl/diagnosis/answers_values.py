@@ -74,7 +74,7 @@ def _sizes(values: list[int]) -> str:
 
 
 _PARALLEL = (("tensor parallel", "tensor_parallel_size"), ("tp_size", "tensor_parallel_size"), ("tp size", "tensor_parallel_size"),
-             ("pipeline", "pipeline_parallel_size"), ("ep_size", "ep"), ("expert parallel", "ep"), ("world", "world"))
+             ("pipeline", "pipeline_parallel_size"), ("ep_size", "ep"), ("expert parallel", "ep"), ("ep rank", "ep"), ("world", "world"))
 
 
 def _not_divisible(d: Details, tl: StartupTimeline) -> Details | None:
@@ -161,7 +161,8 @@ def _unknown_choice(d: Details, tl: StartupTimeline) -> Details | None:
     what = _clean(d.get("what")) or (d.get("flag") or "value")
     choices = _split_choices(d.get("choices"))
     registry = {"tool call parser": "tool_call_parser", "reasoning parser": "reasoning_parser", "tokenizer_mode": "tokenizer_mode",
-                "quantization method": "quantization", "Invalid attention backend": "attention_backend"}.get(what, (d.get("flag") or "").lstrip("-").replace("-", "_") or None)
+                "quantization method": "quantization", "Invalid attention backend": "attention_backend",
+                "attention backend": "attention_backend"}.get(what, (d.get("flag") or "").lstrip("-").replace("-", "_") or None)
     first = None
     try:
         from dsv4ctl.catalogue import vllm_flags
@@ -240,7 +241,8 @@ def _cache(d: Details, tl: StartupTimeline) -> Details | None:
 def _path_kind(path: str) -> tuple[str, str, str]:
     low = path.lower()
     if "adapter" in low or "lora" in low:
-        return ("LoRA adapter", "An adapter is read from the path given in --lora-modules NAME=PATH (or a request's lora_path).",
+        return ("LoRA adapter", "An adapter is read from the path given in --lora-modules NAME=PATH (or a request's lora_path), "
+                "on the node and in the container of the server; a Hub id is downloaded instead.",
                 "Point --lora-modules at a directory that holds adapter_config.json and the adapter weights")
     if low.endswith((".jinja", ".j2")) or "template" in low:
         return ("Chat template", "--chat-template takes a file the API server process can read (or the template text itself).",
@@ -259,7 +261,7 @@ def _missing(d: Details, tl: StartupTimeline) -> Details | None:
     path = _clean(d.get("path"))
     if not path or path.startswith("/dev/"):
         return None
-    kind, sentence, action = _path_kind(path)
+    kind, sentence, action = _path_kind(path if not d.get("kind_hint") else path + "/lora-adapter")
     parent = posixpath.dirname(path.rstrip("/")) or "/"
     return {"path_kind": kind, "path_sentence": sentence, "path_action": action, "parent_q": shlex.quote(parent),
             "mount_action": ("In a container, the path must be inside a mounted volume: docker inspect -f '{{json .Mounts}}' "

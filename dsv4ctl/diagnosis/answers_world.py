@@ -252,6 +252,15 @@ def _feature(d: Details, tl: StartupTimeline) -> Details | None:
     args = tl.serve_args or {}
     flags = [f"--{k.replace('_', '-')}" for k in args if k not in ("model", "model_tag")]
     out: Details = {"feature_flags_text": f"This launch set: {' '.join(flags[:12])}." if flags else ""}
+    asked = re.findall(r"(?:[Ee]nable it with|[Ss]et|[Pp]ass|[Aa]dd|[Uu]se) (--[a-z][\w-]+)", text)
+    if asked or re.search(r"\brequires\b", low):
+        out["feature_action"] = (f"Do what the message asks: add {' '.join(dict.fromkeys(asked))}" if asked else
+                                 "Turn on what the message says it requires")
+        cmd = serve_with(tl, {a.lstrip("-").replace("-", "_"): True for a in asked}) if asked else None
+        if cmd and all(not a.startswith("--no-") for a in asked):
+            out["feature_action"] += f": {cmd}"
+        out["feature_action_2"] = "Or the alternative the message names (another backend or method), where it names one"
+        return out
     if "speculative" in low or "draft" in low or "spec" in low:
         out["feature_action"] = "Start without --speculative-config, or with a method this model supports (for DeepSeek: mtp)"
     elif "lora" in low:
@@ -410,6 +419,13 @@ def _engine_died(d: Details, tl: StartupTimeline) -> Details:
     }
 
 
+def _pip(d: Details, tl: StartupTimeline) -> Details | None:
+    names = [p for p in re.split(r"[,\s]+", d.get("packages") or "") if re.fullmatch(r"[A-Za-z][\w.-]*", p)]
+    if not names:
+        return None
+    return {"packages": ", ".join(names), "pip_args": " ".join(n.replace("_", "-") for n in names)}
+
+
 DERIVE: dict[str, Callable[[Details, StartupTimeline], Details | None]] = {
     "cuda_error_code": _cuda,
     "custom_all_reduce_cuda_error": _custom_ar,
@@ -442,4 +458,5 @@ DERIVE: dict[str, Callable[[Details, StartupTimeline], Details | None]] = {
     "kv_budget_too_small": _kv_budget,
     "hub_revision_missing": _hub,
     "engine_died_cause_elsewhere": _engine_died,
+    "remote_code_needs_packages": _pip,
 }

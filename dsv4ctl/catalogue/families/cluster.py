@@ -179,7 +179,9 @@ FAMILIES: tuple[Signature, ...] = (
         patterns=(r"(?P<limit_text>can't start new thread)", r"(?P<limit_text>pthread_create failed)",
                   r"(?P<limit_text>fork: Resource temporarily unavailable)"),
         actions=(
-            "Raise the limit: docker run --pids-limit -1 (or a few thousand); check cat /sys/fs/cgroup/pids.max in the container",
+            "See the limit inside the container: cat /sys/fs/cgroup/pids.max (cgroup v2)",
+            "Raise it where it is set: docker run --pids-limit -1 (or a few thousand); on Kubernetes the kubelet's podPidsLimit "
+            "(or the container runtime's pids_limit)",
             "Fewer threads per process also helps: OMP_NUM_THREADS=8, TOKENIZERS_PARALLELISM=false",
         ),
         source="Python threading / glibc pthread_create (EAGAIN); the container's pids cgroup",

@@ -175,4 +175,18 @@ FAMILIES: tuple[Signature, ...] = (
         ),
         source="CUDA runtime (cudaErrorStreamCaptureUnsupported) through torch's capture; advice: vllm-project/vllm#9094, #11587",
     ),
+    Signature(
+        id="visible_devices_conflict",
+        severity="critical",
+        tier=1,
+        title="{a_var} and {b_var} name different GPUs",
+        meaning=(
+            "On ROCm vLLM reads both variables and refuses when they disagree ({a_var}='{a_val}', {b_var}='{b_val}'): "
+            "a launcher or base image set one, the operator the other."
+        ),
+        patterns=(r"Inconsistent GPU visibility env vars: (?P<a_var>\w+)='(?P<a_val>[^']*)' vs (?P<b_var>\w+)='(?P<b_val>[^']*)'",),
+        actions=("Set only one of them (HIP_VISIBLE_DEVICES on ROCm) and unset the other: unset {b_var}",
+                 "Or give both the same list: {b_var}={a_val}"),
+        source="vllm==0.32.0 vllm/platforms/rocm.py:147",
+    ),
 )

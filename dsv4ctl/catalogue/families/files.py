@@ -64,6 +64,8 @@ FAMILIES: tuple[Signature, ...] = (
         patterns=(
             # Python's OSError text: "[Errno 2] No such file or directory: '<path>'"
             r"\[Errno 2\] No such file or directory: '(?P<path>[^']+)'",
+            # vllm==0.32.0 vllm/exceptions.py:83
+            r"Loading (?P<kind_hint>lora) (?P<lora_name>\S+) failed: No adapter found for (?P<path>\S+)",
             r"(?:The )?(?:path|file|directory|folder|chat template|template)[^'\n]{0,40}?'(?P<path>/[^']+)' (?:does not exist|not found|is not a (?:file|directory))",
             r"(?P<path>/[\w./@+-]+) (?:does not exist|is not a directory|not found)",
         ),

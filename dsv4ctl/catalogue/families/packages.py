@@ -117,4 +117,31 @@ FAMILIES: tuple[Signature, ...] = (
             "vllm-project/vllm#49051"
         ),
     ),
+    Signature(
+        id="remote_code_needs_packages",
+        severity="critical",
+        tier=1,
+        title="The model's own code needs packages this environment lacks: {packages}",
+        meaning="The repository's modeling code (trust_remote_code) imports {packages}, which are not installed where vLLM runs.",
+        patterns=(r"requires the following packages that were not found in your environment: (?P<packages>[\w.,\s-]+?)\.? Run",
+                  r"requires the following packages that were not found in your environment: (?P<packages>[\w.,\s-]+)"),
+        actions=("Install them into vLLM's environment (the image): python -m pip install {pip_args}",),
+        source="transformers==5.19.0 transformers/dynamic_module_utils.py:259 (check_imports)",
+    ),
+    Signature(
+        id="vllm_ops_not_loaded",
+        severity="critical",
+        tier=1,
+        title="vLLM's compiled operators are not loaded ({op} is missing)",
+        meaning=(
+            "torch.ops.{namespace} has no {op}: vLLM's compiled extension ({namespace}) did not load. vLLM logs why "
+            "earlier as a warning (Failed to import from vllm.{namespace} …): almost always an undefined symbol, i.e. the "
+            "installed torch is not the one this vLLM was built for."
+        ),
+        patterns=(r"'_OpNamespace' '(?P<namespace>_C\w*)' object has no attribute '(?P<op>\w+)'",),
+        actions=("Check that the extension loads: python -c 'import vllm._C'",
+                 "Reinstall vLLM with the torch it pins (pip install vllm==VERSION reinstalls the matching torch); never "
+                 "upgrade torch alone under vLLM"),
+        source="torch._ops._OpNamespace.__getattr__ (torch==2.13.0 torch/_ops.py); vllm _custom_ops.py (the import warning)",
+    ),
 )

@@ -63,6 +63,8 @@ FAMILIES: tuple[Signature, ...] = (
             # vllm/models/deepseek_v4/nvidia/model.py (n_physical_experts / ep_size); vllm/config/model.py (heads / TP)
             rf"(?P<a_name>{_NAME}) ?(?:= ?|\()(?P<a>[0-9]+)\)? (?:is not|must be|should be|needs to be) (?:evenly )?divisible by"
             rf" (?P<b_name>{_NAME}) ?(?:= ?|\()(?P<b>[0-9]+)\)?",
+            # vllm==0.32.0 vllm/model_executor/layers/fused_moe/layer.py:264 (EPLB's even distribution)
+            r"even distribution of experts across ranks\. Got (?P<a>[0-9]+) (?P<a_name>experts) and (?P<b>[0-9]+) (?P<b_name>EP ranks)",
         ),
         actions=("{divide_action}", "{divide_action_2}", "{divide_action_3}"),
         source=(
@@ -86,6 +88,9 @@ FAMILIES: tuple[Signature, ...] = (
             r"No tokenizer registered for (?P<what>tokenizer_mode)='(?P<value>[^']+)'",
             r"Unknown (?P<what>quantization method): (?P<value>[\w.-]+)\. Must be one of (?P<choices>\[[^\]]*\])",
             r"(?P<what>Invalid attention backend)[: ]+'?(?P<value>[A-Z0-9_]+)'?",
+            # vllm==0.32.0 vllm/v1/attention/backends/registry.py:29 "Unknown attention backend: '{name}'. Valid options are: …"
+            r"Unknown (?P<what>[a-z][\w ]{2,40}?): '(?P<value>[^']+)'\.? (?:Valid options are|Valid values are|Must be one of|"
+            r"Supported (?:values|options) are|Available (?:options|backends) are)[: ]+(?P<choices>[^\n]+)",
             r"Unsupported (?P<what>connector type): (?P<value>[\w.-]+)",
         ),
         actions=("Use {nearest_q}, the nearest name this release knows: {serve_choice}", "Use {nearest_q}, the nearest name "
