@@ -27,6 +27,8 @@ Derive = Callable[[dict[str, Any], StartupTimeline], "dict[str, Any] | None"]
 DERIVE: dict[str, Derive] = {**_VALUES, **_WORLD}
 
 ANSWERED = ("indexed_error", "unrecognized_error")
+# Signatures whose own advice is general (check the flag list): a family that reads the message's values says more.
+REFINED = ("cli_arguments_rejected", "quantization_unknown")
 _HEADLINE_MAX = 140
 
 
@@ -46,7 +48,7 @@ def texts_of(f: Finding, record: ErrorRecord | None) -> list[str]:
 
 def answer(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, log: str) -> Finding:
     """`f` answered by the first family rule that covers it, else with the message as its headline."""
-    if f.id not in ANSWERED:
+    if f.id not in ANSWERED and f.id not in REFINED:
         return f
     from dsv4ctl.catalogue.families import FAMILIES, FAMILY_OF  # compiled at the first failure no signature explains
 
@@ -60,6 +62,8 @@ def answer(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, log: str
             if answered is not None:
                 return answered
             break
+    if f.id in REFINED:
+        return f
     return _releases_differ(replace(f, title=headline(f)), tl)
 
 

@@ -268,11 +268,44 @@ def _missing(d: Details, tl: StartupTimeline) -> Details | None:
                              "CONTAINER, or the pod's volumeMounts")}
 
 
+def _flag_unknown(d: Details, tl: StartupTimeline) -> Details | None:
+    flags = [t for t in (d.get("args") or "").split() if t.startswith("-")]
+    if not flags:
+        return None
+    try:
+        from dsv4ctl.catalogue import vllm_flags
+    except ImportError:
+        return None
+    sentences, actions = [], []
+    for flag in flags[:4]:
+        name = flag.split("=", 1)[0]
+        info = vllm_flags.flag(name)
+        if info is None:
+            for r in vllm_flags.releases():
+                info = vllm_flags.flag(name, r)
+                if info is not None and info.exact_release:
+                    break
+        if info is not None and info.releases:
+            sentences.append(f"{name} is a flag of vLLM {info.releases[0]}–{info.releases[-1]} only (of the releases indexed).")
+            actions.append(f"Use a vLLM release that has {name} ({info.releases[0]}–{info.releases[-1]}), or drop it")
+            continue
+        near = vllm_flags.nearest_flag(name, tl.vllm_version.split("+")[0] if tl.vllm_version else None)
+        if near and near != name:
+            actions.append(f"{name} is probably {near}: use {near}")
+        else:
+            actions.append(f"Drop {name}: no vLLM release 0.27.1-0.33.0 has it")
+    out: Details = {"unknown_flags": " ".join(flags[:4]), "flag_sentence": " ".join(sentences)}
+    for key, action in zip(("flag_action", "flag_action_2"), actions):
+        out[key] = action
+    return out
+
+
 DERIVE: dict[str, Callable[[Details, StartupTimeline], Details | None]] = {
     "value_over_limit": _over_limit,
     "value_under_minimum": _under_minimum,
     "value_not_divisible": _not_divisible,
     "value_unknown_choice": _unknown_choice,
+    "flag_unknown": _flag_unknown,
     "cache_dir_not_writable": _cache,
     "path_not_found": _missing,
 }

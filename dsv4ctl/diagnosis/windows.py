@@ -59,6 +59,7 @@ def window_findings(
             f = make_finding(sig, sig_hits, derive(sid, sig_hits, a, tl, log))
         if sig.role == "request":
             f.severity = "warning"
+        f = answer(f, None, tl, log)  # a general signature's advice, refined by its family where one reads the values
         findings.append(f)
 
     causes = [f for f in findings if f.role == "cause" and f.severity == "critical"]

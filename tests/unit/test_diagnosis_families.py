@@ -277,6 +277,7 @@ HOLDOUT_CLASSES = [
     ("AttributeError: '_OpNamespace' '_C' object has no attribute 'rms_norm'", "vllm_ops_not_loaded", "import vllm._C"),
     ("NotImplementedError: DeepSeek V4 MegaMoE currently requires expert parallel. Enable it with --enable-expert-parallel, "
      "or pick a different moe backend.", "feature_not_supported", "add --enable-expert-parallel"),
+    ("vllm: error: unrecognized arguments: --max-lora-ranks 32", "flag_unknown", "use --max-lora-rank"),
 ]
 
 
@@ -286,3 +287,15 @@ def test_holdout_classes_are_answered(line, rule, words):
     assert f.id == rule, (f.id, f.title)
     assert any(words in a for a in f.actions), f.actions
     assert not any(a.startswith("Start without --enable-expert-parallel") for a in f.actions)
+
+
+def test_an_argparse_refusal_gets_the_nearest_choice_and_the_flag_it_meant(tmp_path):
+    log = tmp_path / "argparse.log"
+    log.write_text("vllm serve: error: argument --kv-cache-dtype: invalid choice: 'fp8_e4m3fnuz' (choose from 'auto', "
+                   "'bfloat16', 'fp8', 'fp8_e4m3', 'fp8_e5m2')\n")
+    d = diagnose([log])
+    assert d.root_cause.id == "value_unknown_choice"
+    assert any("'fp8_e4m3'" in a for a in d.root_cause.actions)
+    log.write_text("vllm serve: error: unrecognized arguments: --max-lora-ranks 32\n")
+    d = diagnose([log])
+    assert d.root_cause.id == "flag_unknown" and any("--max-lora-rank" in a for a in d.root_cause.actions)

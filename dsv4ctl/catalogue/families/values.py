@@ -97,4 +97,15 @@ FAMILIES: tuple[Signature, ...] = (
                  "this release knows", "{first_release_sentence}", "The names this release accepts: {choices_short}"),
         source="Python argparse (invalid choice); vllm==0.32.0 vllm/tokenizers/registry.py:81, vllm/entrypoints/openai/cli_args.py",
     ),
+    Signature(
+        id="flag_unknown",
+        severity="critical",
+        tier=1,
+        title="vLLM does not know {unknown_flags}",
+        meaning="The parser refused {unknown_flags} before starting anything. {flag_sentence}",
+        patterns=(r"error: unrecognized arguments: (?P<args>[^\n]+)",),  # CPython 3.11.7 argparse.py:2384
+        actions=("{flag_action}", "{flag_action_2}", "Check this release's own list: vllm serve --help=all"),
+        source="CPython 3.11.7 argparse.py:2384; the flags of vLLM 0.27.1-0.33.0 (catalogue/vllm_flags)",
+        phase="startup",
+    ),
 )
