@@ -114,7 +114,7 @@ def indexed_finding(record: ErrorRecord, quote: ErrorRecord | None, tl: StartupT
         **f.details,
         "package": entry.package,
         "function": entry.function,
-        "cite": entry.cite,
+        "cite": _cite_for(entry, tl.vllm_version),
         "cites": list(entry.cites()[:4]),
         "releases": list(releases),
         "release_span": f"{entry.package} {span}" if entry.package != "vllm" else f"vLLM {span}",
@@ -133,6 +133,16 @@ def indexed_finding(record: ErrorRecord, quote: ErrorRecord | None, tl: StartupT
     title = f"{details['exception']} from {entry.package}'s {entry.function}"
     return replace(f, id=sig.id, title=title, meaning=meaning, details=details, actions=actions, role=sig.role,
                    tier=sig.tier, severity=sig.severity)
+
+def _cite_for(entry: Any, version: str | None) -> str:
+    """The citation of the log's own release when the index has the message there (vllm==0.32.0 …:688 for a 0.32.0
+    log), else the newest release's."""
+    plain = version.split("+")[0] if version else None
+    if entry.package == "vllm" and plain:
+        for cite in entry.cites():
+            if cite.startswith(f"vllm=={plain} "):
+                return cite
+    return entry.cite
 
 def unrecognized_finding(record: ErrorRecord, quote: ErrorRecord | None = None) -> Finding:
     """The finding for an originating error no signature explains: `unrecognized_error`, or
