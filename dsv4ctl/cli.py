@@ -606,7 +606,7 @@ def watch_command(
         last[0] = time.monotonic()
         group = check_group(bases, window_s=interval, timeout_s=timeout, probe=probe_request,
                             probe_timeout_s=probe_timeout, api_key=api_key, limits=Limits(kv_cliff=kv_cliff))
-        return state.update(group, time.time())
+        return state.update(group, group.ended_at)
 
     def tell(changes: list[Any], where: Any) -> None:
         for change in changes:

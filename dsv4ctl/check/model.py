@@ -165,6 +165,11 @@ class GroupCheck:
         return worst(s.verdict for s in self.servers)
 
     @property
+    def ended_at(self) -> float:
+        """time.time() when the look ended: what a verdict describes (the window just past)."""
+        return self.checked_at + self.duration_s
+
+    @property
     def exit_code(self) -> ExitCode:
         return EXIT_CODES[self.verdict]
 

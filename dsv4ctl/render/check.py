@@ -128,7 +128,7 @@ def watch_table(state: WatchState, now: float, interval_s: float) -> Group:
                 "-" if e is None else _pct(e.kv_usage), "-" if e is None else f"+{_n(e.preemptions)}",
                 last if first else "",
             )
-    checked = stamp(group.checked_at) if group else "-"
+    checked = stamp(group.ended_at) if group else "-"
     footer = Text(f"looked at {checked}, every {interval_s:g} s; Ctrl-C to stop", style="dim")
     return Group(table, footer)
 
@@ -141,7 +141,7 @@ def watch_lines(state: WatchState, now: float) -> list[str]:
         since, seen = state.since_last_step(s, now)
         engines = "; ".join(engine_line(e) for e in s.engines) or "; ".join(s.evidence)
         last = f"last step {since:.0f} s ago" if seen else f"no step seen in {since:.0f} s"
-        out.append(f"{stamp(group.checked_at)} {s.url} {s.verdict} ({last}) {engines}")
+        out.append(f"{stamp(group.ended_at)} {s.url} {s.verdict} ({last}) {engines}")
     return out
 
 
