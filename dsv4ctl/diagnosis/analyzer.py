@@ -179,7 +179,8 @@ class StartAnalyzer:
         phase_before = self.progress_phase
         capture = self.tracker.timeline.capture
         capture_mode = capture.mode if capture is not None else None
-        self.proc_last[(line.source, line.process)] = (seq, line)
+        if line.process is not None:
+            self.proc_last[(line.source, line.process)] = (seq, line)
         events = self.tracker.feed(line)
         # Evidence that the start went on: a log record of its own (a wait's line takes this back in `_wait`).
         progress_before = self.progress_seq
