@@ -331,6 +331,9 @@ def _document(text: str) -> Iterator[str]:
             i = nxt
             continue
         docs.append(doc)
+    if not any(isinstance(d, list) or _known_object(d) for d in docs):
+        yield from text.split("\n")  # JSON of no shape of ours (an error body a client printed): the text as it is
+        return
     yield from _unwrap_items(iter(docs))
 
 

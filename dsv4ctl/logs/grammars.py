@@ -69,6 +69,7 @@ WRAPPER_RE = re.compile(
     r"|WorkerProc hit an exception|EngineDeadError|output_handler failed|died unexpectedly|EngineCore hit an exception"
     r"|Exception in worker \S+ while processing method"
     r"|ExceptionGroup: "  # an exception group only gathers the errors printed in it
+    r"|The Inner error is reported as above"  # torch_npu: the device's error was printed before it
 )
 QUOTED_RE = re.compile(r"Worker failed with error '(.*)', please check the stack trace above")
 # Words that say the engine died (vllm==0.33.0 v1/engine/core.py:1586 "EngineCore encountered a fatal error.",
@@ -174,6 +175,47 @@ GENERIC: tuple[tuple[str, re.Pattern[str]], ...] = (
     # "Fatal Python error: Segmentation fault", "Segmentation fault (core dumped)"
     ("crash", re.compile(r"^Fatal Python error: (?P<fatal>.+)")),
     ("crash", re.compile(r"^(?:\S+: line [0-9]+: +[0-9]+ )?(?P<fatal>Segmentation fault|Aborted|Bus error)(?: +\(core dumped\))?")),
+    # libstdc++'s verbose terminate handler prints the exception's what() on the next line, "  what():  <message>"
+    # (`records.ErrorAssembler` joins it to the terminate line above it); first, as its message may be any error's.
+    ("cpp", re.compile(r"^what\(\):\s+(?P<what>\S.*)")),
+    # Ascend NPUs. torch_npu's checks of an ACL/HCCL call (torch_npu==2.14.0 torch_npu/include/torch_npu/csrc/core/npu/
+    # NPUException.h:128,166,192 " NPU function error: <call>, error code is <code>", :222,239 " OPS function error: …",
+    # distributed/HCCLUtils.hpp:27,37 " HCCL function error: …"), printed after its location or alone (compact output).
+    ("npu", re.compile(r"(?P<npu_check>NPU|OPS|HCCL) function error: (?P<npu_call>.+?), error code is (?P<acl_code>-?[0-9]+)")),
+    # CANN's error manager: a code and its text, on a line of its own or inside a check's message (as logged,
+    # ../shared/field-guide/guide.jsonl ascend_hccl_ei0006_socket_timeout, ascend_e69999_quant_matmul_310p:
+    # "EI0006: [PID: 1292363] … Getting socket times out. …", "Communication_Error_Get_Socket(EI0006): …",
+    # "… failed, detail:E69999: Inner Error!"; the checks append it: NPUException.h c10_npu_get_error_message()).
+    ("npu", re.compile(r"(?<![A-Za-z0-9])(?P<cann_code>E[0-9A-Z][0-9]{4})\)?: ?(?P<cann_error>\S.*)")),
+    # The CANN runtime's own report of a failed call with its ACL code (torch_npu==2.14.0
+    # torch_npu/include/acl/error_codes/rt_error_codes.h: 1xxxxx parameter, 2xxxxx resource, 5xxxxx internal errors),
+    # as logged (guide.jsonl ascend_invalid_device_id_visible_devices, ascend_acl_inner_error_async):
+    # "rtSetDevice:ErrCode=107001, desc=[device id error], …", "rtKernelLaunchWithHandleV2 failed: 507035",
+    # and "call aclnnQuantMatmulWeightNz failed, detail: …".
+    ("npu", re.compile(r"\b(?P<rt_call>(?:rt|aclrt|acl|aclnn|Hccl|hccl)[A-Z]\w*)\b[^\n]{0,160}?"
+                       r"(?:ErrCode=|error code(?: is)? |failed: |ret(?:Code)?=|, )(?P<acl_code>[125]0[0-9]{4})\b")),
+    ("npu", re.compile(r"\bcall (?P<rt_call>aclnn\w+|acl\w+) failed\b")),
+    # torch_npu's own error code after its messages (NPUException.h:79 formatErrorCode: "ERR<module><code> <MODULE>
+    # <text>", libtorch_npu.so: "call acl api failed", "call hccl api failed"), e.g. "ERR00100 PTA call acl api failed".
+    ("npu", re.compile(r"\b(?P<pta_code>ERR[0-9]{5}) (?P<pta_module>PTA|OPS|DIST|GRAPH|PROF) (?P<pta_error>\S.*)")),
+    # torch_npu's last words when a task failed on the device (torch_npu==2.14.0 libtorch_npu.so string table).
+    ("npu", re.compile(r"^The Inner error is reported as above\.")),
+    # ROCm: torch's HIP check ("HIP error: " + hipGetErrorString: torch==2.13.0 torch/include/ATen/miopen/Exceptions.h:37;
+    # c10's CUDA check becomes it in the ROCm build, torch/utils/hipify/cuda_to_hip_mappings.py) and the HIP runtime's
+    # own "hipError…: …" (as logged, guide.jsonl rocm_hip_invalid_device_function_no_binary:
+    # "hipErrorNoBinaryForGpu: Unable to find code object for all current devices!").
+    ("hip", re.compile(r"HIP error(?: (?P<code>[0-9]+))?: (?P<hip_error>[^.\n]+)")),
+    ("hip", re.compile(r"\b(?P<hip_code>hipError[A-Z]\w+)\b:? (?P<hip_error>\S.*)")),
+    # The kernel's report of a process that died of a signal (linux-source-6.1==6.1.176 arch/x86/mm/fault.c:771
+    # "%s[%d]: segfault at %lx ip %px sp %px error %lx", arch/x86/kernel/traps.c:151 "%s[%d] %s%s ip:%lx sp:%lx
+    # error:%lx", e.g. "traps: python3[2314] general protection fault ip:… sp:… error:0 in libtorch_cuda.so").
+    ("crash", re.compile(r"(?P<comm>\S+)\[(?P<pid>[0-9]+)\]: segfault at (?P<address>[0-9a-f]+) ip [0-9a-f]+ sp [0-9a-f]+ error")),
+    ("crash", re.compile(r"(?P<comm>\S+)\[(?P<pid>[0-9]+)\] (?:trap )?(?P<trap>[a-z][a-z ]+?) ip:[0-9a-f]+ sp:[0-9a-f]+ error:")),
+    # Its register dump (arch/x86/kernel/dumpstack.c:142 "RIP: %04x:%pS", :150 "RSP: %04x:%016lx EFLAGS: %08lx",
+    # arch/x86/kernel/process_64.c:81 "RAX: %016lx RBX: %016lx RCX: %016lx"; arm64 arch/arm64/kernel/process.c:219
+    # "pc : %pS"): a crash whose report line the excerpt lost.
+    ("crash", re.compile(r"^(?P<register>RIP): [0-9a-f]{4}:(?P<at>\S+)|^(?P<registers>RAX): [0-9a-f]{16} RBX: [0-9a-f]{16}"
+                         r"|^(?P<pc>pc) : (?P<pc_at>\S+)$")),
     # A program's own "Error: <message>" line (FlashMLA's TMA set-up: "Error: Failed to initialize the TMA descriptor").
     ("text", re.compile(r"^(?:Error|FATAL|Fatal error): (?P<error>\S.*)")),
 )
@@ -238,7 +280,16 @@ def kernel_of(message: str, coredump: bool = False) -> str | None:
 GENERIC_WORDS = ("CUDBG_EXCEPTION", "CUDA Exception", "CUDA error", "Cuda error", "Check failed", "Assertion `",
                   "terminate called", "NCCL WARN", "Watchdog caught", "[Errno", "died unexpectedly", "Killed",
                   "Fatal Python error", "Segmentation fault", "Aborted", "Bus error", "Error: ", "FATAL: ",
-                  "Fatal error: ", ": error: ", '"message": "', '"message":"')
+                  "Fatal error: ", ": error: ", '"message": "', '"message":"',
+                  "function error: ", "ErrCode=", " failed: ", "call acl", "Inner error", "HIP error", "hipError",
+                  "what():", "segfault at", " ip:", "RIP: ", "RAX: ", "pc : ", "ERR0")
+# CANN's codes ("EZ9999: ", "(EI0006): ") hold no fixed word.
+_CANN_CODE_RE = re.compile(r"(?<![A-Za-z0-9])E[0-9A-Z][0-9]{4}\)?:")
+
+
+def generic_words(msg: str) -> bool:
+    """Whether `msg` holds a word of a `GENERIC` wording (a cheap test before the patterns)."""
+    return any(word in msg for word in GENERIC_WORDS) or (":" in msg and _CANN_CODE_RE.search(msg) is not None)
 
 
 def exception_line(msg: str) -> tuple[str, str] | None:

@@ -174,6 +174,21 @@ PATTERNS: tuple[str, ...] = (
     '"message":"',
     # the kernel's and the container runtime's OOM kills (dmesg; kubectl describe / get)
     "OOMKilled",
+    # other accelerators and crashes (grammars.py GENERIC "npu", "hip", "cpp", "crash"): torch_npu's checks and
+    # error codes, CANN's codes, the CANN runtime's failed calls, HIP errors, libstdc++'s what(), the kernel's
+    # segfault report and register dump
+    "function error: ",
+    "ERR0[0-9]{4} ",
+    "E[0-9A-Z][0-9]{4}\\)?: ",
+    "ErrCode=[0-9]",
+    "failed: [125]0[0-9]{4}",
+    "HIP error",
+    "hipError",
+    "what\\(\\): ",
+    "segfault at ",
+    " ip:[0-9a-f]+ sp:",
+    "RIP: [0-9a-f]{4}:",
+    "The Inner error is reported as above",
     # catalogue: ecosystem
     # Ray's raylet (memory monitor), huggingface_hub's message lines inside a traceback, its disk warning
     "Workers \\(tasks / actors\\) killed",

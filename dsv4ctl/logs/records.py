@@ -44,7 +44,6 @@ from dsv4ctl.logs.grammars import (
     DETAIL_RE,
     EXC_RE,
     GENERIC,
-    GENERIC_WORDS,
     HEADER_RE,
     MAX_CHAIN,
     MAX_FRAMES,
@@ -62,6 +61,7 @@ from dsv4ctl.logs.grammars import (
     is_entry_frame,
     same_record,
     exception_line,
+    generic_words,
     is_gap,
     raised,
 )
@@ -71,7 +71,8 @@ from dsv4ctl.logs.reader import LogLine
 class ErrorRecord:
     """One error: a whole Python traceback (with its chain) or one non-Python error line.
 
-    kind: "python", "cuda", "cpp", "nccl", "coredump", "os", "killed", "crash", "text", "native" (a C++
+    kind: "python", "cuda", "hip", "npu" (Ascend: torch_npu's checks, CANN codes, ACL calls), "cpp", "nccl",
+    "coredump", "os", "killed", "crash" (also the kernel's segfault and register dump), "text", "native" (a C++
     component's E/F record), "log_error".
     line: the line that holds the originating error (the first exception's line for a traceback).
     details: what the wording carries (the CUDA error text, the faulting kernel, the errno…).
@@ -133,7 +134,7 @@ class ErrorRecord:
             return bool(self.functions & STEP_FUNCTIONS)
         if self.kind == "nccl":
             return "collective" in self.details  # the watchdog's time-out; a WARN line alone can be benign
-        return self.kind in ("coredump", "cuda", "killed", "crash", "cpp")
+        return self.kind in ("coredump", "cuda", "killed", "crash", "cpp", "npu", "hip")
 
     @property
     def weak(self) -> bool:
@@ -168,6 +169,8 @@ class ErrorRecord:
         out += [e.line for e in self.exceptions[1:]]
         if self.frames_line is not None:
             out.append(self.frames_line)
+        if isinstance(self.details.get("terminate_line"), LogLine):
+            out.append(self.details["terminate_line"])
         return out
 
 
@@ -188,7 +191,7 @@ def log_error(line: LogLine) -> ErrorRecord:
 def generic_error(line: LogLine) -> ErrorRecord | None:
     """The non-Python error a line states, or None."""
     msg = line.message
-    if not any(word in msg for word in GENERIC_WORDS):
+    if not generic_words(msg):
         return None
     for kind, rx in GENERIC:
         m = rx.search(msg)
@@ -204,6 +207,7 @@ class ErrorAssembler:
     def __init__(self) -> None:
         self._open: dict[tuple[str, str | None], _Open] = {}
         self._prev: dict[tuple[str, str | None], LogLine] = {}  # the last line of each process
+        self._terminate: dict[tuple[str, str | None], ErrorRecord] = {}  # libstdc++'s terminate line, for its what()
 
     def inside(self, line: LogLine) -> bool:
         """Whether `line` is part of a traceback being assembled (a frame, code or exception line)."""
@@ -333,8 +337,17 @@ class ErrorAssembler:
             pending.log_line = line
             return out
         if rec is not None:
+            term = self._terminate.pop(key, None)
+            if "what" in rec.details and term is not None and term.end is self._prev.get(key):
+                # "terminate called after throwing an instance of 'c10::Error'" then "  what():  <message>": one
+                # error, whose message is the what() line (quoted first), the terminate line beside it.
+                term.details.update(what=rec.details["what"], terminate_line=term.line)
+                term.line, term.end, term.text = line, line, rec.details["what"]
+                return out
             rec.first = rec.end = line
             rec.seq, rec.order = seq, order
+            if "cpp_type" in rec.details:
+                self._terminate[key] = rec
             out.append(rec)
         return out
 
