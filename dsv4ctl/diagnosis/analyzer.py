@@ -198,19 +198,7 @@ class StartAnalyzer:
             if ev.phase == "shutdown" and self.shutdown_seq is None:
                 self.shutdown_seq = seq
         if ('HTTP/' in msg or "Avg prompt throughput" in msg) and (m := ANSWERED_RE.search(msg)) is not None:
-            status = m.group("status")
-            if status not in _DOWN_STATUSES:
-                self.alive, self.alive_seq = line, seq
-                if status is not None or _NO_THROUGHPUT not in msg:
-                    self.progress_seq = seq
-                if status is not None and status[0] == "4" and len(self.client_answers) < ANSWER_CAP:
-                    self.client_answers.append((seq, line))
-            else:
-                self.alert = True  # a server error: whether it answers otherwise later decides, so read on
-                if len(self.down_answers) < ANSWER_CAP:
-                    self.down_answers.append((seq, line))
-            if status is not None:
-                self.requests.append((seq, line))
+            self._answered(m.group("status"), msg, line, seq)
         elif "Received request" in msg:
             self.requests.append((seq, line))
         if self._pre_engine is not None and line.level == "INFO":
@@ -250,6 +238,21 @@ class StartAnalyzer:
                 groups = {k: v for k, v in m.groupdict().items() if v is not None}
                 self.hits.append(Hit(sig, line, seq, order, phase_before, capture_mode, groups))
                 self.evidence_seen = True
+
+    def _answered(self, status: str | None, msg: str, line: LogLine, seq: int) -> None:
+        """The server answered (an access line with its status, or the throughput line)."""
+        if status not in _DOWN_STATUSES:
+            self.alive, self.alive_seq = line, seq
+            if status is not None or _NO_THROUGHPUT not in msg:
+                self.progress_seq = seq
+            if status is not None and status[0] == "4" and len(self.client_answers) < ANSWER_CAP:
+                self.client_answers.append((seq, line))
+        else:
+            self.alert = True  # a server error: whether it answers otherwise later decides, so read on
+            if len(self.down_answers) < ANSWER_CAP:
+                self.down_answers.append((seq, line))
+        if status is not None:
+            self.requests.append((seq, line))
 
     def _watch_rerun(self, msg: str, line: LogLine) -> None:
         """vllm==0.5.0 vllm/config.py:623 and the other config lines, then vllm/engine/llm_engine.py:161 "Initializing an
