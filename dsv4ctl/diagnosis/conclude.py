@@ -253,7 +253,11 @@ def conclude_start(a: StartAnalyzer, sources: list[str]) -> Diagnosis:
     if root is not None and root.id in CHAIN_CAUSES:
         _consequence(root, w.live_startup if not tl.ready else w.records["serving"])
     if down is not None and root is not None:
-        root.details.update(down_details(a, down, root.order[1] if len(root.order) > 1 else None))
+        more = down_details(a, down, root.order[1] if len(root.order) > 1 else None)
+        root.details.update(more)
+        before = f"; the last request before the error: {more['request_before']}" if "request_before" in more else ""
+        root.meaning += (f" The server answered {more['answered']} after it (line {more['answered_line']}, "
+                         f"{more['answers_5xx']} such answer(s) and none of another status after them){before}.")
     phase, basis, root, stuck = _waits_and_shortages(a, tl, w, findings, phase, basis, root)
     if phase is None and not tl.ready and a.rerun is not None:
         phase, basis, root = _rerun(a, findings)
@@ -310,6 +314,9 @@ def _waits_and_shortages(
         if root is not None and (waited := waited_before(root, a)) is not None:
             line = waited.pop("_line")
             root.details["waited"] = waited
+            since = f" since {waited['since']}" if waited["since"] else ""
+            root.meaning += (f" The start waited for it{since} (line {waited['since_line']}, logged {waited['count']} "
+                             "time(s)) until this time-out ended the wait.")
             if len(root.evidence) < 6 and all(e.line != line.lineno or e.source != line.source for e in root.evidence):
                 root.evidence.append(evidence_of(line))
         if root is None or root.role == "symptom" or _only_wraps(root):
