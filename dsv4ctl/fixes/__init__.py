@@ -37,12 +37,14 @@ LOG_PREFIX = "dsv4ctl fixes:"
 
 STALE_MAX_MODEL_LEN = "stale-max-model-len"
 DEEPGEMM_METADATA_CLAMP = "deepgemm-metadata-clamp"
-FIX_NAMES: tuple[str, ...] = (STALE_MAX_MODEL_LEN, DEEPGEMM_METADATA_CLAMP)
+FLASHMLA_EMPTY_PREFILL_CHUNK = "flashmla-empty-prefill-chunk"
+FIX_NAMES: tuple[str, ...] = (STALE_MAX_MODEL_LEN, DEEPGEMM_METADATA_CLAMP, FLASHMLA_EMPTY_PREFILL_CHUNK)
 
 # The module whose import makes a fix applicable (the one holding what it wraps).
 TARGET_MODULES: dict[str, str] = {
     STALE_MAX_MODEL_LEN: "vllm.v1.worker.gpu.model_runner",
     DEEPGEMM_METADATA_CLAMP: "vllm.v1.attention.backends.mla.indexer",
+    FLASHMLA_EMPTY_PREFILL_CHUNK: "vllm.models.deepseek_v4.nvidia.flashmla",
 }
 
 # Marks our wrappers (value: the fix's name), so that a wrapper is never wrapped again.
@@ -54,6 +56,11 @@ NOT_NEEDED = "not-needed"
 SKIPPED = "skipped"
 NOT_REQUESTED = "not-requested"
 DEFERRED = "deferred"
+NOT_APPLICABLE = "not-applicable"
+
+# Fixes for one code path of one model: where this vLLM's code differs (or lacks the path), the fix
+# reports `not-applicable` with the reason instead of a skipped fix's warning.
+REPORTS_NOT_APPLICABLE = frozenset({FLASHMLA_EMPTY_PREFILL_CHUNK})
 
 # Report events.
 EVENT_REGISTER = "register"
@@ -158,6 +165,8 @@ def _fix_module(name: str):
         from dsv4ctl.fixes import stale_max_model_len as module
     elif name == DEEPGEMM_METADATA_CLAMP:
         from dsv4ctl.fixes import deepgemm_metadata_clamp as module
+    elif name == FLASHMLA_EMPTY_PREFILL_CHUNK:
+        from dsv4ctl.fixes import flashmla_empty_prefill_chunk as module
     else:  # pragma: no cover - FIX_NAMES is closed
         raise KeyError(name)
     return module
@@ -188,12 +197,13 @@ def plan(selection: FixSelection, result: FixCheck) -> FixOutcome:
     """What `register()` would do with a fix, given the selection and the fix's check. Pure.
 
     Requested and applicable: applied when needed, when named explicitly, or when the check could
-    not tell (both fixes are harmless where not needed); otherwise not needed."""
+    not tell (every fix is harmless where not needed); otherwise not needed. Not applicable: skipped,
+    or `not-applicable` for the fixes of one model's code path (`REPORTS_NOT_APPLICABLE`)."""
     name = result.name
     if not selection.requested(name):
         return FixOutcome(name, NOT_REQUESTED, f"not in {FIXES_ENV}")
     if not result.applicable:
-        return FixOutcome(name, SKIPPED, result.reason)
+        return FixOutcome(name, NOT_APPLICABLE if name in REPORTS_NOT_APPLICABLE else SKIPPED, result.reason)
     forced = selection.forced(name)
     if result.needed is False and not forced:
         return FixOutcome(name, NOT_NEEDED, result.reason)
@@ -348,10 +358,16 @@ def _log_and_report(logger: logging.Logger, landed: dict[str, FixOutcome], snaps
 def _precheck(name: str, selection: FixSelection) -> FixOutcome | None:
     """A final outcome decided without importing the fix's target (only reads files), or None.
 
-    Only under `all`: a fix named explicitly is installed whatever its need, which needs the target."""
+    Not applicable (this vLLM lacks the code the fix wraps) also for a fix named explicitly; not needed
+    only under `all`: a fix named explicitly is installed whatever its need, which needs the target."""
+    module = _fix_module(name)
+    absent = getattr(module, "applicable_without_target", None)
+    reason = absent() if absent is not None else None
+    if reason:
+        return FixOutcome(name, NOT_APPLICABLE, reason)
     if selection.forced(name):
         return None
-    need = getattr(_fix_module(name), "need_without_target", None)
+    need = getattr(module, "need_without_target", None)
     if need is None:
         return None
     needed, reason = need()

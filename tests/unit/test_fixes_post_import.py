@@ -197,7 +197,8 @@ def test_already_imported_applies_immediately_and_installs_no_finder(modules):
 
 @pytest.fixture
 def plugin(modules, monkeypatch, tmp_path):
-    """The plugin with its two fixes pointed at fake target modules and fake check/install."""
+    """The plugin reduced to two fixes pointed at fake target modules and fake check/install (the
+    hook's behaviour does not depend on how many fixes there are)."""
     targets = {fixes.STALE_MAX_MODEL_LEN: modules("runner"), fixes.DEEPGEMM_METADATA_CLAMP: modules("indexer")}
     installs: list[tuple[str, list[str]]] = []
     behaviour = {"install_raises": False}
@@ -217,6 +218,7 @@ def plugin(modules, monkeypatch, tmp_path):
 
         return SimpleNamespace(check=check, install=install)
 
+    monkeypatch.setattr(fixes, "FIX_NAMES", tuple(targets))
     fake_modules = {name: fake_fix(name) for name in fixes.FIX_NAMES}
     hook = PostImportFinder()
     monkeypatch.setattr(fixes, "TARGET_MODULES", targets)
