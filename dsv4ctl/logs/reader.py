@@ -12,6 +12,9 @@ still counts as one line). Bytes are decoded with errors='replace', so invalid U
 - docker-compose's `service-1  | ` and a leading RFC 3339 timestamp (`docker logs -t`, kubectl);
 - the vLLM format `LEVEL MM-DD HH:MM:SS [file.py:123] message` (with any `VLLM_LOGGING_PREFIX`);
 - ANSI colour codes, CR/LF line ends and tqdm's carriage-return redraws (the last redraw wins).
+
+A file a shipper wrote (JSON records, Docker's json-file, CRI, Loki/Grafana/Datadog exports) is told from its
+first bytes by `open_source` and read as the lines it wraps (`dsv4ctl.logs.formats`).
 """
 
 from __future__ import annotations
