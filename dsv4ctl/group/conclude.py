@@ -88,12 +88,14 @@ def conclude(readings: list[MemberReading], sources: list[str], bundle: str | No
                 [r.label for r in serving], "Restart the whole group (every node), after fixing the cause above",
             ))
     missing = next((f for f in findings if f.id == "group_rank_missing"), None)
+    # Serving: the API server said its startup is complete (a headless node never says it: not judged here).
+    waiting = [r for r in vllm if r.role != "headless" and not any(m.phase == "startup_complete" for m in r.milestones)]
     if failed:
         verdict = "failed"
-    elif silent or missing or any(r.verdict == "stuck" for r in vllm):
-        verdict = "stuck" if (silent or missing or any(r.verdict == "stuck" for r in vllm)) else "inconclusive"
-        if not any(r.verdict in ("stuck", "inconclusive") for r in vllm) and not silent:
-            verdict = "inconclusive"
+    elif silent or any(r.verdict == "stuck" for r in vllm):
+        verdict = "stuck"
+    elif missing is not None:
+        verdict = "stuck" if waiting else "inconclusive"  # the head waits for the rank, or served without it
     elif vllm and all(r.verdict == "healthy" for r in vllm):
         verdict = "healthy"
     else:

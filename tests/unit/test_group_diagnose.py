@@ -102,3 +102,13 @@ def test_a_bundle_without_a_rank_says_which_is_missing(cli, tmp_path):
     missing = next(f for f in data["findings"] if f["id"] == "group_rank_missing")
     assert missing["title"] == "No log of data-parallel rank 1"
     assert data["verdict"] == "inconclusive" and result.exit_code == 5  # the head served; rank 1 is not here
+
+
+def test_a_head_whose_headless_node_never_came_is_stuck_with_the_missing_rank(cli, tmp_path):
+    alone = FIXTURES / "group" / "real_v032_cpu_dp_head_alone.log"
+    bundle = _bundle(tmp_path, [(alone, LogEntry("logs/file/head.log", "file", str(alone)))])
+    result, data = run_json(cli, bundle)
+    assert data["verdict"] == "stuck" and result.exit_code == 8
+    missing = next(f for f in data["findings"] if f["id"] == "group_rank_missing")
+    assert missing["title"] == "No log of data-parallel rank 1"
+    assert data["members"][0]["ranks"] == [0] and data["members"][0]["role"] == "head"
