@@ -28,6 +28,7 @@ _RFC3339 = re.compile(rb"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-
 # vLLM's record time (vllm/logger.py _DATE_FORMAT "%m-%d %H:%M:%S"), after the level.
 _VLLM_TIME = re.compile(rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
 _CHUNK = 1 << 20
+_MAX_LINE = 4 << 20  # the most of one line held in memory before it is written on
 # The redaction rule's words (dsv4ctl.redaction): a line without any of them holds no secret.
 _MAY_HOLD_SECRET = re.compile(MAY_HOLD_SECRET.encode())  # searched in the lower-cased block
 
@@ -166,6 +167,9 @@ class BundleWriter:
             try:
                 for chunk in chunks:
                     pending = self._lines(entry, spool, pending + chunk)
+                    if len(pending) > _MAX_LINE:  # a line without end (binary, one huge record): kept in pieces
+                        spool.write(self._redact(entry, pending, pending.lower()))
+                        pending = b""
             except KeyboardInterrupt:
                 entry.error = "interrupted"
                 raise

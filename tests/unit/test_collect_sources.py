@@ -131,3 +131,16 @@ def test_docker_container_logs_and_state(cli, tmp_path):
 def test_nothing_to_collect_is_a_usage_error(cli):
     result = cli("collect")
     assert result.exit_code == 2 and "nothing to collect" in result.stderr
+
+
+def test_a_log_without_line_ends_is_bounded(cli, tmp_path):
+    blob = tmp_path / "blob.log"
+    blob.write_bytes(b"A" * (12 << 20) + b"\nINFO 12-01 10:00:00 [x.py:1] the end\n")
+    out = tmp_path / "b.tar.gz"
+    result = cli("collect", blob, "--max-log-bytes", "2MiB", "-o", out, "--json")
+    assert result.exit_code == 0, result.output
+    manifest, members = _bundle(out)
+    [entry] = manifest["logs"]
+    body = members[entry["path"]]
+    assert entry["truncated"] and len(body) < (2 << 20) + 200
+    assert body.endswith(b"INFO 12-01 10:00:00 [x.py:1] the end\n")
