@@ -11,7 +11,14 @@ from dsv4ctl.diagnosis.dsv4 import is_dsv4
 from dsv4ctl.diagnosis.evidence import evidence_of, fill, line_of, make_finding, ref_evidence
 from dsv4ctl.diagnosis.model import Diagnosis, Finding, PhaseBasis
 from dsv4ctl.diagnosis.ranking import originating
-from dsv4ctl.diagnosis.serving_view import client_finding, down_after_error, down_details, in_request_path, request_finding
+from dsv4ctl.diagnosis.serving_view import (
+    asgi_lines,
+    client_finding,
+    down_after_error,
+    down_details,
+    in_request_path,
+    request_finding,
+)
 from dsv4ctl.diagnosis.stuck import shortage_finding, stuck_finding, waited_before
 from dsv4ctl.diagnosis.windows import (
     is_request_error,
@@ -138,7 +145,11 @@ def _windows(a: StartAnalyzer) -> _Windows:
     live_startup = [r for r in live_startup if not any(r is x for x in answered)]
     # A traceback raised while the server handled one request (its handlers, a parser, a KV connector's handshake)
     # is that request's: the server was answering, and it stays up unless something after it stops it.
-    request_records = [r for r in live_startup + records["serving"] if in_request_path(r)]
+    asgi = asgi_lines(a.records)
+    request_records = [r for r in live_startup + records["serving"] if in_request_path(r, asgi)]
+    if request_records and asgi:
+        # uvicorn's own line before such a traceback is part of the request's error, not another one.
+        live_startup = [r for r in live_startup if (r.line.source, r.line.lineno) not in asgi]
     if request_records:
         live_startup = [r for r in live_startup if not any(r is x for x in request_records)]
         records["serving"] = [r for r in records["serving"] if not any(r is x for x in request_records)]
@@ -388,7 +399,10 @@ def _only_wraps(root: Finding) -> bool:
     own E line) a resource warning may explain."""
     if root.id not in ("unrecognized_error", "indexed_error") or not root.evidence:
         return False
-    return root.details.get("kind") == "native" or bool(WRAPPER_RE.search(root.evidence[0].text))
+    text = root.evidence[0].text
+    # A process killed by SIGBUS touched a shared segment that had no room: the shortage explains it.
+    bus = root.details.get("kind") in ("crash", "killed") and ("Bus error" in text or "SIGBUS" in text)
+    return bus or root.details.get("kind") == "native" or bool(WRAPPER_RE.search(text))
 
 
 def _replace(findings: list[Finding], f: Finding) -> Finding:

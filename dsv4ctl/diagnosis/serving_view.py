@@ -48,10 +48,23 @@ def _says_engine_died(text: str) -> bool:
     return "CUDA error" in text or bool(DEATH_RE.search(text))
 
 
-def in_request_path(rec: ErrorRecord) -> bool:
+# uvicorn's line before the traceback of a request whose handler raised (uvicorn==0.54.0
+# uvicorn/protocols/http/httptools_impl.py:426, h11_impl.py:415).
+ASGI_ERROR = "Exception in ASGI application"
+
+
+def asgi_lines(records: list[ErrorRecord]) -> frozenset[tuple[str, int]]:
+    """Where uvicorn logged "Exception in ASGI application" (its traceback follows on the next line, unprefixed)."""
+    return frozenset((r.line.source, r.line.lineno) for r in records if r.kind == "log_error" and ASGI_ERROR in r.text)
+
+
+def in_request_path(rec: ErrorRecord, asgi: frozenset[tuple[str, int]] = frozenset()) -> bool:
     """Whether a Python error was raised while handling one request and says nothing of the engine dying (an
-    EngineDeadError met in a handler is the engine's failure, not the request's)."""
-    if rec.kind != "python" or rec.is_wrapper or not (rec.functions & REQUEST_FUNCTIONS):
+    EngineDeadError met in a handler is the engine's failure, not the request's). `asgi`: `asgi_lines`."""
+    first = rec.first or rec.line
+    asgi_here = (rec.headline is not None and ASGI_ERROR in rec.headline.message) or (
+        (first.source, first.lineno - 1) in asgi)
+    if rec.kind != "python" or rec.is_wrapper or not (asgi_here or rec.functions & REQUEST_FUNCTIONS):
         return False
     said = rec.text + (" " + rec.headline.message if rec.headline is not None else "")
     return not _says_engine_died(said) and not (rec.functions & STEP_FUNCTIONS)
@@ -73,7 +86,8 @@ def _request_named(rec_seq: int, a: StartAnalyzer, rec: ErrorRecord | None = Non
 
 def request_finding(rec: ErrorRecord, a: StartAnalyzer) -> Finding:
     sig = BY_ID["request_error"]
-    where = sorted(rec.functions & REQUEST_FUNCTIONS)[0]
+    named = sorted(rec.functions & REQUEST_FUNCTIONS)
+    where = named[0] if named else "a request handler (uvicorn: Exception in ASGI application)"
     request = _request_named(rec.seq, a, rec)
     details: dict[str, Any] = {"exception": rec.type, "message": rec.origin.text if rec.origin else rec.text,
                                "where": f"in {where}", "request": request,
@@ -95,7 +109,8 @@ def down_after_error(a: StartAnalyzer) -> tuple[int, LogLine] | None:
     seq, line = a.down_answers[0]
     if a.alive_seq is not None and a.alive_seq > seq:
         return None
-    if any(r.seq < seq and not r.weak and not r.survived and not in_request_path(r) for r in a.records):
+    asgi = asgi_lines(a.records)
+    if any(r.seq < seq and not r.weak and not r.survived and not in_request_path(r, asgi) for r in a.records):
         return seq, line
     return None
 

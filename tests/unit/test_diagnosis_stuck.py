@@ -328,3 +328,24 @@ def test_the_config_line_again_right_after_the_engine_began_is_a_spawned_rerun_o
     # The engine went on first (its weights): a second LLM() of the same script, not a rerun.
     weights = "INFO 06-18 21:36:20 model_runner.py:159] Loading model weights took 6.9972 GB"
     assert run("\n".join([_MP.format(42), _V0_ENGINE, weights, _MP.format(50), _V0_ENGINE])).verdict != "failed"
+
+
+def test_a_traceback_uvicorn_logged_for_a_request_stays_the_requests_even_with_its_500():
+    # uvicorn==0.54.0 uvicorn/protocols/http/httptools_impl.py:426: "Exception in ASGI application", then the
+    # traceback unprefixed; the request is answered 500.
+    text = "\n".join([
+        "ERROR:    Exception in ASGI application",
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3/dist-packages/starlette/routing.py", line 76, in app',
+        "    response = await f(request)",
+        "KeyError: 'messages'",
+        'INFO:     10.0.0.9:5120 - "POST /v1/chat/completions HTTP/1.1" 500 Internal Server Error',
+    ])
+    d = run(text)
+    assert d.verdict == "healthy"
+    assert next(f for f in d.findings if f.id == "request_error").evidence[0].line == 5
+
+
+def test_a_bus_error_with_a_dev_shm_too_small_for_the_queue_is_explained_by_the_warning():
+    d = run("\n".join([ARGS, RAY_SHM.format(67108864), "Fatal Python error: Bus error"]))
+    assert d.verdict == "failed" and d.root_cause.id == "ray_object_store_on_tmp"
