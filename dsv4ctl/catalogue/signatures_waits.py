@@ -88,6 +88,20 @@ SIGNATURES: tuple[Signature, ...] = (
         "lines under NCCL_DEBUG=INFO); vllm==0.32.0 vllm/distributed/device_communicators/pynccl.py:180 "
         "(ncclCommInitRank, no time-out)",
     ),
+    Signature(
+        id="wait_download",
+        severity="info",
+        role="note",
+        title="The checkpoint was being downloaded from the Hugging Face Hub",
+        meaning="huggingface_hub's download bar: {done} of {total} files fetched.",
+        patterns=(
+            r"Fetching (?P<total>[0-9]+) files:\s*(?P<percent>[0-9]+)%\|[^|]*\|\s*(?P<done>[0-9]+)/[0-9]+"
+            r"(?: \[(?P<elapsed>[0-9:]+)<)?",
+        ),
+        actions=(),
+        source="huggingface_hub==2.4.0 huggingface_hub/_snapshot_download.py:425 (tqdm_desc 'Fetching %d files'), "
+        "tqdm's bar ('NN%|…| n/N [elapsed<remaining, …]')",
+    ),
     # ------------------------------------------------------------------ warnings whose numbers can be the cause
     Signature(
         id="ray_cluster_gpus_short",

@@ -87,7 +87,8 @@ HELD_LINES = 256  # held lines analysed when trouble starts: a (long) traceback 
 
 # The catalogue's waits (dsv4ctl/catalogue/signatures_waits.py, and the shared-memory broadcast's): their last
 # line is kept whatever the cap (a wait's last line is what `diagnosis.stuck` needs).
-WAIT_IDS = frozenset({"wait_placement_group", "wait_dp_coordinator", "wait_engines", "wait_frontend", "engine_waiting"})
+WAIT_IDS = frozenset({"wait_placement_group", "wait_dp_coordinator", "wait_engines", "wait_frontend", "engine_waiting",
+                      "wait_download"})
 
 ANSWER_CAP = MAX_EVIDENCE  # the first 5xx and 4xx answers kept, and the last request lines before an error
 

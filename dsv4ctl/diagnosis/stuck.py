@@ -39,6 +39,7 @@ class Timeout:
     cites: tuple[str, str, str]  # per RELEASES
     ends_in: str | None = None
     note: str = ""
+    package: str | None = None  # a package other than vLLM, whose one release is read ("huggingface_hub==2.4.0")
 
 
 TIMEOUTS: dict[str, Timeout] = {
@@ -78,6 +79,13 @@ TIMEOUTS: dict[str, Timeout] = {
         ("vllm/v1/engine/core.py:98", "vllm/v1/engine/core.py:110", "vllm/v1/engine/core.py:116"),
         "RuntimeError: Did not receive response from front-end process within 5 minutes",
     ),
+    "wait_download": Timeout(
+        "HF_HUB_DOWNLOAD_TIMEOUT", "10 s",
+        ("huggingface_hub/constants.py:314",) * 3,
+        "a read that stalls that long fails the download (huggingface_hub/constants.py:38 DEFAULT_DOWNLOAD_TIMEOUT); "
+        "nothing bounds the whole download",
+        package="huggingface_hub==2.4.0",
+    ),
     "nccl_init": Timeout(
         None, None,
         ("vllm/distributed/device_communicators/pynccl.py:137", "vllm/distributed/device_communicators/pynccl.py:180",
@@ -110,8 +118,12 @@ def release_of(version: str | None) -> str | None:
 def timeout_details(key: str, version: str | None) -> dict[str, Any]:
     t = TIMEOUTS[key]
     release = release_of(version)
-    cites = {rel: f"vllm=={rel} {cite}" for rel, cite in zip(RELEASES, t.cites)}
-    where = cites[release] if release else "; ".join(cites.values())
+    if t.package is not None:
+        cites = {t.package: f"{t.package} {t.cites[0]}"}
+        where = cites[t.package]
+    else:
+        cites = {rel: f"vllm=={rel} {cite}" for rel, cite in zip(RELEASES, t.cites)}
+        where = cites[release] if release else "; ".join(cites.values())
     if t.name is None:
         text = f"Nothing ends this wait: {t.note} ({where})."
     else:
@@ -137,12 +149,32 @@ def _waiting_for(run: WaitRun, a: StartAnalyzer, tl: StartupTimeline, serving: b
         return f"its workers, {_PHASE_WORK.get(a.progress_phase, 'starting')}, over the shared-memory broadcast"
     if run.kind == "wait_dp_coordinator":
         return "the data-parallel coordinator's READY"
+    if run.kind == "wait_download":
+        g = _download(run.last)
+        after = f" after {g['elapsed']}" if g.get("elapsed") else ""
+        return f"the checkpoint's download: {g.get('done', '?')} of {g.get('total', '?')} files{after}"
     if run.kind == "wait_engines":
         return f"{groups.get('local', '?')} local and {groups.get('remote', '?')} remote engine process(es) to " \
                f"{groups.get('what', 'connect')}"
     if run.kind == "wait_frontend":
         return "the API server's init message"
     return "NCCL communicator init (ncclCommInitRank) on every rank"
+
+
+def _download(line) -> dict[str, str]:
+    """The last state of the download bar on the line (a bar without its CRs holds every redraw)."""
+    ms = list(BY_ID["wait_download"].compiled[0].finditer(line.message))
+    return {k: v for k, v in ms[-1].groupdict().items() if v is not None} if ms else {}
+
+
+def _elapsed(text: str | None) -> int | None:
+    """tqdm's elapsed time ("12:31", "1:02:03") in seconds."""
+    if not text:
+        return None
+    total = 0
+    for part in text.split(":"):
+        total = total * 60 + int(part)
+    return total
 
 
 def _groups(line) -> dict[str, str]:
@@ -156,7 +188,8 @@ def _groups(line) -> dict[str, str]:
 
 def _last_wait(a: StartAnalyzer, serving: bool) -> WaitRun | None:
     # The broadcast's line alone is printed during long compilations too: a wait once it repeats.
-    runs = [r for r in a.waits.values() if r.last_seq > a.progress_seq and (r.kind != "engine_waiting" or r.count > 1)]
+    runs = [r for r in a.waits.values() if r.last_seq > a.progress_seq and (r.kind != "engine_waiting" or r.count > 1)
+            and (r.kind != "wait_download" or _unfinished(r.last))]
     if a.nccl_last is not None and a.nccl_last[0] > a.progress_seq and a.nccl_complete_seq != a.nccl_last[0]:
         first = a.nccl_first or a.nccl_last
         runs.append(WaitRun("nccl_init", first[1], first[0], a.nccl_last[1], a.nccl_last[0]))
@@ -165,6 +198,11 @@ def _last_wait(a: StartAnalyzer, serving: bool) -> WaitRun | None:
         # log the access lines that show it answering are not selected).
         runs = [r for r in runs if r.kind == "engine_waiting" and a.full_read]
     return max(runs, key=lambda r: r.last_seq) if runs else None
+
+
+def _unfinished(line) -> bool:
+    g = _download(line)
+    return "done" in g and int(g["done"]) < int(g["total"])
 
 
 def _tag(process: str | None, pid: str | None) -> str:
@@ -187,6 +225,8 @@ def stuck_finding(a: StartAnalyzer, tl: StartupTimeline) -> Finding | None:
     stated = None
     if run.kind == "engine_waiting" and run.seconds:
         stated = run.seconds * run.count  # once per interval
+    elif run.kind == "wait_download":
+        stated = _elapsed(_download(run.last).get("elapsed"))
     elif run.seconds:
         stated = run.seconds
     details["stated_seconds"] = stated
@@ -257,12 +297,16 @@ def _applies(action: str, run: WaitRun, a: StartAnalyzer, tl: StartupTimeline) -
     if action.startswith("On several nodes"):
         return multi
     if action.startswith("Rerun with NCCL_DEBUG"):
-        return run.kind != "wait_placement_group"
+        return run.kind not in ("wait_placement_group", "wait_download")
     return True
 
 
 def _unstick(run: WaitRun, tl: StartupTimeline, serving: bool) -> list[str]:
     """Flags reported to unstick such a wait, each with where it was reported."""
+    if run.kind == "wait_download":
+        model = f" {tl.model}" if tl.model else ""
+        return [f"Download the checkpoint before the start, where the network is fast: hf download{model} (the start then "
+                "reads it from the Hugging Face cache; set HF_HUB_DOWNLOAD_TIMEOUT higher on a slow link)"] if model else []
     if run.kind == "wait_placement_group":
         return ["Ask for no more GPUs than Ray has: --tensor-parallel-size × --pipeline-parallel-size ≤ the GPUs "
                 "ray status lists (vLLM's own error text, vllm/v1/executor/ray_utils.py _wait_until_pg_ready)"]

@@ -168,6 +168,7 @@ _WORDS = {  # what the cited vllm==0.32.0 line holds
     "wait_engines": "while any(conn_pending) or any(start_pending)",
     "wait_frontend": "HANDSHAKE_TIMEOUT_MINS = 5",
     "nccl_init": "ncclCommInitRank(",
+    "wait_download": "HF_HUB_DOWNLOAD_TIMEOUT: int =",  # huggingface_hub 2.4.0, installed beside vllm
 }
 
 
@@ -349,3 +350,14 @@ def test_a_traceback_uvicorn_logged_for_a_request_stays_the_requests_even_with_i
 def test_a_bus_error_with_a_dev_shm_too_small_for_the_queue_is_explained_by_the_warning():
     d = run("\n".join([ARGS, RAY_SHM.format(67108864), "Fatal Python error: Bus error"]))
     assert d.verdict == "failed" and d.root_cause.id == "ray_object_store_on_tmp"
+
+
+def test_a_download_bar_short_of_its_files_is_a_wait_for_the_download_and_a_full_one_is_not():
+    # huggingface_hub==2.4.0 _snapshot_download.py:425 (tqdm_desc), tqdm's bar with its CR redraws on one line.
+    bar = ("Fetching 46 files:   0%|          | 0/46 [00:00<?, ?it/s]\rFetching 46 files:  13%|#3        | "
+           "6/46 [12:31<1:23:10, 124.76s/it]")
+    d = run(bar)
+    assert d.verdict == "stuck" and d.root_cause.details["wait"] == "wait_download"
+    assert d.root_cause.details["stated_seconds"] == 12 * 60 + 31
+    assert d.root_cause.details["timeout"]["variable"] == "HF_HUB_DOWNLOAD_TIMEOUT"
+    assert run("Fetching 46 files: 100%|##########| 46/46 [31:05<00:00, 40.5s/it]").verdict == "inconclusive"
