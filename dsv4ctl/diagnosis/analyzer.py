@@ -199,7 +199,7 @@ class StartAnalyzer:
             if ev.phase == "shutdown" and self.shutdown_seq is None:
                 self.shutdown_seq = seq
         if ('HTTP/' in msg or "Avg prompt throughput" in msg) and (m := ANSWERED_RE.search(msg)) is not None:
-            self._answered(m.group("status"), msg, line, seq)
+            self._answered(m.group("status"), msg, line, seq, progress_before)
         elif "Received request" in msg:
             self.requests.append((seq, line))
         if self._pre_engine is not None and line.level == "INFO":
@@ -240,12 +240,15 @@ class StartAnalyzer:
                 self.hits.append(Hit(sig, line, seq, order, phase_before, capture_mode, groups))
                 self.evidence_seen = True
 
-    def _answered(self, status: str | None, msg: str, line: LogLine, seq: int) -> None:
-        """The server answered (an access line with its status, or the throughput line)."""
+    def _answered(self, status: str | None, msg: str, line: LogLine, seq: int, progress_before: int) -> None:
+        """The server answered (an access line with its status, or the throughput line; one that reports no tokens
+        is no progress)."""
         if status not in _DOWN_STATUSES:
             self.alive, self.alive_seq = line, seq
-            if status is not None or _NO_THROUGHPUT not in msg:
+            if status is not None:
                 self.progress_seq = seq
+            elif _NO_THROUGHPUT in msg:
+                self.progress_seq = progress_before
             if status is not None and status[0] == "4" and len(self.client_answers) < ANSWER_CAP:
                 self.client_answers.append((seq, line))
         else:

@@ -187,8 +187,9 @@ def _groups(line) -> dict[str, str]:
 
 
 def _last_wait(a: StartAnalyzer, serving: bool) -> WaitRun | None:
-    # The broadcast's line alone is printed during long compilations too: a wait once it repeats.
-    runs = [r for r in a.waits.values() if r.last_seq > a.progress_seq and (r.kind != "engine_waiting" or r.count > 1)
+    # While starting, the broadcast's line alone is printed during long compilations too: a wait once it repeats.
+    runs = [r for r in a.waits.values() if r.last_seq > a.progress_seq
+            and (r.kind != "engine_waiting" or r.count > 1 or serving)
             and (r.kind != "wait_download" or _unfinished(r.last))]
     if a.nccl_last is not None and a.nccl_last[0] > a.progress_seq and a.nccl_complete_seq != a.nccl_last[0]:
         first = a.nccl_first or a.nccl_last

@@ -361,3 +361,14 @@ def test_a_download_bar_short_of_its_files_is_a_wait_for_the_download_and_a_full
     assert d.root_cause.details["stated_seconds"] == 12 * 60 + 31
     assert d.root_cause.details["timeout"]["variable"] == "HF_HUB_DOWNLOAD_TIMEOUT"
     assert run("Fetching 46 files: 100%|##########| 46/46 [31:05<00:00, 40.5s/it]").verdict == "inconclusive"
+
+
+def test_one_broadcast_line_after_the_server_answered_and_no_answer_since_is_stuck_serving():
+    msg = "No available shared memory broadcast block found in 60 seconds."
+    zero = ("(APIServer pid=1) INFO 11-28 22:15:15 [loggers.py:283] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+            "Avg generation throughput: 0.0 tokens/s, Running: 12 reqs, Waiting: 31 reqs")
+    lines = ["(APIServer pid=1) INFO:     Application startup complete.",
+             '(APIServer pid=1) INFO:     10.0.0.5:40112 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+             record(msg, tag="(EngineCore pid=77)", t="11-28 22:15:12"), zero]
+    d = run("\n".join(lines))
+    assert d.verdict == "stuck" and d.phase == "serving"
