@@ -132,6 +132,12 @@ def timeout_details(key: str, version: str | None) -> dict[str, Any]:
             "text": text}
 
 
+def _seconds_of(default: str | None) -> int | None:
+    """"300 s" -> 300, "5 min" -> 300."""
+    m = re.fullmatch(r"([0-9]+) (s|min)", default or "")
+    return None if m is None else int(m.group(1)) * (60 if m.group(2) == "min" else 1)
+
+
 def _gpu_bundles(specs: str | None) -> int | None:
     return len(re.findall(r"'GPU': [1-9]", specs)) if specs else None
 
@@ -257,6 +263,12 @@ def stuck_finding(a: StartAnalyzer, tl: StartupTimeline) -> Finding | None:
     timeout = timeout_details(key, tl.vllm_version)
     details["timeout"] = timeout
     details["timeout_text"] = timeout["text"]
+    limit = _seconds_of(timeout["default"])
+    waited = max(x for x in (details["clock_seconds"], stated, 0) if x is not None)
+    if limit and waited:
+        details["waited_seconds"] = waited
+        details["timeout_text"] += (f" It has waited at least {waited} s of those {limit} s." if waited < limit else
+                                    f" It has waited {waited} s, past those {limit} s: that time-out is not what holds it.")
     pid = next((ln.pid for _, ln in silent if ln.pid and ln.pid != "..."), None) or (
         run.last.pid if run.last.pid and run.last.pid != "..." else None)
     details["py_spy"] = f"py-spy dump --pid {pid}" if pid else "for p in $(pgrep -f VLLM::); do py-spy dump --pid $p; done"
