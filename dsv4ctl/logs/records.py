@@ -166,6 +166,8 @@ class ErrorRecord:
         origin = self.origin
         if origin is not None and origin.support is not None:
             out.append(origin.support)
+        if origin is not None and origin.detail is not None and origin.line is not self.line:
+            out.append(origin.line)  # pydantic's `ValidationError: N validation errors for <Model>` above its detail
         out += [e.line for e in self.exceptions[1:]]
         if self.frames_line is not None:
             out.append(self.frames_line)
