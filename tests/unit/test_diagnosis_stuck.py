@@ -372,3 +372,13 @@ def test_one_broadcast_line_after_the_server_answered_and_no_answer_since_is_stu
              record(msg, tag="(EngineCore pid=77)", t="11-28 22:15:12"), zero]
     d = run("\n".join(lines))
     assert d.verdict == "stuck" and d.phase == "serving"
+
+
+def test_a_pydantic_error_quotes_its_validation_error_line_beside_the_detail():
+    text = "\n".join([
+        "pydantic_core._pydantic_core.ValidationError: 2 validation errors for ChatCompletionStreamResponse",
+        "model",
+        "  Field required [type=missing, input_value={'error': {'message': 'En...'}}, input_type=dict]",
+    ])
+    lines = [e.line for e in run(text).root_cause.evidence]
+    assert 1 in lines and 3 in lines
