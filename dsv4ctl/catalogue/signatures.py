@@ -551,11 +551,12 @@ DERIVED: tuple[Signature, ...] = (
 
 # The catalogue's families beyond DeepSeek-V4, each in a module of its own (each entry cites the source
 # file:line of the package that prints the message).
+from dsv4ctl.catalogue.signatures_dsv4_field import SIGNATURES as _DSV4_FIELD  # noqa: E402
 from dsv4ctl.catalogue.signatures_ecosystem import SIGNATURES as _ECOSYSTEM  # noqa: E402
 from dsv4ctl.catalogue.signatures_vllm import SIGNATURES as _VLLM  # noqa: E402
 from dsv4ctl.catalogue.signatures_waits import DERIVED as _WAITS_DERIVED, SIGNATURES as _WAITS  # noqa: E402
 
-CATALOGUE = CATALOGUE + _VLLM + _ECOSYSTEM + _WAITS
+CATALOGUE = CATALOGUE + _VLLM + _ECOSYSTEM + _WAITS + _DSV4_FIELD
 
 class _ById(dict):
     """Signatures by id; the family rules (catalogue/families) join at the first id that is none of the above, so a
