@@ -7,7 +7,10 @@ idle). When the looks say `wedged` without a break for SECONDS (from the start o
 look's window), the watchdog writes the evidence to serve's output (the log), a `py-spy dump` of each
 vLLM process where py-spy is installed, and sends this process SIGTERM: vLLM's own graceful shutdown
 (`vllm/entrypoints/launchers/launcher.py`, its signal handler stops the engine client, then the HTTP
-server); serve's session then reaps every process left, and serve exits with ExitCode.WEDGED.
+server). uvicorn then waits for every open connection, and a request the engine never answered keeps
+its connection open until its client gives up (measured: as long as the client's own timeout); after
+FORCE_AFTER_S the watchdog sets uvicorn's `force_exit`. serve's session then reaps every process left,
+and serve exits with ExitCode.WEDGED.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dsv4ctl.errors import UsageError
 
 MAX_WINDOW_S = 5.0  # a look's window: at most this, at least 1 s, a third of the limit in between
 PY_SPY_TIMEOUT_S = 20.0
+FORCE_AFTER_S = 10.0  # after the SIGTERM; measured with the engine stopped: vLLM kills it and stops its client in 2 s
 
 
 def server_url(namespace: Any) -> str:
@@ -109,6 +113,31 @@ class Watchdog:
             self._say(f"watchdog: {line}")
         self._say("watchdog: shutting vLLM down (SIGTERM to this process); serve exits with the wedged code")
         self._end()
+        # vLLM stops its engine client, then uvicorn waits for every open connection, and the requests the
+        # stopped engine never answered keep theirs open until their clients give up. After a grace, do
+        # what uvicorn's own second Ctrl-C does (vLLM's signal handler swallows it): force_exit.
+        if not self._stop.wait(FORCE_AFTER_S):
+            forced = force_http_exit()
+            if forced:
+                self._say(f"watchdog: vLLM's HTTP server still waited for {forced} open connection(s) after "
+                          f"{FORCE_AFTER_S:g} s (requests the engine never answered): closing them (uvicorn's force_exit)")
+
+
+def force_http_exit() -> int:
+    """Set `force_exit` on every uvicorn server of this process (what uvicorn's second Ctrl-C sets, uvicorn
+    0.54 server.py `handle_exit`); returns the connections they were still waiting for."""
+    import gc
+    import sys
+
+    uvicorn = sys.modules.get("uvicorn")
+    if uvicorn is None:
+        return 0
+    waiting = 0
+    for obj in gc.get_objects():
+        if isinstance(obj, uvicorn.Server) and not obj.force_exit:
+            waiting += len(getattr(getattr(obj, "server_state", None), "connections", ()) or ())
+            obj.force_exit = True
+    return waiting
 
 
 def _sigterm_this_process() -> None:
