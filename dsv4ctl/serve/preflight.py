@@ -114,10 +114,39 @@ def decide(
     vllm_version: str | None = None,
     no_calibration: bool = False,
 ) -> PreflightDecision:
-    """Decide the `--max-model-len` to launch with, from vLLM's parsed flags and this node.
+    """Decide the `--max-model-len` to launch with, from vLLM's parsed flags and this node, and note the
+    launch's traps (`dsv4ctl.serve.traps`).
 
     `fixes`: serve's --fixes (None: $DSV4CTL_FIXES, else all, as serve sets it); `vllm_version`: plan as this
     release (None: the installed vLLM)."""
+    decision = _decide(namespace, flags, keep_auto=keep_auto, snapshot_reader=snapshot_reader, pin_length=pin_length,
+                       fixes=fixes, vllm_version=vllm_version, no_calibration=no_calibration)
+    decision.notes.extend(_trap_notes(namespace, flags, decision, snapshot_reader, vllm_version))
+    return decision
+
+
+def _trap_notes(namespace: argparse.Namespace, flags: list[str], decision: PreflightDecision,
+                snapshot_reader: SnapshotReader | None, vllm_version: str | None) -> list[str]:
+    from dsv4ctl.planning import installed_vllm_version, load_geometry
+    from dsv4ctl.serve.traps import find_traps
+
+    try:
+        names = [d.name for d in (snapshot_reader or _default_snapshot_reader)().devices]
+    except Dsv4ctlError:
+        names = []
+    try:
+        dsv4 = decision.plan is not None or bool(load_geometry(decision.model))
+    except InputError:
+        dsv4 = False
+    version = (decision.plan or {}).get("vllm_version_planned") or vllm_version or installed_vllm_version()
+    traps = find_traps(namespace, flags, version=version, gpu_names=names, environ=os.environ, dsv4=dsv4)
+    return [trap.note() for trap in traps]
+
+
+def _decide(
+    namespace: argparse.Namespace, flags: list[str], *, keep_auto: bool, snapshot_reader: SnapshotReader | None,
+    pin_length: bool, fixes: str | None, vllm_version: str | None, no_calibration: bool,
+) -> PreflightDecision:
     model = str(getattr(namespace, "model", None) or "")
     requested = getattr(namespace, "max_model_len", None)
     planned = _plan(namespace, flags, model, requested, snapshot_reader, vllm_version, no_calibration)
