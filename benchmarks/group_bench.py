@@ -8,7 +8,8 @@ its bytes.
 
 The logs are benchmarks/prodlogs.py's `serving` scenario (a startup, days of serving with request-time
 tracebacks, a restart), one per rank; the bundle is written by `dsv4ctl collect` of the 16 files (redacted,
-gzip-compressed: what an operator gets), the concatenation by `cat`. Each command runs in its own process
+gzip-compressed: what an operator gets; and once more as a plain `.tar`, which costs no decompression to
+read back), the concatenation by `cat`. Each command runs in its own process
 after an untimed warm-up read of its input; reported: wall seconds of each, the ratio bundle / concatenated
 (1.0 = the bundle costs what its bytes cost read as one log), and, for scale, the time `collect` took.
 Run it under `flock /tmp/dsv4ctl-heavy.lock` on a shared machine.
@@ -65,22 +66,27 @@ def main(argv: list[str] | None = None) -> int:
             for path in logs:
                 with open(path, "rb") as f:
                     shutil.copyfileobj(f, out, 1 << 24)
-        bundle = root / "group.tar.gz"
+        bundle, plain = root / "group.tar.gz", root / "group.tar"
         collect_s, code, _ = _timed([*py, "collect", *map(str, logs), "-o", str(bundle), "--max-log-bytes", f"{size * 2}B"])
         assert code == 0, "collect failed"
-        _warm(concat)
-        _warm(bundle)
+        _, code, _ = _timed([*py, "collect", *map(str, logs), "-o", str(plain), "--max-log-bytes", f"{size * 2}B"])
+        assert code == 0, "collect failed"
+        for path in (concat, bundle, plain):
+            _warm(path)
         concat_s, concat_code, concat_out = _timed([*py, "diagnose", str(concat), "--json"])
         bundle_s, bundle_code, bundle_out = _timed([*py, "diagnose", str(bundle), "--json"])
+        plain_s, plain_code, plain_out = _timed([*py, "diagnose", str(plain), "--json"])
         group = json.loads(bundle_out)
         result = {
             "ranks": args.ranks, "rank_bytes": size, "total_bytes": size * args.ranks,
-            "bundle_bytes": bundle.stat().st_size,
-            "concatenated_s": round(concat_s, 2), "bundle_s": round(bundle_s, 2),
+            "bundle_bytes": bundle.stat().st_size, "plain_bundle_bytes": plain.stat().st_size,
+            "concatenated_s": round(concat_s, 2), "bundle_s": round(bundle_s, 2), "plain_bundle_s": round(plain_s, 2),
             "ratio_bundle_to_concatenated": round(bundle_s / concat_s, 3),
+            "ratio_plain_bundle_to_concatenated": round(plain_s / concat_s, 3),
             "collect_s": round(collect_s, 2),
             "concatenated_verdict": json.loads(concat_out)["verdict"], "bundle_verdict": group["verdict"],
-            "bundle_members": len(group["members"]), "exit_codes": [concat_code, bundle_code],
+            "plain_bundle_verdict": json.loads(plain_out)["verdict"],
+            "bundle_members": len(group["members"]), "exit_codes": [concat_code, bundle_code, plain_code],
         }
     if args.json:
         print(json.dumps(result))

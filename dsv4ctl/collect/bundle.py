@@ -143,7 +143,10 @@ class BundleWriter:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tar = tarfile.open(self.path, "w:gz")  # noqa: SIM115 - closed in close()
+        # .tar.gz (or .tgz) compressed; a name ending in .tar is written as a plain tar: reading it back costs no
+        # decompression (benchmarks/group_bench.py measures both)
+        mode = "w" if self.path.name.endswith(".tar") else "w:gz"
+        self._tar = tarfile.open(self.path, mode)  # noqa: SIM115 - closed in close()
         self._tmp = tempfile.TemporaryDirectory(prefix="dsv4ctl-collect-")
         self._names: set[str] = set()
 
@@ -263,16 +266,21 @@ def read_chunks(stream: IO[bytes], size: int = _CHUNK) -> Iterator[bytes]:
 # -- reading a bundle back (diagnose BUNDLE) ---------------------------------------------------------------
 
 
+# A bundle's members start with these (collect writes the logs first and the manifest last).
+BUNDLE_PREFIXES = ("logs/", "k8s/", "docker/")
+
+
 def is_bundle(path: str | os.PathLike[str]) -> bool:
-    """A .tar.gz (or .tgz/.tar) that holds a manifest.json at its top."""
+    """A .tar.gz, .tgz or .tar whose first member is one collect writes (read from the archive's start only)."""
     p = Path(path)
     if not p.is_file() or not (p.name.endswith((".tar.gz", ".tgz", ".tar"))):
         return False
     try:
-        with tarfile.open(p) as tar:
-            return any(m.name == MANIFEST for m in tar.getmembers())
+        with tarfile.open(p, "r|*") as tar:
+            first = next(iter(tar), None)
     except (tarfile.TarError, OSError, EOFError):
         return False
+    return first is not None and (first.name == MANIFEST or first.name.startswith(BUNDLE_PREFIXES))
 
 
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -3,19 +3,21 @@ identity read from its head and tail (`group.scan`), then the group's conclusion
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import re
 import tarfile
-import tempfile
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import IO, Any
 
-from dsv4ctl.collect import is_bundle, read_manifest
+from dsv4ctl.collect import is_bundle
+from dsv4ctl.collect.model import MANIFEST
 from dsv4ctl.errors import InputError
 from dsv4ctl.group.conclude import conclude
 from dsv4ctl.group.model import GroupReading, Member, MemberReading, Milestone
-from dsv4ctl.group.scan import scan
+from dsv4ctl.group.scan import HEAD_BYTES, TAIL_BYTES, from_parts, scan
 
 # A launch's own line: vLLM logs its flags once per `vllm serve` (vllm==0.32.0
 # vllm/entrypoints/serve/utils/api_utils.py:286), a headless node instead says it launches its engines
@@ -42,59 +44,109 @@ def is_group(paths: list[str]) -> bool:
     return launches >= 2
 
 
-def _members(paths: list[str], tmp: str) -> tuple[list[Member], str | None]:
-    members: list[Member] = []
-    bundle = None
-    for p in paths:
-        if not is_bundle(p):
-            if not os.path.isfile(p):
-                raise InputError(f"cannot read {p}: no such file")
-            members.append(Member(name=p, path=p))
+class _Kept(io.RawIOBase):
+    """A member's stream as `diagnose` reads it, keeping its first HEAD_BYTES and its last TAIL_BYTES for the
+    identity scan: the bundle is read once, never extracted."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._stream = stream
+        self.head = b""
+        self._tail: deque[bytes] = deque()
+        self._tail_bytes = 0
+        self.size = 0
+
+    @property
+    def tail(self) -> bytes:
+        data = b"".join(self._tail)
+        return data[-TAIL_BYTES:] if len(data) > TAIL_BYTES else data
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._stream.read(len(buffer))
+        n = len(data)
+        buffer[:n] = data
+        self.size += n
+        if len(self.head) < HEAD_BYTES:
+            room = HEAD_BYTES - len(self.head)
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self._tail.append(data)
+            self._tail_bytes += len(data)
+            while self._tail_bytes - len(self._tail[0]) >= TAIL_BYTES:
+                self._tail_bytes -= len(self._tail.popleft())
+        return n
+
+
+def _read_bundle(path: str, progress: Callable[[int], None] | None, done: int) -> tuple[list[MemberReading], int]:
+    """A bundle read once, front to back: each log as it comes out of the archive, then the manifest (written
+    last) says where each came from; the events log and logs of no bytes are left out."""
+    readings: dict[str, MemberReading] = {}
+    manifest: dict[str, Any] = {}
+    with tarfile.open(path, "r|*", bufsize=1 << 20) as tar:  # 1 MiB reads: the archive's 10 KiB records cost
+        for member in tar:
+            stream = tar.extractfile(member) if member.isfile() else None
+            if stream is None:
+                continue
+            if member.name == MANIFEST:
+                manifest = json.loads(stream.read())
+                continue
+            if not member.name.startswith("logs/") or not member.size:
+                continue
+            report = (lambda n, base=done: progress(base + n)) if progress else None
+            reading, size = _read_member(Member(name=member.name, path=f"{path}:{member.name}"), stream, report)
+            readings[member.name] = reading
+            done += size
+    out = []
+    for entry in manifest.get("logs", []):
+        reading = readings.pop(entry.get("path"), None)
+        if reading is None or entry.get("kind") == "k8s-events":
             continue
-        bundle = p
-        manifest = read_manifest(p)
-        entries = {e["path"]: e for e in manifest.get("logs", []) if e.get("bytes")}
-        with tarfile.open(p) as tar:
-            for member in tar:
-                entry = entries.get(member.name)
-                if entry is None or entry.get("kind") == "k8s-events" or not member.isfile():
-                    continue
-                target = Path(tmp) / f"{len(members):04d}.log"
-                source = tar.extractfile(member)
-                assert source is not None
-                with open(target, "wb") as out:
-                    while block := source.read(1 << 20):
-                        out.write(block)
-                members.append(Member(
-                    name=member.name, path=str(target), node=entry.get("node"), pod=entry.get("pod"),
-                    container=entry.get("container"), instance=entry.get("instance"),
-                    termination=entry.get("termination"), restart_count=entry.get("restart_count"),
-                    last_time_hint=entry.get("last_time"),
-                ))
-    return members, bundle
+        m = reading.member
+        m.node, m.pod, m.container, m.instance = entry.get("node"), entry.get("pod"), entry.get("container"), entry.get("instance")
+        m.termination, m.restart_count, m.last_time_hint = entry.get("termination"), entry.get("restart_count"), entry.get("last_time")
+        reading.last_time = reading.last_time or m.last_time_hint
+        out.append(reading)
+    return out + list(readings.values()), done
 
 
 def read_group(paths: list[str], progress: Callable[[int], None] | None = None) -> GroupReading:
-    """Read the logs (or bundles) as one deployment. `progress(bytes)` as `diagnose`'s."""
-    with tempfile.TemporaryDirectory(prefix="dsv4ctl-group-") as tmp:
-        members, bundle = _members(paths, tmp)
-        if not members:
-            raise InputError("no logs in the bundle", hint="the manifest lists what could not be collected, and why")
-        readings = []
-        done = 0
-        for member in members:
-            size = os.path.getsize(member.path)
-            report = (lambda n, base=done: progress(base + n)) if progress else None
-            readings.append(_read_member(member, report))
-            done += size
-        return conclude(readings, sources=[m.name for m in members], bundle=bundle)
+    """Read the logs (or bundles) as one deployment, each log once. `progress(bytes)` as `diagnose`'s
+    (a bundle's logs counted as they come out of the archive)."""
+    readings: list[MemberReading] = []
+    done = 0
+    for p in paths:
+        if is_bundle(p):
+            more, done = _read_bundle(p, progress, done)
+            readings += more
+            continue
+        if not os.path.isfile(p):
+            raise InputError(f"cannot read {p}: no such file")
+        report = (lambda n, base=done: progress(base + n)) if progress else None
+        reading, size = _read_member(Member(name=p, path=p), p, report)
+        readings.append(reading)
+        done += size
+    if not readings:
+        raise InputError("no logs in the bundle", hint="the manifest lists what could not be collected, and why")
+    bundle = next((p for p in paths if is_bundle(p)), None)
+    return conclude(readings, sources=[r.member.name for r in readings], bundle=bundle)
 
 
-def _read_member(member: Member, progress: Callable[[int], None] | None) -> MemberReading:
+def _read_member(member: Member, source: IO[bytes] | str, progress: Callable[[int], None] | None) -> tuple[MemberReading, int]:
+    """One member: its diagnosis (one pass) and its identity (its head and tail); and its size."""
     from dsv4ctl.advice import diagnose
 
-    d = diagnose([member.path], progress=progress)
-    ident = scan(member.path, d.lines_read)
+    if isinstance(source, str):
+        d = diagnose([source], progress=progress)
+        ident = scan(source, d.lines_read)
+        size = os.path.getsize(source)
+    else:
+        kept = _Kept(source)
+        d = diagnose([io.BufferedReader(kept, 1 << 20)], progress=progress)
+        ident = from_parts(kept.head, kept.tail, kept.size, d.lines_read)
+        size = kept.size
     tl = d.timeline
     args: dict[str, Any] = dict(tl.serve_args or {})
     ranks, basis = _ranks(args, ident.dp_tags)
@@ -118,7 +170,7 @@ def _read_member(member: Member, progress: Callable[[int], None] | None) -> Memb
         vllm_version=tl.vllm_version or ident.vllm_version,
         max_model_len=tl.effective_max_model_len or tl.max_model_len or args.get("max_model_len"),
         fixes=ident.fixes, args=args, settings=_settings(tl, args), milestones=milestones, dp_leader_lines=ident.dp_leader, summary=d.summary,
-    )
+    ), size
 
 
 def _settings(tl: Any, args: dict[str, Any]) -> dict[str, Any]:

@@ -16,8 +16,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
-HEAD_BYTES = 8 << 20
-TAIL_BYTES = 1 << 20
+HEAD_BYTES = 1 << 20
+TAIL_BYTES = 512 << 10
 
 _RFC3339 = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}:\d{2}:\d{2})")
 _VLLM_TIME = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
@@ -39,6 +39,15 @@ def line_time(raw: str) -> str | None:
     return m.group(1) if m else None
 
 
+_ANY_TIME = re.compile(r"(?m)^(\d{4})-(\d{2})-(\d{2})T(\d{2}:\d{2}:\d{2})|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
+_FIXES_LINE = re.compile(r"dsv4ctl fixes: (.*)")
+_DP_TAGS = re.compile(r"\(EngineCore_DP(\d+) pid=")
+
+
+def _stamp(m: re.Match[str]) -> str:
+    return f"{m.group(2)}-{m.group(3)} {m.group(4)}" if m.group(1) else m.group(5)
+
+
 @dataclass
 class Identity:
     first_time: str | None = None
@@ -48,57 +57,71 @@ class Identity:
     fixes: list[str] = field(default_factory=list)
     headless: bool = False
     vllm_version: str | None = None
-    times: dict[int, str] = field(default_factory=dict)  # line number -> the time at or before it (head, tail)
+    # the text read (head, tail), split into lines only when a line's time is asked for
+    head_text: str = field(default="", repr=False)
+    tail_text: str = field(default="", repr=False)
+    tail_first: int = 0
+    _lines: dict[str, list[str]] = field(default_factory=dict, repr=False)
+
+    def _split(self, which: str) -> list[str]:
+        if which not in self._lines:
+            self._lines[which] = (self.head_text if which == "head" else self.tail_text).splitlines()
+        return self._lines[which]
 
     def time_at(self, line: int | None) -> str | None:
-        """The time of the line, or of the last timed line before it that the scan saw."""
-        if line is None or not self.times:
+        """The time of the line, or of the closest timed line before it that the scan read."""
+        if line is None or line < 1:
             return None
-        if line in self.times:
-            return self.times[line]
-        earlier = [n for n in self.times if n <= line]
-        return self.times[max(earlier)] if earlier else None
+        head = self._split("head")
+        tail = self._split("tail") if self.tail_text else []
+        for lines, first in ((tail, self.tail_first), (head, 1)):
+            if first <= line < first + len(lines):
+                for i in range(line - first, max(line - first - 2000, -1), -1):
+                    t = line_time(lines[i])
+                    if t:
+                        return t
+                break
+        return None
 
 
 def scan(path: str, total_lines: int | None) -> Identity:
-    """The identity lines of the first HEAD_BYTES and the times of the last TAIL_BYTES of a log file."""
-    ident = Identity()
+    """The identity lines of the first HEAD_BYTES, the first and last times, and the text kept for
+    `time_at` (the head and the last TAIL_BYTES)."""
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         head = f.read(HEAD_BYTES)
-        cut = head.rfind(b"\n") + 1 if len(head) == HEAD_BYTES else len(head)
-        _read(ident, head[:cut].decode("utf-8", "replace").splitlines(), 1, identity=True)
-        head_lines = head[:cut].count(b"\n")
-        if size > cut and total_lines:
-            f.seek(max(size - TAIL_BYTES, cut))
+        tail = b""
+        if size > len(head):
+            f.seek(max(size - TAIL_BYTES, len(head)))
             tail = f.read()
-            if size - TAIL_BYTES > cut:
-                tail = tail[tail.find(b"\n") + 1:]
-            lines = tail.decode("utf-8", "replace").splitlines()
-            _read(ident, lines, max(total_lines - len(lines) + 1, head_lines + 1), identity=False)
+    return from_parts(head, tail, size, total_lines)
+
+
+def from_parts(head: bytes, tail: bytes, size: int, total_lines: int | None) -> Identity:
+    """`scan` of a log's first bytes and its last ones (`tail` starts where `head` ends or later)."""
+    ident = Identity()
+    cut = head.rfind(b"\n") + 1 if size > len(head) else len(head)
+    text = ident.head_text = head[:cut].decode("utf-8", "replace")
+    m = _ANY_TIME.search(text)
+    ident.first_time = _stamp(m) if m else None
+    ident.dp_tags.update(int(x) for x in _DP_TAGS.findall(text))
+    for fixes in _FIXES_LINE.findall(text):
+        if fixes not in ident.fixes:
+            ident.fixes.append(fixes)
+    ident.headless = _HEADLESS in text
+    m = _ENGINE_VERSION.search(text)
+    ident.vllm_version = m.group(1) if m else None
+    ident.dp_leader = [m.group(0) for m in _DP_LEADER.finditer(text)]
+    if tail and total_lines:
+        if size - len(tail) > len(head):  # a cut through a line: from the next one on
+            tail = tail[tail.find(b"\n") + 1:]
+        else:
+            tail = head[cut:] + tail
+        ident.tail_text = tail.decode("utf-8", "replace")
+        ident.tail_first = max(total_lines - ident.tail_text.count("\n") + 1, text.count("\n") + 1)
+        ident.dp_tags.update(int(x) for x in _DP_TAGS.findall(ident.tail_text[-(64 << 10):]))
+    last = None
+    for m in _ANY_TIME.finditer((ident.tail_text or text)[-(64 << 10):]):
+        last = m
+    ident.last_time = _stamp(last) if last else ident.first_time
     return ident
-
-
-def _read(ident: Identity, lines: list[str], first: int, identity: bool) -> None:
-    for n, raw in enumerate(lines, start=first):
-        t = line_time(raw)
-        if t:
-            ident.times[n] = t
-            ident.first_time = ident.first_time or t
-            ident.last_time = t
-        if "EngineCore_DP" in raw:
-            for m in _DP_TAG.finditer(raw, 0, 80):
-                ident.dp_tags.add(int(m.group(1)))
-        if identity and "dsv4ctl fixes:" in raw:
-            m = _FIXES.search(raw)
-            if m and m.group(1) not in ident.fixes:
-                ident.fixes.append(m.group(1))
-        if identity and _HEADLESS in raw:
-            ident.headless = True
-        if identity and ident.vllm_version is None and "Initializing a V1 LLM engine" in raw:
-            m = _ENGINE_VERSION.search(raw)
-            ident.vllm_version = m.group(1) if m else None
-        if identity and "DP group leader:" in raw:
-            m = _DP_LEADER.search(raw)
-            if m:
-                ident.dp_leader.append(m.group(0))
