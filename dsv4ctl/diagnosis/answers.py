@@ -107,6 +107,10 @@ def _apply(rule: Signature, groups: dict[str, Any], f: Finding, record: ErrorRec
     if f.id == "indexed_error" and details.get("cite"):
         meaning = f"{meaning} The message is {details.get('package', 'vllm')}'s ({details['cite']})."
     details["family"] = family
+    if f.id in REFINED:
+        # The signature names the class; the family adds what the message's values say, before the signature's advice.
+        details["refined_by"] = rule.id
+        return replace(f, actions=_dedupe(actions + [a for a in f.actions if a not in actions]), details=details)
     details["answered_from"] = f.id
     return replace(f, id=rule.id, title=title, meaning=meaning, actions=actions, details=details, tier=rule.tier,
                    severity=rule.severity, role=rule.role)

@@ -294,8 +294,8 @@ def test_an_argparse_refusal_gets_the_nearest_choice_and_the_flag_it_meant(tmp_p
     log.write_text("vllm serve: error: argument --kv-cache-dtype: invalid choice: 'fp8_e4m3fnuz' (choose from 'auto', "
                    "'bfloat16', 'fp8', 'fp8_e4m3', 'fp8_e5m2')\n")
     d = diagnose([log])
-    assert d.root_cause.id == "value_unknown_choice"
+    assert d.root_cause.id == "cli_arguments_rejected" and d.root_cause.details["refined_by"] == "value_unknown_choice"
     assert any("'fp8_e4m3'" in a for a in d.root_cause.actions)
     log.write_text("vllm serve: error: unrecognized arguments: --max-lora-ranks 32\n")
     d = diagnose([log])
-    assert d.root_cause.id == "flag_unknown" and any("--max-lora-rank" in a for a in d.root_cause.actions)
+    assert d.root_cause.details["refined_by"] == "flag_unknown" and any("--max-lora-rank" in a for a in d.root_cause.actions)

@@ -533,7 +533,8 @@ def test_argparse_rejecting_a_flag_is_the_cause():
     d = run("usage: vllm serve [model_tag] [options]\n"
             "vllm serve: error: unrecognized arguments: --gpu-memory-utilisation 0.92\n")
     # The argparse signature, refined by the family that reads the flag: the one it meant.
-    assert (d.verdict, d.root_cause.id, d.phase) == ("failed", "flag_unknown", "startup")
+    assert (d.verdict, d.root_cause.id, d.phase) == ("failed", "cli_arguments_rejected", "startup")
+    assert d.root_cause.details["refined_by"] == "flag_unknown"
     assert "--gpu-memory-utilisation" in root_texts(d)[0]
     assert any("use --gpu-memory-utilization" in a for a in d.root_cause.actions)
 
