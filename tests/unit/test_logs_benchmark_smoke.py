@@ -77,12 +77,18 @@ def test_production_logs_are_deterministic_and_hold_their_shares(tmp_path, scena
 
 
 def test_the_startup_benchmark_runs():
+    real = (ROOT.parent / "shared" / "real-logs" / "logs").is_dir()
     out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "startup_bench.py"), "--runs", "1", "--json"],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
+        [sys.executable, str(ROOT / "benchmarks" / "startup_bench.py"), "--runs", "1", "--json",
+         "--log", "all" if real else "serving"],
+        capture_output=True, text=True, timeout=180, cwd=ROOT,
     )
-    assert out.returncode == 0, out.stderr
+    # exit 1 is a missed target (a timing, which tests never assert); the report must be whole either way
+    assert out.returncode in (0, 1), out.stderr
     data = json.loads(out.stdout)
-    assert 90_000 <= data["log_bytes"] <= 100_000
-    assert set(data["seconds"]) == {"dsv4ctl diagnose", "minimal Typer + Rich app"}
-    assert data["ratio_of_medians"] > 0
+    assert [r["log"] for r in data["results"]] == (["serving", "excerpts"] if real else ["serving"])
+    for r in data["results"]:
+        assert 90_000 <= r["log_bytes"] <= 100_000
+        assert set(r["seconds"]) == {"dsv4ctl diagnose", "minimal Typer + Rich app"}
+        assert r["ratio_of_medians"] > 0
+    assert all("ok" in r for r in data["results"] if r["log"] == "excerpts")
