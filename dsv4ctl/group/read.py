@@ -80,25 +80,68 @@ class _Kept(io.RawIOBase):
         return n
 
 
+class _Slice(io.RawIOBase):
+    """A member of an uncompressed tar read straight from the archive's file (os.pread: no copy through tarfile)."""
+
+    def __init__(self, fd: int, offset: int, size: int) -> None:
+        self._fd, self._pos, self._end = fd, offset, offset + size
+        self.start, self.size = offset, size
+
+    def parts(self) -> tuple[bytes, bytes]:
+        """The member's first HEAD_BYTES and last TAIL_BYTES, read in place."""
+        head = os.pread(self._fd, min(HEAD_BYTES, self.size), self.start)
+        tail_from = max(self.size - TAIL_BYTES, len(head))
+        tail = os.pread(self._fd, self.size - tail_from, self.start + tail_from) if self.size > tail_from else b""
+        return head, tail
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), self._end - self._pos)
+        if n <= 0:
+            return 0
+        data = os.pread(self._fd, n, self._pos)
+        buffer[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+
+def _archive_members(path: str) -> Iterator[tuple[tarfile.TarInfo, IO[bytes]]]:
+    """The archive's files in order, each as a stream: a plain tar's read in place, a compressed one's as
+    they come out of the decompressor (1 MiB reads: the archive's 10 KiB records cost)."""
+    try:
+        tar = tarfile.open(path, "r:")
+    except tarfile.ReadError:
+        tar = None
+    if tar is not None:
+        with tar, open(path, "rb") as f:
+            for member in tar.getmembers():
+                if member.isfile():
+                    yield member, io.BufferedReader(_Slice(f.fileno(), member.offset_data, member.size), 1 << 20)
+        return
+    with tarfile.open(path, "r|*", bufsize=1 << 20) as stream_tar:
+        for member in stream_tar:
+            stream = stream_tar.extractfile(member) if member.isfile() else None
+            if stream is not None:
+                yield member, stream
+
+
 def _read_bundle(path: str, progress: Callable[[int], None] | None, done: int) -> tuple[list[MemberReading], int]:
     """A bundle read once, front to back: each log as it comes out of the archive, then the manifest (written
     last) says where each came from; the events log and logs of no bytes are left out."""
     readings: dict[str, MemberReading] = {}
     manifest: dict[str, Any] = {}
-    with tarfile.open(path, "r|*", bufsize=1 << 20) as tar:  # 1 MiB reads: the archive's 10 KiB records cost
-        for member in tar:
-            stream = tar.extractfile(member) if member.isfile() else None
-            if stream is None:
-                continue
-            if member.name == MANIFEST:
-                manifest = json.loads(stream.read())
-                continue
-            if not member.name.startswith("logs/") or not member.size:
-                continue
-            report = (lambda n, base=done: progress(base + n)) if progress else None
-            reading, size = _read_member(Member(name=member.name, path=f"{path}:{member.name}"), stream, report)
-            readings[member.name] = reading
-            done += size
+    for member, stream in _archive_members(path):
+        if member.name == MANIFEST:
+            manifest = json.loads(stream.read())
+            continue
+        if not member.name.startswith("logs/") or not member.size:
+            continue
+        report = (lambda n, base=done: progress(base + n)) if progress else None
+        reading, size = _read_member(Member(name=member.name, path=f"{path}:{member.name}"), stream, report)
+        readings[member.name] = reading
+        done += size
     out = []
     for entry in manifest.get("logs", []):
         reading = readings.pop(entry.get("path"), None)
@@ -142,6 +185,11 @@ def _read_member(member: Member, source: IO[bytes] | str, progress: Callable[[in
         d = diagnose([source], progress=progress)
         ident = scan(source, d.lines_read)
         size = os.path.getsize(source)
+    elif isinstance(source, io.BufferedReader) and isinstance(source.raw, _Slice):
+        d = diagnose([source], progress=progress)
+        head, tail = source.raw.parts()
+        ident = from_parts(head, tail, source.raw.size, d.lines_read)
+        size = source.raw.size
     else:
         kept = _Kept(source)
         d = diagnose([io.BufferedReader(kept, 1 << 20)], progress=progress)
