@@ -815,7 +815,7 @@ def collect_command(
     since: str | None = typer.Option(None, "--since", metavar="DURATION", help="kubectl/docker: only lines newer than this (30m, 2h)."),
     tail: int | None = typer.Option(None, "--tail", metavar="LINES", min=0, help="Only the last LINES lines of each log."),
     max_log_bytes: str = typer.Option("256MiB", "--max-log-bytes", metavar="SIZE", help="Largest log kept; a longer one keeps its first quarter and its end."),
-    output: Path | None = typer.Option(None, "--output", "-o", metavar="BUNDLE", help="The bundle to write [default: dsv4ctl-collect-<UTC time>.tar.gz here]."),
+    output: Path | None = typer.Option(None, "--output", "-o", metavar="BUNDLE", help="The bundle to write: .tar.gz, or .tar uncompressed (faster to read back) [default: dsv4ctl-collect-<UTC time>.tar.gz here]."),
     kubectl: str = typer.Option("kubectl", "--kubectl", metavar="PATH", help="The kubectl to run."),
     json_out: bool = typer.Option(False, "--json", help="Print the manifest as JSON (schema_version 1) on stdout."),
 ) -> None:
