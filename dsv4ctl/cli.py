@@ -293,7 +293,7 @@ def fit_length_command(
         parse_speculative_config,
         plan_fit,
     )
-    from dsv4ctl.render import emit_json, out_console, warning_line
+    from dsv4ctl.render import emit_json, out_console
     from dsv4ctl.units import describe_bytes, parse_memory_flag
 
     request = FitRequest(
@@ -333,19 +333,20 @@ def fit_length_command(
     if json_output:
         emit_json(result.to_json())
     else:
-        from dsv4ctl.render import err_console
+        from dsv4ctl.render import err_console, print_note
         from dsv4ctl.render.fit import render_fit
 
+        talk = err_console()
         for flag, raw, size in (("--kv-cache-memory", kv_cache_memory, request.kv_cache_memory_bytes),
                                 ("--weights-memory", weights_memory, request.weights_bytes_per_rank),
                                 ("--checkpoint-size", checkpoint_size, request.checkpoint_bytes),
                                 ("--overhead", overhead, request.non_kv_overhead_bytes)):
             if raw is not None and size is not None:
-                err_console().print(f"Note: {flag} {raw} read as {describe_bytes(size)}", markup=False)
+                print_note(talk, "Note:", f"{flag} {raw} read as {describe_bytes(size)}")
         for line in result.notes:
-            err_console().print(f"Note: {line}", markup=False)
+            print_note(talk, "Note:", line)
         for line in result.warnings:
-            warning_line(line)
+            print_note(talk, "Warning:", line)
         render_fit(result, out_console())
     if not result.fits:
         raise typer.Exit(int(ExitCode.DOES_NOT_FIT))

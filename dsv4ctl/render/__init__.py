@@ -157,6 +157,20 @@ def print_prose(console: Console, text: str, indent: str = "", subsequent_indent
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
+# A command inside a note: the environment it sets, then dsv4ctl's or vLLM's command line, to the end.
+NOTE_COMMAND_RE = re.compile(r"(?:[A-Z][A-Z0-9_]*=\S+ )*(?:env -u \S+ )?(?:dsv4ctl [a-z][a-z-]*|vllm serve) \S.*$")
+
+
+def print_note(console: Console, label: str, text: str) -> None:
+    """`Note: …` (or `Warning: …`) wrapped to the console's width with a hanging indent; a command the text ends
+    with goes on a line of its own, whole, so that it can be copied."""
+    m = NOTE_COMMAND_RE.search(text)
+    prose, command = (text[: m.start()].rstrip(), m.group(0)) if m else (text, None)
+    print_prose(console, f"{label} {prose}" if prose else label, subsequent_indent="  ")
+    if command:
+        print_command(console, command)
+
+
 def cut_around(text: str, width: int, keep: Sequence[str] = ()) -> str:
     """Shorten a quoted log line to about `width` characters around what matters, with `…` at the cuts.
 

@@ -133,7 +133,10 @@ def _answer_table(result: FitResult) -> Table:
     answer.add_column(justify="right", no_wrap=True)
     answer.add_column(justify="left")
     answer.add_row("model maximum", format_tokens(result.model_max_model_len), "")
-    shrink = f"(shrinks by {format_tokens(result.shrink_tokens)})" if result.will_shrink else "(full context)"
+    if result.autofit_max_model_len <= 0:
+        shrink = "(vLLM refuses: no length fits)"  # nothing to shrink to
+    else:
+        shrink = f"(shrinks by {format_tokens(result.shrink_tokens)})" if result.will_shrink else "(full context)"
     answer.add_row("--max-model-len auto picks", _tokens(result.autofit_max_model_len), shrink)
     if result.requested_max_model_len is not None:
         answer.add_row("--max-model-len checked", format_tokens(result.requested_max_model_len), "")

@@ -22,6 +22,12 @@ from typing import Any
 from dsv4ctl.errors import InputError
 
 DSV4_ARCHITECTURES = ("DeepseekV4ForCausalLM", "DeepseekV4ForConditionalGeneration")
+# DeepSeek-V4.1 (vLLM 0.30.0+): its compress-ratio-1 layers keep a full compressed cache (vLLM's sparse_swa.py
+# `get_prefill_chunk_plan(has_compressed=...)`, "v4.1 ... compress_ratio==1 layers DO have a full-length
+# compressed cache"), a layout not mirrored here: refused plainly, never planned as V4.0.
+DSV41_ARCHITECTURE = "DeepseekV41ForCausalLM"
+DSV41_NOT_MODELLED = ("DeepSeek-V4.1 is not modelled: its compress-ratio-1 layers keep a full compressed cache, "
+                      "so a plan with DeepSeek-V4.0's layout would be wrong")
 DSV4_MODEL_TYPES = ("deepseek_v4",)
 BUILTIN_FILE = "builtin_models.json"
 
@@ -222,7 +228,8 @@ def _geometry_from_config(
         max_len_key=key,
         config_path=config_path,
         weights=weights,
-        extra={k: config.get(k) for k in ("hidden_size", "num_attention_heads", "n_routed_experts") if k in config},
+        extra={k: config.get(k) for k in ("hidden_size", "num_attention_heads", "n_routed_experts",
+                                          "moe_intermediate_size", "quantization_config") if k in config},
     )
 
 
@@ -243,9 +250,10 @@ def _dsv4_config(config: dict[str, Any], where: str) -> tuple[dict[str, Any], st
         # A DeepSeek-V4 relative (DeepseekV41ForCausalLM) or an unknown class on a deepseek_v4 config: its KV
         # layout is not the one mirrored here, so no number at all rather than one from the wrong layout.
         name = unplanned or architectures[0]
+        why = (DSV41_NOT_MODELLED if name == DSV41_ARCHITECTURE
+               else f"its KV-cache layout is not modelled; planned: {', '.join(DSV4_ARCHITECTURES)}")
         raise InputError(
-            f"{where}: architecture {name} is not planned by dsv4ctl (its KV-cache layout is not modelled; "
-            f"planned: {', '.join(DSV4_ARCHITECTURES)})",
+            f"{where}: architecture {name} is not planned by dsv4ctl ({why})",
             hint="no length can be predicted for it here; let vLLM auto-fit it (--max-model-len auto)",
         )
     if model_type not in DSV4_MODEL_TYPES and arch is None:

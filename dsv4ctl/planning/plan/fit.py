@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from dsv4ctl.errors import Dsv4ctlError
+from dsv4ctl.errors import Dsv4ctlError, ExitCode
 from dsv4ctl.logs.facts import LogCalibration
 from dsv4ctl.planning.checkpoint.geometry import Dsv4Geometry
 from dsv4ctl.planning.checkpoint.load import load_geometry
@@ -41,6 +41,7 @@ from dsv4ctl.planning.plan.request import (
 )
 from dsv4ctl.planning.plan.result import THINK_MAX_CONTEXT, FitResult, WhatIfRow
 from dsv4ctl.planning.plan.safe_length import SafeLength, safe_length
+from dsv4ctl.planning.plan.split import check_split
 from dsv4ctl.planning.plan.what_if import what_if_rows
 from dsv4ctl.units import GiB, format_gib, format_tokens
 
@@ -91,6 +92,9 @@ def plan_fit(
 
 
 def _plan_one(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4Geometry) -> tuple[FitResult, Inputs]:
+    split = check_split(geometry.extra, request.tensor_parallel_size, bool(request.enable_expert_parallel))
+    if split is not None:  # vLLM would refuse the weights themselves: no memory plan means anything
+        raise Dsv4ctlError(split.message, hint=split.hint, exit_code=ExitCode.DOES_NOT_FIT)
     inputs = resolve(request, snapshot, log_facts, geometry)
     sched = scheduling(inputs)
     memory = worker_memory(inputs, sched)
@@ -125,14 +129,9 @@ def _plan_lengths(
         memory.calibration.log if memory.calibration is not None else None,
     )
     below = max(0, available_kv.value - available_kv.low)
-    autofit_range = _autofit_range(planner, positive, available_kv, model_max, sched.in_flight)
+    autofit_range = _autofit_range(planner, memory.per_worker, available_kv, model_max, sched.in_flight)
     if available_kv.basis == "estimated":
-        inputs.notes.append(
-            f"KV memory per GPU {format_gib(available_kv.value)} is an estimate: {format_gib(max(available_kv.low, 0))}–"
-            f"{format_gib(available_kv.high)} ({format_gib(available_kv.width)} wide, auto-fit "
-            f"{format_tokens(autofit_range[0])}–{format_tokens(autofit_range[1])}); the recommendation uses the low end; "
-            f"{available_kv.narrow}"
-        )
+        inputs.notes.append(_estimate_note(available_kv, autofit_range))
     # Recommendation: the one safe-length rule (auto-fit again with the margin off every worker), from the low end.
     safe = safe_length(
         lambda cut, tokens: planner.autofit([max(m - cut - below, 0) for m in positive], model_max, tokens),
@@ -221,17 +220,39 @@ def _refusal(
 
 
 def _autofit_range(
-    planner: Planner, positive: list[int], available_kv: KvMemoryEstimate, model_max: int, in_flight: int
+    planner: Planner, per_worker: list[int], available_kv: KvMemoryEstimate, model_max: int, in_flight: int
 ) -> tuple[int, int] | None:
-    """Auto-fit at the low and high ends of the KV memory's range (None when the figure is exact)."""
+    """Auto-fit at the low and high ends of the KV memory's range (None when the figure is exact). Each end moves
+    the workers' own figures, a shortfall included: a worker 26 GiB short is still short at the 4 GiB high end."""
     below = max(0, available_kv.value - available_kv.low)
     above = max(0, available_kv.high - available_kv.value)
     if not (below or above):
         return None
     return (
-        planner.autofit([max(m - below, 0) for m in positive], model_max, in_flight),
-        planner.autofit([m + above for m in positive], model_max, in_flight),
+        planner.autofit([max(m - below, 0) for m in per_worker], model_max, in_flight),
+        planner.autofit([max(m + above, 0) for m in per_worker], model_max, in_flight),
     )
+
+
+def _estimate_note(kv: KvMemoryEstimate, autofit_range: tuple[int, int] | None) -> str:
+    """What the estimated KV memory's range means, in sizes and lengths people read: a shortfall is said as one
+    (never a negative size), a range runs low to high, and an auto-fit of 0 is `none`."""
+    def fit(n: int) -> str:
+        return format_tokens(n) if n > 0 else "none"
+
+    low, high = kv.low, kv.high
+    lengths = autofit_range or (0, 0)
+    if high <= 0:
+        short = (format_gib(-high), format_gib(-low)) if low < high else (format_gib(-high),) * 2
+        shortfall = short[0] if short[0] == short[1] else f"{short[0]}–{short[1]}"
+        return (f"KV memory per GPU: none, by an estimate: the weights and the overhead exceed the budget by "
+                f"{shortfall} (the overhead estimate is {format_gib(kv.width)} wide), so vLLM would refuse at every "
+                f"point of it; {kv.narrow}")
+    value = format_gib(kv.value) if kv.value > 0 else "none"
+    span = (f"auto-fit {fit(lengths[0])}–{fit(lengths[1])}" if lengths[0] != lengths[1]
+            else f"auto-fit {fit(lengths[0])}")
+    return (f"KV memory per GPU {value} is an estimate: {format_gib(max(low, 0))}–{format_gib(high)} "
+            f"({format_gib(kv.width)} wide, {span}); the recommendation uses the low end; {kv.narrow}")
 
 
 def _check_log_autofit(

@@ -1,0 +1,70 @@
+"""Whether the checkpoint's block-quantized FP8 weights split at the requested tensor-parallel size.
+
+vLLM cuts every tensor-parallel weight into one slice per GPU and requires block-wise FP8 slices to be whole
+quantization blocks; for fused MoE experts `validate_fp8_block_shape_moe` raises "The output_size of gate's
+and up's weight = {moe_intermediate_size / TP} is not divisible by weight quantization block_n = {block_n}"
+(vllm==0.33.0 and 0.32.0 vllm/model_executor/layers/quantization/utils/fp8_utils.py:1363; 0.27.1
+quantization/fp8.py:554). DeepSeek-V4-Pro at --tensor-parallel-size 16: 3072 / 16 = 192 (vllm#40955). With
+--enable-expert-parallel the experts are whole on each GPU and nothing is cut; DeepSeek-V4's shared expert
+pads its slice to whole blocks (vllm/models/deepseek_v4/nvidia/model.py `DeepseekV4MLP`, 0.27.1–0.33.0).
+
+The numbers come from the checkpoint's config.json (`moe_intermediate_size`,
+`quantization_config.weight_block_size`, `num_attention_heads`); where it lacks them nothing is checked.
+Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SplitRefusal:
+    message: str
+    hint: str
+    working: tuple[int, ...]  # the tensor-parallel sizes that split, up to the heads' count
+
+
+def _positive_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def fp8_block(extra: dict[str, Any]) -> tuple[int, int] | None:
+    """(block_n, block_k) of a block-wise FP8 checkpoint, from config.json's quantization_config."""
+    quant = extra.get("quantization_config")
+    if not isinstance(quant, dict) or str(quant.get("quant_method", "")).lower() != "fp8":
+        return None
+    block = quant.get("weight_block_size")
+    if not isinstance(block, (list, tuple)) or len(block) != 2:
+        return None
+    n, k = (_positive_int(b) for b in block)
+    return (n, k) if n and k else None
+
+
+def check_split(extra: dict[str, Any], tensor_parallel_size: int, expert_parallel: bool) -> SplitRefusal | None:
+    """The refusal when the experts' slice at this TP is not whole FP8 blocks, else None."""
+    moe = _positive_int(extra.get("moe_intermediate_size"))
+    block = fp8_block(extra)
+    tp = tensor_parallel_size
+    if expert_parallel or tp <= 1 or moe is None or block is None:
+        return None
+    block_n, block_k = block
+    if moe % tp == 0 and (moe // tp) % block_n == 0 and (moe // tp) % block_k == 0:
+        return None
+    heads = _positive_int(extra.get("num_attention_heads")) or tp
+    working = tuple(t for t in range(1, heads + 1)
+                    if heads % t == 0 and moe % t == 0 and (moe // t) % block_n == 0 and (moe // t) % block_k == 0)
+    slice_text = f"{moe:,} / {tp} = {moe / tp:g}" if moe % tp else f"{moe:,} / {tp} = {moe // tp:,}"
+    message = (
+        f"--tensor-parallel-size {tp} cannot split this checkpoint: each GPU's slice of the experts is "
+        f"moe_intermediate_size {slice_text}, not a multiple of the FP8 block {block_n} "
+        f"(quantization_config.weight_block_size); vLLM refuses it while loading the weights"
+    )
+    if working:
+        sizes = ", ".join(str(t) for t in working)
+        hint = (f"tensor-parallel sizes that split: {sizes} (they also divide the {heads} attention heads); "
+                "or keep the size and add --enable-expert-parallel (the experts stay whole)")
+    else:
+        hint = "no tensor-parallel size splits it into whole blocks: add --enable-expert-parallel (the experts stay whole)"
+    return SplitRefusal(message, hint, working)
