@@ -117,27 +117,40 @@ class Watchdog:
         # stopped engine never answered keep theirs open until their clients give up. After a grace, do
         # what uvicorn's own second Ctrl-C does (vLLM's signal handler swallows it): force_exit.
         if not self._stop.wait(FORCE_AFTER_S):
-            forced = force_http_exit()
-            if forced:
-                self._say(f"watchdog: vLLM's HTTP server still waited for {forced} open connection(s) after "
-                          f"{FORCE_AFTER_S:g} s (requests the engine never answered): closing them (uvicorn's force_exit)")
+            try:
+                servers, connections = force_http_exit()
+            except Exception as exc:  # noqa: BLE001 - said in the log; serve's session still reaps at the end
+                self._say(f"watchdog: could not force vLLM's HTTP server to exit: {type(exc).__name__}: {exc}")
+                return
+            self._say(f"watchdog: vLLM still running {FORCE_AFTER_S:g} s after the SIGTERM; its HTTP server waited for "
+                      f"{connections} open connection(s) (requests the engine never answered): uvicorn's force_exit "
+                      f"set on {servers} server(s)")
 
 
-def force_http_exit() -> int:
+def force_http_exit() -> tuple[int, int]:
     """Set `force_exit` on every uvicorn server of this process (what uvicorn's second Ctrl-C sets, uvicorn
-    0.54 server.py `handle_exit`); returns the connections they were still waiting for."""
+    0.54 server.py `handle_exit`); returns the servers and the connections they were still waiting for."""
     import gc
     import sys
 
     uvicorn = sys.modules.get("uvicorn")
     if uvicorn is None:
-        return 0
-    waiting = 0
-    for obj in gc.get_objects():
-        if isinstance(obj, uvicorn.Server) and not obj.force_exit:
-            waiting += len(getattr(getattr(obj, "server_state", None), "connections", ()) or ())
-            obj.force_exit = True
-    return waiting
+        return 0, 0
+    server_class = uvicorn.Server
+    servers = connections = 0
+    frozen = gc.get_freeze_count() > 0  # vLLM freezes its heap after startup: get_objects skips frozen objects
+    if frozen:
+        gc.unfreeze()
+    try:
+        for obj in gc.get_objects():
+            if issubclass(type(obj), server_class):  # type(), not isinstance: no proxy's __class__ is asked
+                servers += 1
+                connections += len(getattr(getattr(obj, "server_state", None), "connections", ()) or ())
+                obj.force_exit = True
+    finally:
+        if frozen:
+            gc.freeze()
+    return servers, connections
 
 
 def _sigterm_this_process() -> None:
