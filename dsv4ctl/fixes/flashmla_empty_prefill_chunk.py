@@ -234,11 +234,20 @@ def _view_without_empty(meta: Any, nonempty: tuple[bool, ...]) -> Any:
     return view
 
 
+def _cache_key(meta: Any) -> tuple[Any, ...]:
+    """What the decision depends on: the counts and the offsets tensor (its identity and its in-place version),
+    so a metadata object vLLM refilled in place is decided again."""
+    offsets = meta.query_start_loc_cpu
+    return (meta.num_decodes, meta.num_prefills, id(offsets), getattr(offsets, "_version", None))
+
+
 def _decision(meta: Any) -> Any:
-    """`all`, `none` or the metadata view to run with; computed once per metadata object."""
+    """`all`, `none` or the metadata view to run with; computed once per metadata object and step (the ~60
+    layers of a step share one metadata object)."""
+    key = _cache_key(meta)
     cached = getattr(meta, "__dict__", {}).get(_CACHE_ATTR)
-    if cached is not None:
-        return cached
+    if cached is not None and cached[0] == key:
+        return cached[1]
     flags = nonempty_prefills(meta)
     if flags is None:
         decision: Any = _ALL_NONEMPTY
@@ -247,7 +256,7 @@ def _decision(meta: Any) -> Any:
     else:
         decision = _view_without_empty(meta, flags)
     try:
-        meta.__dict__[_CACHE_ATTR] = decision
+        meta.__dict__[_CACHE_ATTR] = (key, decision)
     except (AttributeError, TypeError):  # no __dict__: decide again next time
         pass
     return decision

@@ -154,6 +154,20 @@ def test_patched_no_empty_range_reaches_the_kernel_and_every_row_is_computed_onc
     assert plan[0][0] == 0 and plan[-1][1] == len(prefills)
 
 
+def test_patched_a_metadata_object_refilled_in_place_is_decided_again(flashmla):
+    """vLLM may refill one metadata object's offsets in place: the decision follows the new offsets."""
+    module, calls = flashmla
+    install(module)
+    meta = batch([1], FOUR_THEN_EMPTY)
+    run_prefill(module, meta)
+    assert [c["rows"] for c in calls] == [4]
+    calls.clear()
+    meta.query_start_loc_cpu[-1] += 2  # the last request now has 2 query tokens
+    meta.num_prefill_tokens += 2
+    rows = run_prefill(module, meta)
+    assert [c["rows"] for c in calls] == [4, 2] and rows == [1.0] * 6
+
+
 def test_patched_a_prefill_region_without_query_tokens_computes_nothing(flashmla):
     module, calls = flashmla
     install(module)
