@@ -183,6 +183,22 @@ def _collect_and_diagnose(cli, tmp_path: Path, logs: list[Path]) -> dict:
     return data
 
 
+def test_the_teardown_hook_wraps_vllms_own_engine_manager_once():
+    """serve looks for a dead engine right before vLLM's engine manager shuts the rest down: the real class."""
+    from vllm.v1.engine.utils import CoreEngineProcManager
+
+    from dsv4ctl.serve.engines import report_before_vllm_teardown
+
+    original = CoreEngineProcManager.shutdown
+    try:
+        report_before_vllm_teardown()
+        wrapped = CoreEngineProcManager.shutdown
+        report_before_vllm_teardown()
+        assert CoreEngineProcManager.shutdown is wrapped and wrapped.__wrapped__ is original
+    finally:
+        CoreEngineProcManager.shutdown = original
+
+
 def test_killed_headless_engine_is_the_groups_root_cause(cli, tmp_path, model):
     group = Group(tmp_path, model)
     try:
