@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from dsv4ctl.collect.model import MANIFEST, LogEntry
-from dsv4ctl.redaction import MAY_HOLD_SECRET, redact_line
+from dsv4ctl.redaction import NAME_END, SECRET_STARTS, SECRET_WORDS, redact_line
 
 _RFC3339 = re.compile(rb"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s")
 # vLLM's record time (vllm/logger.py _DATE_FORMAT "%m-%d %H:%M:%S"), after the level.
@@ -30,7 +30,16 @@ _VLLM_TIME = re.compile(rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d{2}-\d{2} \d
 _CHUNK = 1 << 20
 _MAX_LINE = 4 << 20  # the most of one line held in memory before it is written on
 # The redaction rule's words (dsv4ctl.redaction): a line without any of them holds no secret.
-_MAY_HOLD_SECRET = re.compile(MAY_HOLD_SECRET.encode())  # searched in the lower-cased block
+# One pattern per word (a literal first: re's fast search), the next character none that continues a name.
+_NOT_NAME = rb"(?![a-z0-9_.\-])"  # redaction.NAME_END as a class
+_SPOT_RES = tuple(re.compile(re.escape(w.encode()) + _NOT_NAME) for w in SECRET_WORDS) + tuple(
+    re.compile(re.escape(w.encode())) for w in SECRET_STARTS)
+
+
+def secret_spots(lower: bytes) -> list[int]:
+    """Where in a lower-cased block a line may hold a secret: each secret word that ends its name, each text
+    that starts a secret value."""
+    return sorted(m.start() for rx in _SPOT_RES for m in rx.finditer(lower))
 
 
 def _first_time(lines) -> str | None:
@@ -171,7 +180,7 @@ class BundleWriter:
                 for chunk in chunks:
                     pending = self._lines(entry, spool, pending + chunk)
                     if len(pending) > _MAX_LINE:  # a line without end (binary, one huge record): kept in pieces
-                        spool.write(self._redact(entry, pending, pending.lower()))
+                        spool.write(self._redact(entry, pending, secret_spots(pending.lower())))
                         pending = b""
             except KeyboardInterrupt:
                 entry.error = "interrupted"
@@ -200,18 +209,21 @@ class BundleWriter:
             entry.first_time = _first_time(lines[:2000])
         stamp = _first_time(reversed((lines or block[-(256 << 10):].split(b"\n"))[-2000:]))
         entry.last_time = stamp or entry.last_time
-        lower = block.lower()
-        if _MAY_HOLD_SECRET.search(lower):
-            block = self._redact(entry, block, lower)
+        spots = secret_spots(block.lower())
+        if spots:
+            block = self._redact(entry, block, spots)
         spool.write(block)
         return data[cut:]
 
     @staticmethod
-    def _redact(entry: LogEntry, block: bytes, lower: bytes) -> bytes:
+    def _redact(entry: LogEntry, block: bytes, spots: list[int]) -> bytes:
+        """The lines at `spots` through the redaction rule; the rest of the block as it is."""
         out, pos = [], 0
-        while (m := _MAY_HOLD_SECRET.search(lower, pos)) is not None:
-            start = block.rfind(b"\n", 0, m.start()) + 1
-            end = block.find(b"\n", m.end()) + 1 or len(block)
+        for spot in spots:
+            if spot < pos:
+                continue
+            start = block.rfind(b"\n", 0, spot) + 1
+            end = block.find(b"\n", spot) + 1 or len(block)
             line = block[start:end].decode("utf-8", "surrogateescape")
             redacted, n = redact_line(line)
             out.append(block[pos:start])

@@ -35,6 +35,12 @@ _WORD_HIT = re.compile(WORDS + r"(?![a-z0-9_.-])")
 _WORD_HIT_ANY_CASE = re.compile(WORDS + r"(?![A-Za-z0-9_.-])", re.IGNORECASE)
 # A line without any of these holds nothing the rules change (tested on the lower-cased text).
 MAY_HOLD_SECRET = WORDS + r"(?![a-z0-9_.-])|hf_|://|bearer |basic "
+# The same as literals: each secret word (which must end a name: the next character is none of NAME_END),
+# and the texts that start a secret value.
+SECRET_WORDS = ("token", "apikey", "key", "secret", "password", "passwd", "pass", "credential", "credentials",
+                "authorization", "auth", "signature", "bearer", "cookie")
+SECRET_STARTS = ("hf_", "://", "bearer ", "basic ")
+NAME_END = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789_.-")
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 _VALUE = r"(?P<vq>['\"]?)(?P<value>(?:Bearer |Basic |Token )?[^\s'\",;}\]&)]+)"
 _AFTER_NAME = re.compile(r"(?P<sep>['\"]?\s*[:=]\s*)" + _VALUE)
