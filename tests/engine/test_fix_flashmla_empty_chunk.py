@@ -187,3 +187,15 @@ def test_check_reads_the_installed_code(flashmla):
     assert fix._plans_empty_chunk(DeepseekSparseSWAMetadata.get_prefill_chunk_plan) is True
     result = fix.check()
     assert result.applicable and result.needed is False and "no FlashMLA kernels" in result.reason
+
+
+def test_check_says_needed_where_the_build_ships_flashmla(flashmla, monkeypatch):
+    """The same code with FlashMLA's kernels present (a CUDA wheel of 0.25.0-0.33.0): needed, and `all` applies it."""
+    import dsv4ctl.fixes as fixes
+    from dsv4ctl.fixes import flashmla_empty_prefill_chunk as fix
+
+    monkeypatch.setattr(fix, "_has_flashmla_kernels", lambda: (True, "this vLLM build ships FlashMLA's kernels"))
+    result = fix.check()
+    assert result.applicable and result.needed is True
+    assert "plans a chunk for a request with zero query tokens" in result.reason
+    assert fixes.plan(fixes.parse_selection("all"), result).status == fixes.APPLIED
