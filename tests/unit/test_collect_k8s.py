@@ -49,7 +49,7 @@ def _bundle(path: Path) -> tuple[dict, dict[str, bytes]]:
     return json.loads(members["manifest.json"]), members
 
 
-@pytest.mark.parametrize("target", ["vllm-0", "lws/vllm", "leaderworkerset.sigs.k8s.io/name=vllm"])
+@pytest.mark.parametrize("target", ["vllm-0", "vllm", "lws/vllm", "leaderworkerset.sigs.k8s.io/name=vllm"])
 def test_collect_gathers_every_container_of_the_group_with_the_previous_instance(cli, cluster, tmp_path, target):
     out = tmp_path / "bundle.tar.gz"
     result = cli("collect", "--k8s", target, "-n", "serving", "-o", out, "--json")
