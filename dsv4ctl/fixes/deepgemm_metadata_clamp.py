@@ -20,7 +20,7 @@ import functools
 import inspect
 from typing import Any
 
-from dsv4ctl.fixes import DEEPGEMM_METADATA_CLAMP, TARGET_MODULES, FixCheck, is_wrapper, mark_wrapper, unwrap
+from dsv4ctl.fixes.base import DEEPGEMM_METADATA_CLAMP, TARGET_MODULES, FixCheck, is_wrapper, mark_wrapper, unwrap
 
 NAME = DEEPGEMM_METADATA_CLAMP
 INDEXER_MODULE = TARGET_MODULES[NAME]

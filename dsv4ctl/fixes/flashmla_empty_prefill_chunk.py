@@ -38,7 +38,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from dsv4ctl.fixes import FLASHMLA_EMPTY_PREFILL_CHUNK, TARGET_MODULES, FixCheck, is_wrapper, mark_wrapper, unwrap
+from dsv4ctl.fixes.base import FLASHMLA_EMPTY_PREFILL_CHUNK, TARGET_MODULES, FixCheck, is_wrapper, mark_wrapper, unwrap
 
 NAME = FLASHMLA_EMPTY_PREFILL_CHUNK
 ATTENTION_MODULE = TARGET_MODULES[NAME]

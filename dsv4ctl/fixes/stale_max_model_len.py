@@ -19,7 +19,7 @@ import inspect
 from types import SimpleNamespace
 from typing import Any
 
-from dsv4ctl.fixes import (
+from dsv4ctl.fixes.base import (
     LOG_PREFIX,
     LOGGER_NAME,
     MARKER,  # noqa: F401 - the wrapper's mark, for callers inspecting it

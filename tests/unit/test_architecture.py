@@ -51,10 +51,6 @@ PLANNING_TOP_MAX = 8  # modules and rooms side by side at planning/'s top
 PLANNING_BEHIND_THE_FACE: dict[str, str] = {}
 # Lazy imports that still close a circle: a package named here may load its own modules inside a function while
 # they import it. Each with its reason; the test fails once the circle is gone, so the entry goes with it.
-LAZY_CIRCLES_LEFT: dict[str, str] = {
-    "dsv4ctl.fixes": "the registry loads each fix module when the fix is checked, and every fix module imports the "
-    "registry's helpers (FixCheck, mark_wrapper, TARGET_MODULES) from the package itself",
-}
 MAX_MODULE_LINES = 500
 MAX_BODY_LINES = 80
 REASON = "Kept whole"
@@ -137,31 +133,16 @@ def test_the_parts_form_no_circle():
     _assert_no_circle(ALLOWED)
 
 
-def _module_graph(*, keep_left: bool = False) -> dict[str, set[str]]:
+def _module_graph() -> dict[str, set[str]]:
     """Every import between dsv4ctl modules, those inside functions included (a lazy import closes a circle as
-    surely, only later); without `keep_left`, the lazy ones of LAZY_CIRCLES_LEFT are left out."""
+    surely, only later)."""
     modules = _modules()
-    graph = {}
-    for module, path in modules.items():
-        targets = {t for t in _imports(path) if t in modules and t != module}
-        if module in LAZY_CIRCLES_LEFT and not keep_left:
-            lazy = targets - _imports(path, top_level_only=True)
-            targets -= {t for t in lazy if t.startswith(f"{module}.")}
-        graph[module] = targets
-    return graph
+    return {module: {t for t in _imports(path) if t in modules and t != module} for module, path in modules.items()}
 
 
 def test_modules_import_without_a_circle():
     """No circle between modules anywhere in dsv4ctl/, lazy imports and TYPE_CHECKING blocks included."""
     _assert_no_circle(_module_graph())
-
-
-@pytest.mark.parametrize("package", sorted(LAZY_CIRCLES_LEFT))
-def test_each_circle_left_is_still_one(package):
-    graph = _module_graph(keep_left=True)
-    inside = {m for m in graph if m == package or m.startswith(f"{package}.")}
-    with pytest.raises(AssertionError):  # the circle is gone: take its entry out of LAZY_CIRCLES_LEFT
-        _assert_no_circle({m: graph[m] & inside for m in inside})
 
 
 def _importtime(argv: tuple[str, ...]) -> tuple[list[tuple[str, str]], set[str]]:
@@ -190,7 +171,7 @@ def _importtime(argv: tuple[str, ...]) -> tuple[list[tuple[str, str]], set[str]]
 def test_what_a_command_loads_follows_the_graph(argv):
     """The graph read from the sources is the one Python runs: each module a command's run loads under another is
     one that module imports (or the package of one, which loads first); --help loads only the top level's."""
-    graph = _module_graph(keep_left=True)
+    graph = _module_graph()
 
     def packages(name: str) -> set[str]:
         parts = name.split(".")
