@@ -504,10 +504,11 @@ def probe_deepgemm_command(
 # check / watch
 # =============================================================================================
 
-_CHECK_EXITS = (
-    f"Exit {int(ExitCode.OK)} healthy, {int(ExitCode.DEGRADED)} degraded ({int(ExitCode.OK)} with --liveness), "
+_WATCH_EXITS = (
+    f"Exit {int(ExitCode.OK)} healthy, {int(ExitCode.DEGRADED)} degraded, "
     f"{int(ExitCode.WEDGED)} wedged, {int(ExitCode.DEAD)} dead: the worst server's; {int(ExitCode.USAGE)} bad flags."
 )
+_CHECK_EXITS = _WATCH_EXITS.replace(" degraded,", f" degraded ({int(ExitCode.OK)} with --liveness),")
 
 
 def _check_options(window: float, timeout: float, probe_timeout: float | None, kv_cliff: float) -> None:
@@ -654,7 +655,7 @@ def watch_command(
 
 
 watch_command.__doc__ = (
-    f"{watch_command.__doc__}\n    With --count, the last look's code: {_CHECK_EXITS[5:]} "
+    f"{watch_command.__doc__}\n    With --count, the last look's code: {_WATCH_EXITS[5:]} "
     f"Ctrl-C: {int(ExitCode.INTERRUPTED)}.\n"
 )
 

@@ -62,7 +62,8 @@ _SERVING_ALERT = (
     # (phrases, not the process tags: "(EngineCore pid=…)" is on every engine line)
     r"EngineCore failed", r"EngineCore encountered", r"Engine core initialization", r"EngineDead", r"WorkerProc",
     r"Worker proc", r"died unexpectedly", r"fatal error", r"output_handler", r"RPC call", r"has died", r"were killed",
-    r"killed due to", r"NODE_OUT_OF_MEMORY", r"died or was killed",
+    r"killed due to", r"NODE_OUT_OF_MEMORY", r"died or was killed", r"dsv4ctl serve: engine process",
+    r"Assertion error \(", r"Failed to initialize the TMA descriptor", r"is not divisible by weight quantization",
     r"CUDA error", r"Cuda error", r"illegal memory", r"cudaErrorIllegalAddress", r"CUDBG", r"coredump", r"CUDA Exception",
     r"NCCL", r"Watchdog", r"Check failed", r"paged_mqa_logits_metadata",
     r"terminate called", r"Killed", r"Segmentation fault", r"Fatal Python", r"Aborted", r"Bus error", r"Errno 98",

@@ -1,12 +1,10 @@
 """Reconstruct a vLLM startup timeline from log lines, incrementally.
 
-`StartupTracker.feed(line)` returns the progress events that line produced (usually none), and
-`.timeline` holds everything reconstructed so far in a plain `StartupTimeline` dataclass. `serve`
-drives a live progress line with it; `fit-length --from-log` reads the memory fields; `diagnose`
-prints it. Every regex here contains one of the prefilter keywords (`dsv4ctl.logs.prefilter`), so
-the tracker sees the same lines whether it is fed the whole log or only prefiltered lines.
-
-Formats are vLLM's own (0.27-0.33; see docs/diagnose.md for the list and where each comes from).
+`StartupTracker.feed(line)` returns the progress events that line produced (usually none), and `.timeline` holds
+everything reconstructed so far in a plain `StartupTimeline` dataclass. `serve` drives a live progress line with it;
+`fit-length --from-log` reads the memory fields; `diagnose` prints it. Every regex here contains one of the prefilter
+keywords (`dsv4ctl.logs.prefilter`), so the tracker sees the same lines whether it is fed the whole log or only
+prefiltered lines. Formats are vLLM's own (0.27-0.33; see docs/diagnose.md for the list and where each comes from).
 """
 
 from __future__ import annotations

@@ -88,9 +88,10 @@ def test_every_fixture_has_an_expectation_and_every_signature_a_fixture():
     assert {p.stem for p in FIXTURES.glob("*.log")} == set(EXPECTED)
     covered = {root for _, _, root, _ in EXPECTED.values() if root} | {i for *_, ids in EXPECTED.values() for i in ids}
     # The family modules (signatures_vllm, …) have fixtures of their own under fixtures/logs/catalogue/.
-    from dsv4ctl.catalogue import signatures_ecosystem, signatures_vllm, signatures_waits
+    from dsv4ctl.catalogue import signatures_dsv4_field, signatures_ecosystem, signatures_vllm, signatures_waits
 
-    family = {s.id for s in signatures_vllm.SIGNATURES + signatures_ecosystem.SIGNATURES + signatures_waits.SIGNATURES}
+    family = {s.id for s in signatures_vllm.SIGNATURES + signatures_ecosystem.SIGNATURES + signatures_waits.SIGNATURES
+              + signatures_dsv4_field.SIGNATURES}
     assert {s.id for s in CATALOGUE} - family <= covered
 
 

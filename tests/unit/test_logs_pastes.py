@@ -73,6 +73,8 @@ from pastes import CATALOGUE_DIR, EXAMPLES, FIXTURES, Fixture, Paste, make_fixtu
 # Core fixtures and examples: the line (1-based, in the file) the whole log's root cause quotes first.
 CORE_CAUSE_LINE = {
     "address_in_use": 8,
+    # serve's own line about its engine process that died (dsv4ctl/serve/engines.py)
+    "real_v032_cpu_headless_engine_killed": 52,
     "cli_arguments_rejected": 5,
     "compile_error": 24,
     "cuda_driver_too_old": 17,
@@ -133,6 +135,8 @@ NEEDS_ALSO = {
         r"|deep_gemm5sched\d+sm90_paged_mqa",
         re.IGNORECASE),
 }
+# dsv4field_<id>.log: the line that holds the cause (the others are notes on healthy starts)
+DSV4_FIELD_CAUSE_LINE = {"dsv4_flashmla_empty_prefill_chunk": 52, "fp8_block_tp_split": 20}
 # request_error_while_serving: the request's error line (the prompt_too_long warning quotes it)
 REQUEST_CORE = {"request_error_while_serving": ("prompt_too_long", 35)}
 
@@ -144,6 +148,14 @@ def _fixtures() -> list[Fixture]:
         role = vllm_tests.OURS[sid].role
         kind = {"cause": "failed", "symptom": "symptom", "request": "request"}[role]
         out.append(make_fixture(path, kind, sid, cause_lineno=vllm_tests.EVIDENCE_LINE[path.stem]))
+    # The DeepSeek-V4 field signatures (catalogue/signatures_dsv4_field.py): the causes by their own line, the notes as
+    # controls (a healthy start that only warns).
+    for path in sorted(CATALOGUE_DIR.glob("dsv4field_*.log")):
+        sid = path.stem.removeprefix("dsv4field_")
+        if sid in DSV4_FIELD_CAUSE_LINE:
+            out.append(make_fixture(path, "failed", sid, cause_lineno=DSV4_FIELD_CAUSE_LINE[sid]))
+        else:
+            out.append(make_fixture(path, "control", None))
     for path in eco_tests.FIXTURE_PATHS:
         out.append(make_fixture(path, "failed", eco_tests.sig_id_of(path), cause_text=eco_tests.EVIDENCE[path.stem]))
     for name, (verdict, _code, root, _ids) in sorted(diagnose_tests.EXPECTED.items()):
