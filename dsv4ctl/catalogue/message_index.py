@@ -26,13 +26,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
 import zlib
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dsv4ctl.catalogue.data_file import LazyData
 from dsv4ctl.catalogue.message_index_file import SCHEMA, pack, unpack
 
 __all__ = ["IndexedMessage", "Source", "available", "entries", "header", "lookup", "lookup_line", "pack", "reset"]
@@ -344,34 +344,16 @@ class _Index:
         return max(matches, key=lambda m: (m[1], self.row(m[0])[pc] == "vllm", self.newest_key(m[0]), -m[0]))[0]
 
 
-_lock = threading.Lock()
-_state: dict[str, Any] = {"index": None, "loaded": False, "path": None, "error": None, "seconds": None}
+_DATA = LazyData(DATA, lambda path: _Index(path.read_bytes()), env="DSV4CTL_MESSAGE_INDEX")
 
 
 def _load() -> _Index | None:
-    if _state["loaded"]:
-        return _state["index"]
-    with _lock:
-        if not _state["loaded"]:
-            import time
-
-            t0 = time.perf_counter()
-            path = _state["path"] or Path(os.environ.get("DSV4CTL_MESSAGE_INDEX", "") or DATA)
-            try:
-                _state["index"] = _Index(path.read_bytes())
-            except Exception as e:  # noqa: BLE001 - a missing/corrupt file only disables the index
-                _state["index"] = None
-                _state["error"] = f"{type(e).__name__}: {e}"
-            _state["seconds"] = time.perf_counter() - t0
-            _state["loaded"] = True
-    return _state["index"]
+    return _DATA.get()
 
 
 def reset(path: str | os.PathLike | None = None) -> None:
     """Forget the loaded index; the next lookup reads `path` (default: the packaged file)."""
-    with _lock:
-        _state.update(index=None, loaded=False, path=Path(path) if path is not None else None, error=None,
-                      seconds=None)
+    _DATA.reset(path)
 
 
 def available() -> bool:
@@ -385,13 +367,13 @@ def available() -> bool:
 def load_error() -> str | None:
     """Why the index did not load, if it did not."""
     _load()
-    return _state["error"]
+    return _DATA.error
 
 
 def load_seconds() -> float | None:
     """How long the (last) load took."""
     _load()
-    return _state["seconds"]
+    return _DATA.seconds
 
 
 def header() -> dict[str, Any]:

@@ -25,10 +25,11 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from dsv4ctl.catalogue.data_file import LazyData
 
 __all__ = ["FlagInfo", "ReleaseMatch", "available", "choices", "first_release", "flag", "flag_for_field",
            "load_error", "load_seconds", "nearest", "nearest_flag", "registries", "releases", "reset",
@@ -213,34 +214,21 @@ def _norm(value: str) -> str:
     return value.strip().lower().replace("-", "_")
 
 
-_lock = threading.Lock()
-_state: dict[str, Any] = {"table": None, "loaded": False, "path": None, "error": None, "seconds": None}
+def _read(path: Path) -> _Table:
+    with gzip.open(path, "rb") as f:
+        return _Table(json.loads(f.read()))
+
+
+_DATA = LazyData(DATA, _read)
 
 
 def _load() -> _Table | None:
-    if _state["loaded"]:
-        return _state["table"]
-    with _lock:
-        if not _state["loaded"]:
-            import time
-
-            t0 = time.perf_counter()
-            try:
-                with gzip.open(_state["path"] or DATA, "rb") as f:
-                    _state["table"] = _Table(json.loads(f.read()))
-            except Exception as e:  # noqa: BLE001 - a missing/corrupt file only disables the table
-                _state["table"] = None
-                _state["error"] = f"{type(e).__name__}: {e}"
-            _state["seconds"] = time.perf_counter() - t0
-            _state["loaded"] = True
-    return _state["table"]
+    return _DATA.get()
 
 
 def reset(path: str | Path | None = None) -> None:
     """Forget the loaded table; the next call reads `path` (default: the packaged file)."""
-    with _lock:
-        _state.update(table=None, loaded=False, path=Path(path) if path is not None else None, error=None,
-                      seconds=None)
+    _DATA.reset(path)
 
 
 def available() -> bool:
@@ -250,12 +238,12 @@ def available() -> bool:
 
 def load_error() -> str | None:
     _load()
-    return _state["error"]
+    return _DATA.error
 
 
 def load_seconds() -> float | None:
     _load()
-    return _state["seconds"]
+    return _DATA.seconds
 
 
 def releases() -> tuple[str, ...]:

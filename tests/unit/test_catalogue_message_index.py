@@ -84,7 +84,7 @@ def test_packed_file_is_the_json_source_packed(raw, all_entries):
 
 def test_opening_reads_only_the_buckets():
     code = ("import time; from dsv4ctl.catalogue import message_index as m; t = time.perf_counter(); "
-            "assert m.available(); idx = m._state['index']; assert not idx.blocks; "
+            "assert m.available(); idx = m._load(); assert not idx.blocks; "
             "hit = m.lookup_line('ValueError: Total number of attention heads (32) must be divisible by tensor "
             "parallel size (3).'); assert hit is not None; "
             "assert 0 < len(idx.blocks) < 0.1 * len(idx.offsets), len(idx.blocks)")
@@ -322,7 +322,7 @@ def test_missing_or_corrupt_file_gives_none(tmp_path):
 
 def test_import_is_lazy():
     code = ("import sys, dsv4ctl.catalogue; assert 'dsv4ctl.catalogue.message_index' not in sys.modules; "
-            "from dsv4ctl.catalogue import message_index as m; assert not m._state['loaded']; "
+            "from dsv4ctl.catalogue import message_index as m; assert not m._DATA.loaded; "
             "assert not any(k.startswith('dsv4ctl.') and not k.startswith('dsv4ctl.catalogue') for k in sys.modules), "
             "sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
