@@ -386,11 +386,15 @@ def test_unset_touches_nothing_and_imports_no_vllm_submodules(vllm_available, tm
     assert {v["status"] for v in line["fixes"].values()} == {"not-requested"}
 
 
+# float32: what this test checks is the plugin in every process and a generation that works. In bfloat16 vLLM's CPU
+# attention takes its AMX kernel wherever torch reports AMX tiles (vllm==0.32.0 v1/attention/backends/cpu_attn.py:544),
+# and on a host whose hypervisor reports AMX without enabling its register state the worker dies of SIGILL (exit -4)
+# in cpu_attention_with_kv_cache (seen on this project's 2-core machines: PYTHONFAULTHANDLER names that frame).
 OFFLINE_RUN = """
 import sys
 from vllm import LLM, SamplingParams
 if __name__ == "__main__":
-    llm = LLM(model=sys.argv[1], load_format="dummy", max_model_len=1024, enforce_eager=True)
+    llm = LLM(model=sys.argv[1], load_format="dummy", max_model_len=1024, enforce_eager=True, dtype="float32")
     out = llm.generate(["Hello"], SamplingParams(max_tokens=2, temperature=0))
     print("GENERATED", len(out[0].outputs[0].token_ids))
 """
