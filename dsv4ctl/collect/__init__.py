@@ -13,16 +13,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from dsv4ctl.collect.bundle import BundleWriter, is_bundle, read_manifest
 from dsv4ctl.collect.model import CollectRequest, CollectResult, LogEntry, Termination, Unreadable
 
-__all__ = ["CollectRequest", "CollectResult", "LogEntry", "Termination", "Unreadable", "collect", "is_bundle",
-           "read_manifest"]
+# The bundle's reader and writer (collect.bundle, with tarfile) load with `collect()`: `diagnose` asks whether its
+# inputs are a bundle (dsv4ctl.group.detect) without them.
+__all__ = ["CollectRequest", "CollectResult", "LogEntry", "Termination", "Unreadable", "collect"]
 
 
 def collect(request: CollectRequest, out: Path, step: Callable[[str], None] | None = None) -> CollectResult:
     """Gather every source of `request` into the bundle `out`; `step(label)` is called before each log."""
     from dsv4ctl.collect import kube, local
+    from dsv4ctl.collect.bundle import BundleWriter
 
     say = step or (lambda label: None)
     result = CollectResult(

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from dsv4ctl.collect.model import MANIFEST, LogEntry
+from dsv4ctl.collect.model import BUNDLE_SUFFIXES, MANIFEST, LogEntry
 from dsv4ctl.redaction import NAME_END, SECRET_STARTS, SECRET_WORDS, redact_line
 
 _RFC3339 = re.compile(rb"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s")
@@ -285,7 +285,7 @@ BUNDLE_PREFIXES = ("logs/", "k8s/", "docker/")
 def is_bundle(path: str | os.PathLike[str]) -> bool:
     """A .tar.gz, .tgz or .tar whose first member is one collect writes (read from the archive's start only)."""
     p = Path(path)
-    if not p.is_file() or not (p.name.endswith((".tar.gz", ".tgz", ".tar"))):
+    if not p.name.endswith(BUNDLE_SUFFIXES) or not p.is_file():
         return False
     try:
         with tarfile.open(p, "r|*") as tar:

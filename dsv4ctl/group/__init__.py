@@ -6,7 +6,20 @@ fits the group (one length, one vLLM release and the same dsv4ctl fixes on every
 
 from __future__ import annotations
 
-from dsv4ctl.group.model import GroupFinding, GroupReading, Member, MemberReading, Milestone
-from dsv4ctl.group.read import is_group, read_group
+from typing import Any
+
+from dsv4ctl.group.detect import is_group
+
+# The reading itself (group.read: the bundle reader, each member's diagnosis) loads when it is asked for.
+_LAZY = {"read_group": "dsv4ctl.group.read", **{name: "dsv4ctl.group.model" for name in
+                                                ("GroupFinding", "GroupReading", "Member", "MemberReading", "Milestone")}}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'dsv4ctl.group' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(_LAZY[name]), name)
 
 __all__ = ["GroupFinding", "GroupReading", "Member", "MemberReading", "Milestone", "is_group", "read_group"]

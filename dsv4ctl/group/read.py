@@ -6,13 +6,12 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
 import tarfile
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
-from dsv4ctl.collect import is_bundle
+from dsv4ctl.collect.bundle import is_bundle
 from dsv4ctl.collect.model import MANIFEST
 from dsv4ctl.errors import InputError
 from dsv4ctl.group.conclude import conclude
@@ -22,26 +21,9 @@ from dsv4ctl.group.scan import HEAD_BYTES, TAIL_BYTES, from_parts, scan
 # A launch's own line: vLLM logs its flags once per `vllm serve` (vllm==0.32.0
 # vllm/entrypoints/serve/utils/api_utils.py:286), a headless node instead says it launches its engines
 # (vllm/entrypoints/cli/serve.py:239); two files with one each are two launches.
-_LAUNCH = re.compile(rb"non-default args: \{|data parallel engine\(s\) in headless mode")
 # The milestones of the per-rank timeline, by the keys of the startup timeline's line references.
 MILESTONES = (("engine_config", "engine configured"), ("kv_cache_size", "KV cache sized"),
               ("init_engine", "engine initialised"), ("ready", "ready"), ("startup_complete", "serving"))
-
-
-def is_group(paths: list[str]) -> bool:
-    """A bundle, or two or more logs of separate launches (each with its own `non-default args` line)."""
-    if len(paths) == 1:
-        return is_bundle(paths[0])
-    if any(is_bundle(p) for p in paths):
-        return True
-    launches = 0
-    for p in paths:
-        if p == "-" or not os.path.isfile(p) or p.endswith(".gz"):
-            return False
-        with open(p, "rb") as f:
-            if _LAUNCH.search(f.read(4 << 20)):
-                launches += 1
-    return launches >= 2
 
 
 class _Kept(io.RawIOBase):

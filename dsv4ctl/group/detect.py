@@ -1,0 +1,36 @@
+"""Whether `diagnose`'s inputs are a deployment: a `dsv4ctl collect` bundle, or the logs of two or more separate
+launches. Cheap on purpose: every `diagnose` asks, and a plain log never loads the bundle reader (tarfile)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from dsv4ctl.collect.model import BUNDLE_SUFFIXES
+
+# A launch's own first lines: vLLM's `non-default args` (api_utils.py) or a headless node's engine line.
+_LAUNCH = re.compile(rb"non-default args: \{|data parallel engine\(s\) in headless mode")
+
+
+def _is_bundle(path: str) -> bool:
+    if not path.endswith(BUNDLE_SUFFIXES):
+        return False
+    from dsv4ctl.collect.bundle import is_bundle
+
+    return is_bundle(path)
+
+
+def is_group(paths: list[str]) -> bool:
+    """A bundle, or two or more logs of separate launches (each with its own `non-default args` line)."""
+    if len(paths) == 1:
+        return _is_bundle(paths[0])
+    if any(_is_bundle(p) for p in paths):
+        return True
+    launches = 0
+    for p in paths:
+        if p == "-" or not os.path.isfile(p) or p.endswith(".gz"):
+            return False
+        with open(p, "rb") as f:
+            if _LAUNCH.search(f.read(4 << 20)):
+                launches += 1
+    return launches >= 2
