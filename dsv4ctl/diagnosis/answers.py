@@ -41,9 +41,12 @@ def texts_of(f: Finding, record: ErrorRecord | None) -> list[str]:
             out.append(value)
     out += [c for c in f.details.get("chain", []) if isinstance(c, str)]
     out += [e.text for e in f.evidence if e.text]
-    if record is not None:
-        out += [f"frame: {fr.file}:{fr.lineno} in {fr.function}" for fr in record.frames[-8:]]
-    return out
+    return out + _frames(record)
+
+
+def _frames(record: ErrorRecord | None) -> list[str]:
+    """The innermost frames as rules read them ("frame: FILE:LINE in FUNCTION")."""
+    return [f"frame: {fr.file}:{fr.lineno} in {fr.function}" for fr in record.frames[-8:]] if record is not None else []
 
 
 def answer(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, log: str) -> Finding:
@@ -92,7 +95,7 @@ def _apply(rule: Signature, groups: dict[str, Any], f: Finding, record: ErrorRec
     if log not in ("<log>", "-", ""):
         details["_log_path"] = log
     if record is not None:
-        details["_frames"] = "\n".join(f"frame: {fr.file}:{fr.lineno} in {fr.function}" for fr in record.frames[-8:])
+        details["_frames"] = "\n".join(_frames(record))
     step = DERIVE.get(rule.id)
     if step is not None:
         extra = step(details, tl)

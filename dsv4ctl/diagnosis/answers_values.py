@@ -9,6 +9,7 @@ import re
 import shlex
 from typing import Any, Callable
 
+from dsv4ctl.catalogue import vllm_flags
 from dsv4ctl.diagnosis.answers_common import arg, flag_for, serve_with
 from dsv4ctl.logs.timeline import StartupTimeline
 
@@ -164,17 +165,9 @@ def _unknown_choice(d: Details, tl: StartupTimeline) -> Details | None:
                 "quantization method": "quantization", "Invalid attention backend": "attention_backend",
                 "attention backend": "attention_backend"}.get(what, (d.get("flag") or "").lstrip("-").replace("-", "_") or None)
     first = None
-    try:
-        from dsv4ctl.catalogue import vllm_flags
-    except ImportError:
-        vllm_flags = None  # type: ignore[assignment]
-    if vllm_flags is not None and registry:
-        try:
-            known = list(vllm_flags.choices(registry, tl.vllm_version.split("+")[0] if tl.vllm_version else None) or ())
-            choices = choices or known
-            first = vllm_flags.first_release(registry, value)
-        except Exception:  # noqa: BLE001 - advice data only
-            pass
+    if registry:  # the flag table answers None / () for a name it does not hold, or when its file is broken
+        choices = choices or list(vllm_flags.choices(registry, tl.vllm_version))
+        first = vllm_flags.first_release(registry, value)
     out: Details = {"what": what.replace("Invalid ", ""), "value_q": f"'{value}'"}
     out["choice_sentence"] = f"The launch asked for {what} '{value}', which this vLLM does not have."
     if choices:
@@ -272,24 +265,16 @@ def _flag_unknown(d: Details, tl: StartupTimeline) -> Details | None:
     flags = [t for t in (d.get("args") or "").split() if t.startswith("-")]
     if not flags:
         return None
-    try:
-        from dsv4ctl.catalogue import vllm_flags
-    except ImportError:
-        return None
     sentences, actions = [], []
     for flag in flags[:4]:
         name = flag.split("=", 1)[0]
-        info = vllm_flags.flag(name)
-        if info is None:
-            for r in vllm_flags.releases():
-                info = vllm_flags.flag(name, r)
-                if info is not None and info.exact_release:
-                    break
+        first = vllm_flags.first_release(name)  # the oldest indexed release that has the flag, if any does
+        info = vllm_flags.flag(name, first) if first else None
         if info is not None and info.releases:
             sentences.append(f"{name} is a flag of vLLM {info.releases[0]}–{info.releases[-1]} only (of the releases indexed).")
             actions.append(f"Use a vLLM release that has {name} ({info.releases[0]}–{info.releases[-1]}), or drop it")
             continue
-        near = vllm_flags.nearest_flag(name, tl.vllm_version.split("+")[0] if tl.vllm_version else None)
+        near = vllm_flags.nearest_flag(name, tl.vllm_version)
         if near and near != name:
             actions.append(f"{name} is probably {near}: use {near}")
         else:
