@@ -1089,20 +1089,9 @@ def unpack_wheel(whl: Path, dest: Path, keep) -> None:
                 z.extract(info, dest)
 
 
-_MATURIN_SHIM = '''"""Stand-in build backend: only lets `pip download --no-binary` save the sdist (no build happens)."""
-import os
-def get_requires_for_build_wheel(config_settings=None):
-    return []
-def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
-    d = os.path.join(metadata_directory, "safetensors-%s.dist-info")
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "METADATA"), "w") as f:
-        f.write("Metadata-Version: 2.1\\nName: safetensors\\nVersion: %s\\n")
-    return os.path.basename(d)
-'''
-
-
-_SETUPTOOLS_SHIM = '''"""Stand-in build backend: only lets `pip download` save an sdist whose metadata step needs its build tools."""
+# Stand-in build backend (as maturin for safetensors, as setuptools.build_meta elsewhere), filled with
+# (distribution, version, name, version): `pip download` then saves the sdist without building anything.
+_BACKEND_SHIM = '''"""Stand-in build backend: only lets `pip download` save an sdist whose metadata step needs its build tools."""
 import os
 def get_requires_for_build_wheel(config_settings=None):
     return []
@@ -1127,7 +1116,7 @@ def ensure_accelerators(wheels: Path, keep_wheels: bool) -> None:
             with tempfile.TemporaryDirectory() as shim:
                 (Path(shim) / "setuptools").mkdir()
                 (Path(shim) / "setuptools" / "__init__.py").write_text("")
-                (Path(shim) / "setuptools" / "build_meta.py").write_text(_SETUPTOOLS_SHIM % (pkg, v, dist, v))
+                (Path(shim) / "setuptools" / "build_meta.py").write_text(_BACKEND_SHIM % (pkg, v, dist, v))
                 env = dict(os.environ, PYTHONPATH=shim + os.pathsep + os.environ.get("PYTHONPATH", ""))
                 sd = pip_download(f"{dist}=={v}", wheels / "sdist", ["--no-build-isolation"], env=env)
             dest.mkdir(parents=True, exist_ok=True)
@@ -1214,7 +1203,7 @@ def ensure_sources(wheels: Path, keep_wheels: bool) -> None:
         print(f"safetensors {v}: downloading the sdist (Rust sources)", flush=True)
         with tempfile.TemporaryDirectory() as shim:
             (Path(shim) / "maturin").mkdir()
-            (Path(shim) / "maturin" / "__init__.py").write_text(_MATURIN_SHIM % (v, v))
+            (Path(shim) / "maturin" / "__init__.py").write_text(_BACKEND_SHIM % ("safetensors", v, "safetensors", v))
             env = dict(os.environ, PYTHONPATH=shim + os.pathsep + os.environ.get("PYTHONPATH", ""))
             sd = pip_download(f"safetensors=={v}", wheels / "sdist",
                               ["--no-binary", ":all:", "--no-build-isolation"], env=env)
