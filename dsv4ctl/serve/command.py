@@ -179,9 +179,11 @@ def _start_watchdog(namespace: Any, options: ServeOptions) -> Any:
 
 
 def _into_the_log(line: str) -> None:
-    """The watchdog's lines through fd 2, where the capture puts them into the log (and on the terminal)."""
-    sys.stderr.write(f"dsv4ctl serve: {line}\n")
-    sys.stderr.flush()
+    """The watchdog's lines through fd 2, where the capture puts them into the log (and on the terminal), the way
+    the engine watch writes its own."""
+    from dsv4ctl.serve.engines import write_fd2
+
+    write_fd2(f"dsv4ctl serve: {line}\n")
 
 
 def diagnose_log(log_file: Path) -> Any:
