@@ -40,8 +40,10 @@ def _over_limit(d: Details, tl: StartupTimeline) -> Details | None:
     if limit_flag:
         key = limit_flag.lstrip("-").replace("-", "_")
         now = arg(tl, key)
-        out.update(limit_flag=limit_flag, limit_now=f"{limit_flag} {now}" if now is not None else f"the default {limit}")
-        out["limit_sentence"] = f"{limit_flag} sets {limit_name} ({'this launch: ' + str(now) if now is not None else 'the default here: ' + str(limit)})."
+        # The launch's own value where its flags are in the log; else the message's, which is what this start ran with.
+        said = f"{limit_flag} {now}" if now is not None else f"{limit}, as the message says"
+        out.update(limit_flag=limit_flag, limit_now=said)
+        out["limit_sentence"] = f"{limit_flag} sets {limit_name} (this launch: {said})."
         cmd = serve_with(tl, {key: value})
         if cmd:
             out["serve_raise"] = cmd
