@@ -11,13 +11,14 @@ Kept whole: every command's options and exit codes in one file, so `--help` and 
 one place; each command body only parses, calls the core and renders.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: Typer reads every command's annotations at start-up, and strings
+# would each be compiled by typing.get_type_hints first (about 4 ms of every run, `--help` included).
 import contextlib
 import os
 import sys
 import traceback
-from typing import Any, Iterator
+from pathlib import Path
+from typing import Any, Iterator, Optional
 
 import typer
 from typer.core import TyperGroup
@@ -209,11 +210,12 @@ def diagnose_command(
     """
     from dsv4ctl.errors import UsageError
     from dsv4ctl.advice import diagnose
-    from dsv4ctl.logs.examples import example_path, list_examples as all_examples
     from dsv4ctl.render import emit_json, out_console
     from dsv4ctl.render.diagnose import render_diagnosis, render_examples
 
     if list_examples:
+        from dsv4ctl.logs.examples import list_examples as all_examples
+
         examples = all_examples()
         if json_out:
             emit_json({"examples": [{"name": e.name, "description": e.description} for e in examples]})
@@ -223,6 +225,8 @@ def diagnose_command(
     if example and paths:
         raise UsageError("give log paths or --example, not both")
     if example:
+        from dsv4ctl.logs.examples import example_path
+
         sources: list[str] = [str(example_path(example))]
     elif paths:
         sources = list(paths)
@@ -479,8 +483,6 @@ def probe_deepgemm_command(
     upstream repro through vllm.utils.deep_gemm (needs vLLM + GPU); static: read the header.
     Exit 7 when affected, 0 when not, 1 when it cannot tell.
     """
-    from pathlib import Path
-
     from dsv4ctl.probe.deepgemm import run_probe
     from dsv4ctl.probe.text import check_arguments, exit_code
     from dsv4ctl.render import emit_json, out_console
@@ -664,8 +666,6 @@ watch_command.__doc__ = (
 # serve
 # =============================================================================================
 
-from pathlib import Path  # noqa: E402 - serve's option types
-from typing import Optional  # noqa: E402
 
 SERVE_HELP = """Launch vLLM's OpenAI-compatible server in this process, the way `vllm serve` does.
 

@@ -8,9 +8,10 @@ enclosing function, and the (file, line, releases) where it is.
 
 Two files hold it: message_index.json.gz (in the repository, the reviewable source: `zcat … | jq`) and
 message_index.bin (shipped, built from the same data for lookup; its layout in `message_index_file`): a
-header, the lookup buckets (each anchor word and the entries it finds) as flat arrays, and the entries in
-zlib blocks of JSON rows. Opening it reads the header and the buckets only (a few ms); a lookup decompresses
-the few blocks that hold its candidates.
+header, the lookup buckets (each anchor word, a hash table of the words, and the entries each finds) as flat
+arrays read in place, and the entries in zlib blocks of JSON rows. Opening it maps the file and decodes the
+header only (well under a millisecond); a lookup hashes its words and decompresses the few blocks that hold its
+candidates.
 
     from dsv4ctl.catalogue import message_index
     hit = message_index.lookup_line("ValueError: Total number of attention heads (32) must be divisible ...")
@@ -23,17 +24,16 @@ says whether the index loaded).
 
 from __future__ import annotations
 
-import json
+import mmap
 import os
 import re
-import zlib
-from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dsv4ctl import re_cache
 from dsv4ctl.catalogue.data_file import LazyData
-from dsv4ctl.catalogue.message_index_file import SCHEMA, pack, unpack
+from dsv4ctl.catalogue.message_index_file import SCHEMA, PackedIndex, pack
 
 __all__ = ["IndexedMessage", "Source", "available", "entries", "header", "lookup", "lookup_line", "pack", "reset"]
 
@@ -44,7 +44,7 @@ MIN_LITERAL_CHARS = 12
 MIN_WORDS = 2
 MAX_MESSAGE = 20_000  # longer input is cut: bounds the regex work per lookup
 
-_WORD = re.compile(r"\w+")
+_WORD = re_cache.compile(r"\w+")
 # A template whose text starts with this many characters of its own words places the message wherever it is found.
 _LEAD_CHARS = 20
 # Exception types too common to identify a message by themselves.
@@ -52,10 +52,10 @@ _GENERIC_TYPES = frozenset({
     "Exception", "ValueError", "RuntimeError", "AssertionError", "TypeError", "KeyError", "IndexError", "OSError",
     "NotImplementedError", "AttributeError", "ImportError", "Error",
 })
-_ALPHA_WORD = re.compile(r"[A-Za-z]{2,}")
+_ALPHA_WORD = re_cache.compile(r"[A-Za-z]{2,}")
 _SPECIAL = frozenset(".^$*+?{}[]\\|()")
-_EXC_AT_START = re.compile(r"\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*):\s+(.*)", re.DOTALL)
-_EXC_INSIDE = re.compile(
+_EXC_AT_START = re_cache.compile(r"\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*):\s+(.*)", re.DOTALL)
+_EXC_INSIDE = re_cache.compile(
     r"(?<![\w.])((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Fault)):\s+(.*)",
     re.DOTALL)
 
@@ -234,7 +234,7 @@ class _Matcher:
         words what matched starts with, 0 when it starts with a placeholder; where the match starts)."""
         if all(c in msg for c in self.chunks):
             if self.regex is None:
-                self.regex = re.compile(self.pattern, re.DOTALL)
+                self.regex = re_cache.compile(self.pattern, re.DOTALL)
             if m := self.regex.search(msg):
                 return self.score, self.led, m.start()
         best, led, start = 0, 0, 0
@@ -242,35 +242,33 @@ class _Matcher:
             chunks, regex, score, line_led = line
             if score > best and all(c in msg for c in chunks):
                 if isinstance(regex, str):
-                    regex = line[1] = re.compile(regex, re.DOTALL)
+                    regex = line[1] = re_cache.compile(regex, re.DOTALL)
                 if m := regex.search(msg):
                     best, led, start = score, line_led, m.start()
         return best, led, start
 
 
 class _Index:
-    """The packed index (`message_index_file`): the buckets as arrays, the entries' rows read block by block."""
+    """The packed index (`message_index_file.PackedIndex`, read in place): the buckets found by hashing a word, the
+    entries' rows decoded block by block, and what a lookup made of them kept."""
 
-    def __init__(self, blob: bytes) -> None:
-        self.block_rows, self.count, self.header, words, self.starts, self.ids, self.offsets, self.body = unpack(blob)
+    def __init__(self, blob: bytes | mmap.mmap) -> None:
+        self.packed = PackedIndex(blob)
+        self.block_rows, self.count, self.header = self.packed.block_rows, self.packed.count, self.packed.header
+        self.offsets = self.packed.offsets
         self.col = {name: i for i, name in enumerate(self.header["fields"])}
-        # bucket k: the word words[k] (the first, "", holds the entries without an anchor) finds ids[starts[k]:starts[k+1]]
-        self.words = {w: k for k, w in enumerate(words)}
+        self.bucket = self.packed.bucket
         self.unanchored = self.bucket("")
         self.blocks: dict[int, list[list]] = {}
         self.matchers: dict[int, _Matcher] = {}
         self.objects: dict[int, IndexedMessage] = {}
         self.newest: dict[int, tuple] = {}
 
-    def bucket(self, word: str) -> array | tuple:
-        k = self.words.get(word)
-        return () if k is None else self.ids[self.starts[k]:self.starts[k + 1]]
-
     def row(self, i: int) -> list:
         b, r = divmod(i, self.block_rows)
         rows = self.blocks.get(b)
         if rows is None:
-            rows = self.blocks[b] = json.loads(zlib.decompress(self.body[self.offsets[b]:self.offsets[b + 1]]))
+            rows = self.blocks[b] = self.packed.block(b)
         return rows[r]
 
     def matcher(self, i: int) -> _Matcher:
@@ -344,7 +342,18 @@ class _Index:
         return max(matches, key=lambda m: (m[1], self.row(m[0])[pc] == "vllm", self.newest_key(m[0]), -m[0]))[0]
 
 
-_DATA = LazyData(DATA, lambda path: _Index(path.read_bytes()), env="DSV4CTL_MESSAGE_INDEX")
+def _open(path: Path) -> _Index:
+    """The file mapped, not read: a lookup touches the pages of its few buckets and blocks (reading the 2.6 MB whole
+    took longer than all of a short log's lookups); read whole where it cannot be mapped."""
+    with open(path, "rb") as f:
+        try:
+            blob: bytes | mmap.mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):  # empty, or a file that cannot be mapped
+            blob = f.read()
+    return _Index(blob)
+
+
+_DATA = LazyData(DATA, _open, env="DSV4CTL_MESSAGE_INDEX")
 
 
 def _load() -> _Index | None:

@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
+from dsv4ctl import re_cache
+
 
 @dataclass(frozen=True)
 class Signature:
@@ -31,7 +33,7 @@ class Signature:
     @cached_property
     def compiled(self) -> tuple[re.Pattern[str], ...]:
         """Its patterns, compiled at the first match (a short log tries only the few its words admit)."""
-        return tuple(re.compile(p) for p in self.patterns)
+        return tuple(re_cache.compile(p) for p in self.patterns)
 
     def match(self, message: str) -> re.Match[str] | None:
         for rx in self.compiled:

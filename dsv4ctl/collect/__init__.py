@@ -12,18 +12,31 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from dsv4ctl.collect.model import CollectRequest, CollectResult, LogEntry, Termination, Unreadable
+if TYPE_CHECKING:
+    from dsv4ctl.collect.model import CollectRequest, CollectResult
 
-# The bundle's reader and writer (collect.bundle, with tarfile) load with `collect()`: `diagnose` asks whether its
-# inputs are a bundle (dsv4ctl.group.detect) without them.
+# The request and manifest types (collect.model), the bundle's reader and writer (collect.bundle, with tarfile)
+# load when used: `diagnose` asks whether its inputs are a bundle (dsv4ctl.group.detect, which reads
+# collect.names) without them.
 __all__ = ["CollectRequest", "CollectResult", "LogEntry", "Termination", "Unreadable", "collect"]
+_MODEL = {"CollectRequest", "CollectResult", "LogEntry", "Termination", "Unreadable"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MODEL:
+        from dsv4ctl.collect import model
+
+        return getattr(model, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def collect(request: CollectRequest, out: Path, step: Callable[[str], None] | None = None) -> CollectResult:
     """Gather every source of `request` into the bundle `out`; `step(label)` is called before each log."""
     from dsv4ctl.collect import kube, local
     from dsv4ctl.collect.bundle import BundleWriter
+    from dsv4ctl.collect.model import CollectResult
 
     say = step or (lambda label: None)
     result = CollectResult(

@@ -5,10 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 1
-MANIFEST = "manifest.json"
-# The names a bundle has (collect writes .tar.gz, or .tar uncompressed); is_bundle reads only these.
-BUNDLE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+from dsv4ctl.collect.names import BUNDLE_SUFFIXES, MANIFEST, SCHEMA_VERSION
 DEFAULT_MAX_LOG_BYTES = 256 << 20  # one log at most (its end kept): a 2 GiB log gets its last 256 MiB
 
 

@@ -7,6 +7,7 @@ import re
 from collections import deque
 from dataclasses import dataclass
 
+from dsv4ctl import re_cache
 from dsv4ctl.catalogue.signature import Signature
 from dsv4ctl.catalogue.signature_index import LineSorter, SignatureIndex
 from dsv4ctl.catalogue.signatures import CATALOGUE
@@ -38,7 +39,7 @@ class Hit:
 
 # Lines that look like vLLM's or Python's own output (a log record, a process tag, a traceback):
 # a text without any of them is not a vLLM log.
-_PY_LINE_RE = re.compile(r"^(?:Traceback \(most recent call last\)|File \"[^\"]+\", line [0-9]+)")
+_PY_LINE_RE = re_cache.compile(r"^(?:Traceback \(most recent call last\)|File \"[^\"]+\", line [0-9]+)")
 
 _ERROR_LEVELS = (None, "ERROR", "CRITICAL")
 
@@ -48,7 +49,7 @@ _ERROR_LEVELS = (None, "ERROR", "CRITICAL")
 _DOWN_STATUSES = ("500", "503")
 
 # The stale-max_model_len fix as dsv4ctl's plugin reports it in every process (dsv4ctl/fixes summary_line).
-_STALE_FIX_RE = re.compile(r"dsv4ctl fixes:.*\bstale-max-model-len applied")
+_STALE_FIX_RE = re_cache.compile(r"dsv4ctl fixes:.*\bstale-max-model-len applied")
 
 # Which signatures can match a line, in one pass over it (most selected lines: none).
 _INDEX = SignatureIndex(CATALOGUE)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from dsv4ctl.catalogue import vllm_flags
 from dsv4ctl.logs import deployment
 from dsv4ctl.logs.timeline import StartupTimeline
 
@@ -15,6 +14,8 @@ def flag_for(name: str | None, release: str | None = None) -> str | None:
     `release` (catalogue/vllm_flags, each release's own flags), or None: a name no flag sets."""
     if not name:
         return None
+    from dsv4ctl.catalogue import vllm_flags  # a table of every release's flags: loaded by the answers that ask
+
     return vllm_flags.flag_for_field(name.strip().strip("`'\"").lstrip("-").replace("-", "_"), release)
 
 

@@ -9,7 +9,6 @@ import re
 import shlex
 from typing import Any, Callable
 
-from dsv4ctl.catalogue import vllm_flags
 from dsv4ctl.diagnosis.answers_common import arg, flag_for, serve_with
 from dsv4ctl.logs.timeline import StartupTimeline
 
@@ -168,6 +167,8 @@ def _unknown_choice(d: Details, tl: StartupTimeline) -> Details | None:
                 "attention backend": "attention_backend"}.get(what, (d.get("flag") or "").lstrip("-").replace("-", "_") or None)
     first = None
     if registry:  # the flag table answers None / () for a name it does not hold, or when its file is broken
+        from dsv4ctl.catalogue import vllm_flags  # every release's flags: loaded by the answers that ask
+
         choices = choices or list(vllm_flags.choices(registry, tl.vllm_version))
         first = vllm_flags.first_release(registry, value)
     out: Details = {"what": what.replace("Invalid ", ""), "value_q": f"'{value}'"}
@@ -267,6 +268,8 @@ def _flag_unknown(d: Details, tl: StartupTimeline) -> Details | None:
     flags = [t for t in (d.get("args") or "").split() if t.startswith("-")]
     if not flags:
         return None
+    from dsv4ctl.catalogue import vllm_flags  # every release's flags: loaded by the answers that ask
+
     sentences, actions = [], []
     for flag in flags[:4]:
         name = flag.split("=", 1)[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from dsv4ctl import re_cache
 from dsv4ctl.catalogue.signatures import AFFECTED_STALE, FIXED_STALE
 from dsv4ctl.diagnosis.analyzer import Hit, StartAnalyzer
 from dsv4ctl.diagnosis.dsv4 import C128A_COMPRESS_RATIO, C128A_TOPK_ALIGNMENT, c128a_capacity, stale_bug_status
@@ -130,7 +131,7 @@ def _cuda_oom(d: dict[str, Any], msgs: list[str], hits: list[Hit], a: StartAnaly
         d["tried_to_allocate"] = m.group(1)
 
 
-_FREE_RE = re.compile(
+_FREE_RE = re_cache.compile(
     r"\(([0-9]+(?:\.[0-9]+)?)/([0-9]+(?:\.[0-9]+)?) GiB\) on startup is less than desired GPU memory utilization "
     r"\(([0-9]+(?:\.[0-9]+)?), ([0-9]+(?:\.[0-9]+)?) GiB\)"
 )

@@ -3,10 +3,10 @@ the originating error as it stands)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from typing import Any
 
+from dsv4ctl import re_cache
 from dsv4ctl.catalogue.signatures import BY_ID
 from dsv4ctl.diagnosis.evidence import evidence_of, fill, make_finding
 from dsv4ctl.diagnosis.model import Finding
@@ -14,7 +14,7 @@ from dsv4ctl.logs.records import ErrorRecord
 from dsv4ctl.logs.timeline import StartupTimeline
 
 # Compile-time code of torch.compile (not the compiled graph running): an error raised there is a compile error.
-COMPILE_FRAME_RE = re.compile(r"/torch/(?:_dynamo/|_inductor/(?!runtime/|output_code\.py))")
+COMPILE_FRAME_RE = re_cache.compile(r"/torch/(?:_dynamo/|_inductor/(?!runtime/|output_code\.py))")
 
 def ends_in(record: ErrorRecord, function: str) -> bool:
     origin = record.origin
@@ -57,7 +57,7 @@ def quoting_wrapper(origin: ErrorRecord, records: list[ErrorRecord]) -> ErrorRec
 # The error body vLLM's API answers with, as a client quotes it in its own exception: ErrorResponse(error=
 # ErrorInfo(message, type, param, code)) (vllm==0.33.0 vllm/entrypoints/serve/engine/protocol.py:79-87;
 # 0.27.1 vllm/entrypoints/openai/engine/protocol.py:63).
-_ERROR_BODY_RE = re.compile(r'"error":\s*\{"message":\s*"((?:[^"\\]|\\.){10,})"')
+_ERROR_BODY_RE = re_cache.compile(r'"error":\s*\{"message":\s*"((?:[^"\\]|\\.){10,})"')
 
 def lookup(record: ErrorRecord, quote: ErrorRecord | None) -> Any:
     """The index entry (dsv4ctl.catalogue.message_index) of the message that states this error, or None:

@@ -11,9 +11,9 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from dsv4ctl import re_cache
 from dsv4ctl.catalogue.signatures import BY_ID
 from dsv4ctl.diagnosis.analyzer import StartAnalyzer
 from dsv4ctl.diagnosis.evidence import evidence_of, fill
@@ -39,9 +39,9 @@ REQUEST_FUNCTIONS = frozenset({
 })
 
 # A request id as vLLM logs it ("Received request chatcmpl-…", "Added request cmpl-…").
-_REQUEST_ID_RE = re.compile(r"\b((?:chatcmpl|cmpl|resp|embd)-[0-9A-Za-z_-]{6,})")
+_REQUEST_ID_RE = re_cache.compile(r"\b((?:chatcmpl|cmpl|resp|embd)-[0-9A-Za-z_-]{6,})")
 
-_REQUEST_LINE_RE = re.compile(r'"(?P<request>[A-Z]+ \S* HTTP/[0-9.]+)" (?P<status>[0-9]{3})')
+_REQUEST_LINE_RE = re_cache.compile(r'"(?P<request>[A-Z]+ \S* HTTP/[0-9.]+)" (?P<status>[0-9]{3})')
 
 
 def _says_engine_died(text: str) -> bool:

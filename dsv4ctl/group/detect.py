@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 
-from dsv4ctl.collect.model import BUNDLE_SUFFIXES
+from dsv4ctl.collect.names import BUNDLE_SUFFIXES
 
 # A launch's own first lines: vLLM's `non-default args` (api_utils.py) or a headless node's engine line.
 _LAUNCH = re.compile(rb"non-default args: \{|data parallel engine\(s\) in headless mode")

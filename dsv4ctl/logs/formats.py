@@ -32,6 +32,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
+from dsv4ctl import re_cache
 from dsv4ctl.errors import InputError
 
 SNIFF_BYTES = 64 * 1024  # the head a format is told from
@@ -39,10 +40,10 @@ MAX_DOCUMENT_BYTES = 512 << 20  # a whole-document export (Loki, Datadog, pretty
 
 _LEVELS = {"DEBUG": "DEBUG", "INFO": "INFO", "WARNING": "WARNING", "WARN": "WARNING", "ERROR": "ERROR",
            "CRITICAL": "CRITICAL", "FATAL": "CRITICAL", "EXCEPTION": "ERROR", "ERR": "ERROR"}
-_ISO_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}:\d{2}:\d{2})")
-_CRI = re.compile(r"^(\S+) (stdout|stderr) ([PF]) ?(.*)$", re.DOTALL)
+_ISO_DATE = re_cache.compile(r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}:\d{2}:\d{2})")
+_CRI = re_cache.compile(r"^(\S+) (stdout|stderr) ([PF]) ?(.*)$", re.DOTALL)
 # Grafana's text download: "<time>\t<line>" rows after meta lines ("Common labels: {…}", "Line limit: …")
-_TIMED = re.compile(r"^(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\t(.*)$")
+_TIMED = re_cache.compile(r"^(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\t(.*)$")
 _MESSAGE_KEYS = ("message", "msg", "event")
 _TRACE_KEYS = ("exc_info", "exc_text", "exception", "stack_info", "stack_trace", "traceback")
 

@@ -12,6 +12,8 @@ import ast
 import re
 from dataclasses import dataclass
 
+from dsv4ctl import re_cache
+from dsv4ctl.catalogue.signature_index import trie_pattern
 from dsv4ctl.logs.reader import LogLine
 
 MAX_FRAMES = 64
@@ -20,26 +22,26 @@ MAX_RAISE_LINES = 6  # continuation lines of a `raise X("…" "…")` statement 
 
 # A frame line of a Python traceback (CPython's traceback module), and the short form rich-style
 # tracebacks and pasted call chains use ("vllm/models/deepseek_v4/sparse_mla.py:262 in _build_c128a_metadata").
-FRAME_RE = re.compile(r'^File "([^"]+)", line ([0-9]+), in (\S+)')
-SHORT_FRAME_RE = re.compile(r"^(?:[│|]\s*)?((?:[\w.<>-]+/)*[\w.<>-]+\.py):([0-9]+) in (\w+)")
+FRAME_RE = re_cache.compile(r'^File "([^"]+)", line ([0-9]+), in (\S+)')
+SHORT_FRAME_RE = re_cache.compile(r"^(?:[│|]\s*)?((?:[\w.<>-]+/)*[\w.<>-]+\.py):([0-9]+) in (\w+)")
 # The exception line that ends a traceback: `module.Type: message` or a bare `Type`. Outside a traceback
 # only names with the suffixes exception classes use count (`…Error`, `…Exception`, `KeyboardInterrupt`,
 # `SystemExit`, ray's `RayTaskError(RuntimeError)`), builtins without one (`Exception`, `StopIteration`) and
 # classes of an exceptions module (`torch._dynamo.exc.Unsupported`, `triton.runtime.errors.OutOfResources`);
 # inside one, any class name: a frame's code line never has the `Name: ` shape.
 _EXC_SUFFIX = r"(?:Error|Exception|Interrupt|Exit|Failed|Warning)"
-EXC_RE = re.compile(
+EXC_RE = re_cache.compile(
     r"^((?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*" + _EXC_SUFFIX + r"|Exception|BaseException|StopIteration|GeneratorExit"
     r"|OutOfResources)(?:\([\w.]+\))?"
     r"|(?:[A-Za-z_]\w*\.)*(?:exc|errors?|exceptions)\.[A-Z]\w*"
     # C modules' own lower-case classes: socket.gaierror, socket.herror
     r"|(?:[A-Za-z_]\w*\.)+[a-z]\w*error)(?::\s?(.*))?$"
 )
-TB_EXC_RE = re.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:\([\w.]+\))?)(?::\s(.*)|:)?$")
+TB_EXC_RE = re_cache.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:\([\w.]+\))?)(?::\s(.*)|:)?$")
 # CPython traceback.py: the header, and the two headers between the exceptions of a chain. vLLM also logs
 # a traceback as the text of one record ("EngineCore hit an exception: Traceback (most recent call last):").
-HEADER_RE = re.compile(r"Traceback \(most recent call last\):?\s*$")
-CHAIN_RE = re.compile(
+HEADER_RE = re_cache.compile(r"Traceback \(most recent call last\):?\s*$")
+CHAIN_RE = re_cache.compile(
     r"^(?:The above exception was the direct cause of the following exception:"
     r"|During handling of the above exception, another exception occurred:)"
 )
@@ -49,11 +51,11 @@ CHAIN_RE = re.compile(
 # A field's error names the field on the line above it ("gpu_memory_utilization" / "  Input should be less than or
 # equal to 1 [type=less_than_equal, input_value=90.0, input_type=float]"): pydantic-core==2.50.5's display
 # format (its binary's string table: " [type=", ", input_value=", ", input_type=").
-DETAIL_RE = re.compile(r"^(?:Value error|Assertion failed), |^\S.*? \[type=[a-z_]+(?:, input_value=.*)?\]$")
-PYDANTIC_LOC_RE = re.compile(r"^[A-Za-z_][\w.\[\]]*$")
+DETAIL_RE = re_cache.compile(r"^(?:Value error|Assertion failed), |^\S.*? \[type=[a-z_]+(?:, input_value=.*)?\]$")
+PYDANTIC_LOC_RE = re_cache.compile(r"^[A-Za-z_][\w.\[\]]*$")
 # What is not log content: a gap an excerpt marks ("...", "…", "[... trimmed ...]"), Python 3.13's elided
 # lines ("...<2 lines>..."), the carets under a frame's code, a Markdown code fence around a paste.
-GAP_RE = re.compile(r"^(?:\.\.\.|…)|^\[\.\.\..*\]$|^[\^~]+$|^```|^\+[-+]")
+GAP_RE = re_cache.compile(r"^(?:\.\.\.|…)|^\[\.\.\..*\]$|^[\^~]+$|^```|^\+[-+]")
 
 # Messages that only repeat an error printed elsewhere (vllm 0.32.0 sources):
 #   v1/executor/multiproc_executor.py:442  TimeoutError(f"RPC call to {method} timed out.")
@@ -62,7 +64,7 @@ GAP_RE = re.compile(r"^(?:\.\.\.|…)|^\[\.\.\..*\]$|^[\^~]+$|^```|^\+[-+]")
 #   v1/engine/core.py:1510 / 1512 / 2663   "EngineCore failed to start." / "EngineCore encountered a fatal error."
 #   v1/engine/utils.py:1428 / 1433         "… failed during engine core initialization. See root cause above. …"
 #   v1/engine/exceptions.py:16             "EngineCore encountered an issue. See stack trace (above) for the root cause."
-WRAPPER_RE = re.compile(
+WRAPPER_RE = re_cache.compile(
     r"Worker failed with error '|RPC call to \S+ timed out|EngineCore failed to start|EngineCore encountered"
     r"|Engine core initialization failed|Frontend process failed during engine core initialization"
     r"|See root cause above|See stack trace \(above\)|WorkerProc initialization failed|WorkerProc failed to start"
@@ -71,11 +73,11 @@ WRAPPER_RE = re.compile(
     r"|ExceptionGroup: "  # an exception group only gathers the errors printed in it
     r"|The Inner error is reported as above"  # torch_npu: the device's error was printed before it
 )
-QUOTED_RE = re.compile(r"Worker failed with error '(.*)', please check the stack trace above")
+QUOTED_RE = re_cache.compile(r"Worker failed with error '(.*)', please check the stack trace above")
 # Words that say the engine died (vllm==0.33.0 v1/engine/core.py:1586 "EngineCore encountered a fatal error.",
 # v1/engine/exceptions.py EngineDeadError, v1/engine/async_llm.py:943 "AsyncLLM output_handler failed.",
 # v1/executor/multiproc_executor.py "Worker proc %s died unexpectedly").
-DEATH_RE = re.compile(r"EngineCore encountered a fatal error|EngineDeadError|output_handler failed|died unexpectedly")
+DEATH_RE = re_cache.compile(r"EngineCore encountered a fatal error|EngineDeadError|output_handler failed|died unexpectedly")
 # The engine's step, the model running in it (vllm==0.32.0 v1/engine/core.py run_busy_loop/step,
 # v1/worker/gpu_worker.py execute_model/sample_tokens; torch's Module call): an error there ends the engine.
 STEP_FUNCTIONS = frozenset({
@@ -93,9 +95,9 @@ def is_entry_frame(frame: "Frame") -> bool:
 
 
 # `raise X(…)` as a frame's code line shows it: the type, and the string literals of its message.
-_RAISE_RE = re.compile(r"^raise ((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)\b\s*(?:\((.*))?$")
-CALL_RE = re.compile(r"([A-Za-z_]\w*)\s*\(")
-_STRING_RE = re.compile(r"""(?:[rRbBuU]|[fF][rR]?|[rR][fF])?("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')""")
+_RAISE_RE = re_cache.compile(r"^raise ((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)\b\s*(?:\((.*))?$")
+CALL_RE = re_cache.compile(r"([A-Za-z_]\w*)\s*\(")
+_STRING_RE = re_cache.compile(r"""(?:[rRbBuU]|[fF][rR]?|[rR][fF])?("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')""")
 
 
 @dataclass(frozen=True)
@@ -134,96 +136,96 @@ GENERIC: tuple[tuple[str, re.Pattern[str]], ...] = (
     # CUDA driver core dump (CUDA_ENABLE_COREDUMP_ON_EXCEPTION=1, CUDA_COREDUMP_SHOW_PROGRESS=1), as driver
     # 580.159.04 prints it (benchmarks/results/h200-2026-11-30/coredump-deepgemm-0.27.1-stderr.txt):
     #   "coredump: Detected an exception of type CUDBG_EXCEPTION_WARP_OUT_OF_RANGE_ADDRESS (5)"
-    ("coredump", re.compile(r"Detected an exception of type (?P<exception>CUDBG_EXCEPTION_\w+)")),
+    ("coredump", re_cache.compile(r"Detected an exception of type (?P<exception>CUDBG_EXCEPTION_\w+)")),
     # cuda-gdb on that core: "CUDA Exception: Warp Out-of-range Address"
-    ("coredump", re.compile(r"^CUDA Exception: (?P<exception>.+)")),
+    ("coredump", re_cache.compile(r"^CUDA Exception: (?P<exception>.+)")),
     # torch's CUDA check, as torch 2.11 printed it on the H200 (benchmarks/results/h200-2026-11-30/
     # torch-2.11-fault-texts.txt): "torch.AcceleratorError: CUDA error: an illegal memory access was encountered";
     # a condensed chain quotes the code too ("CUDA error 700: an illegal memory access was encountered").
-    ("cuda", re.compile(r"CUDA error(?: (?P<code>[0-9]+))?: (?P<cuda_error>[^.\n]+)")),
+    ("cuda", re_cache.compile(r"CUDA error(?: (?P<code>[0-9]+))?: (?P<cuda_error>[^.\n]+)")),
     # C++ extensions (FlashInfer, DeepGEMM, vLLM's CUDA_CHECK): "Cuda error <file>:<line> '<message>'"
-    ("cuda", re.compile(r"Cuda error:? (?P<where>\S+?:[0-9]+) '(?P<cuda_error>[^']+)'")),
+    ("cuda", re_cache.compile(r"Cuda error:? (?P<where>\S+?:[0-9]+) '(?P<cuda_error>[^']+)'")),
     # c10's CHECK (torch==2.13.0 torch/include/c10/util/logging_is_not_google_glog.h:109): "Check failed: <condition>"
-    ("cpp", re.compile(r"Check failed: (?P<condition>.+)")),
+    ("cpp", re_cache.compile(r"Check failed: (?P<condition>.+)")),
     # C and CUDA assertions: glibc's assert (glibc 2.36 assert/assert.c: "%s%s%s:%u: %s%sAssertion `%s' failed."),
     # the CUDA device-side assert (torch-2.11-fault-texts.txt: "… Assertion `…` failed."), and kernels' own
     # host asserts in that form (FlashMLA: "Assertion `res == CUresult::CUDA_SUCCESS` failed (file:line):").
-    ("cpp", re.compile(r"Assertion `(?P<condition>[^`']+)['`] failed")),
+    ("cpp", re_cache.compile(r"Assertion `(?P<condition>[^`']+)['`] failed")),
     # GCC libstdc++'s verbose terminate handler (not a Python package: its text as the runtime prints it):
     # "terminate called after throwing an instance of 'c10::Error'"
-    ("cpp", re.compile(r"terminate called after throwing an instance of '(?P<cpp_type>[^']+)'")),
+    ("cpp", re_cache.compile(r"terminate called after throwing an instance of '(?P<cpp_type>[^']+)'")),
     # NCCL's debug output (nvidia-nccl-cu13==2.30.7 libnccl.so.2, format "[%d] %s:%d NCCL WARN %s" after the
     # host:pid:tid prefix): "node1:123:456 [0] NCCL WARN <message>"
-    ("nccl", re.compile(r"NCCL WARN (?P<nccl_warn>.+)")),
+    ("nccl", re_cache.compile(r"NCCL WARN (?P<nccl_warn>.+)")),
     # torch c10d ProcessGroupNCCL.cpp: "[PG ID 0 PG GUID 0 Rank 1] Watchdog caught collective operation timeout: …"
-    ("nccl", re.compile(r"Watchdog caught collective operation timeout: (?P<collective>.+)")),
+    ("nccl", re_cache.compile(r"Watchdog caught collective operation timeout: (?P<collective>.+)")),
     # OS errors as Python prints them: "OSError: [Errno 98] Address already in use", and asyncio's bind error
     # (CPython 3.11.7 asyncio/base_events.py:1525): "[Errno 98] error while attempting to bind on address …"
-    ("os", re.compile(r"\[Errno (?P<errno>-?[0-9]+)\] (?P<os_error>.+)")),
+    ("os", re_cache.compile(r"\[Errno (?P<errno>-?[0-9]+)\] (?P<os_error>.+)")),
     # argparse's error exit (CPython 3.11.7 argparse.py:2630 "%(prog)s: error: %(message)s"): "vllm serve: error: …"
-    ("usage", re.compile(r"^(?P<prog>[\w.-]+(?: [\w.-]+)?): error: (?P<usage_error>.+)")),
+    ("usage", re_cache.compile(r"^(?P<prog>[\w.-]+(?: [\w.-]+)?): error: (?P<usage_error>.+)")),
     # An HTTP error body as a client prints it (vLLM's ErrorResponse: vllm==0.33.0
     # vllm/entrypoints/serve/engine/protocol.py:79-87), pretty-printed by jq ('"message": "…",') or compact
     # ('{"error":{"message":"…","type":…}}').
-    ("http_error", re.compile(r'^"message": "(?P<http_error>.+?)",?$')),
-    ("http_error", re.compile(r'^\{"error":\s*\{"message":\s*"(?P<http_error>(?:[^"\\]|\\.)+)"')),
+    ("http_error", re_cache.compile(r'^"message": "(?P<http_error>.+?)",?$')),
+    ("http_error", re_cache.compile(r'^\{"error":\s*\{"message":\s*"(?P<http_error>(?:[^"\\]|\\.)+)"')),
     # Processes killed: vLLM's monitor reports the exit code (-9 = SIGKILL, the kernel's OOM killer);
     # the shell prints "Killed" for a foreground process killed by SIGKILL.
-    ("killed", re.compile(r"died unexpectedly \(exit code: (?P<exit_code>-9)\)")),
-    ("killed", re.compile(r"^(?:\S+: line [0-9]+: +[0-9]+ )?Killed(?:\s+.*)?$")),
+    ("killed", re_cache.compile(r"died unexpectedly \(exit code: (?P<exit_code>-9)\)")),
+    ("killed", re_cache.compile(r"^(?:\S+: line [0-9]+: +[0-9]+ )?Killed(?:\s+.*)?$")),
     # CPython's fatal-error handler and the shell (not Python packages: their texts as they print them):
     # "Fatal Python error: Segmentation fault", "Segmentation fault (core dumped)"
-    ("crash", re.compile(r"^Fatal Python error: (?P<fatal>.+)")),
-    ("crash", re.compile(r"^(?:\S+: line [0-9]+: +[0-9]+ )?(?P<fatal>Segmentation fault|Aborted|Bus error)(?: +\(core dumped\))?")),
+    ("crash", re_cache.compile(r"^Fatal Python error: (?P<fatal>.+)")),
+    ("crash", re_cache.compile(r"^(?:\S+: line [0-9]+: +[0-9]+ )?(?P<fatal>Segmentation fault|Aborted|Bus error)(?: +\(core dumped\))?")),
     # libstdc++'s verbose terminate handler prints the exception's what() on the next line, "  what():  <message>"
     # (`records.ErrorAssembler` joins it to the terminate line above it); first, as its message may be any error's.
-    ("cpp", re.compile(r"^what\(\):\s+(?P<what>\S.*)")),
+    ("cpp", re_cache.compile(r"^what\(\):\s+(?P<what>\S.*)")),
     # Ascend NPUs. torch_npu's checks of an ACL/HCCL call (torch_npu==2.14.0 torch_npu/include/torch_npu/csrc/core/npu/
     # NPUException.h:128,166,192 " NPU function error: <call>, error code is <code>", :222,239 " OPS function error: …",
     # distributed/HCCLUtils.hpp:27,37 " HCCL function error: …"), printed after its location or alone (compact output).
-    ("npu", re.compile(r"(?P<npu_check>NPU|OPS|HCCL) function error: (?P<npu_call>.+?), error code is (?P<acl_code>-?[0-9]+)")),
+    ("npu", re_cache.compile(r"(?P<npu_check>NPU|OPS|HCCL) function error: (?P<npu_call>.+?), error code is (?P<acl_code>-?[0-9]+)")),
     # CANN's error manager: a code and its text, on a line of its own or inside a check's message (as logged,
     # ../shared/field-guide/guide.jsonl ascend_hccl_ei0006_socket_timeout, ascend_e69999_quant_matmul_310p:
     # "EI0006: [PID: 1292363] … Getting socket times out. …", "Communication_Error_Get_Socket(EI0006): …",
     # "… failed, detail:E69999: Inner Error!"; the checks append it: NPUException.h c10_npu_get_error_message()).
-    ("npu", re.compile(r"(?<![A-Za-z0-9])(?P<cann_code>E[0-9A-Z][0-9]{4})\)?: ?(?P<cann_error>\S.*)")),
+    ("npu", re_cache.compile(r"(?<![A-Za-z0-9])(?P<cann_code>E[0-9A-Z][0-9]{4})\)?: ?(?P<cann_error>\S.*)")),
     # The CANN runtime's own report of a failed call with its ACL code (torch_npu==2.14.0
     # torch_npu/include/acl/error_codes/rt_error_codes.h: 1xxxxx parameter, 2xxxxx resource, 5xxxxx internal errors),
     # as logged (guide.jsonl ascend_invalid_device_id_visible_devices, ascend_acl_inner_error_async):
     # "rtSetDevice:ErrCode=107001, desc=[device id error], …", "rtKernelLaunchWithHandleV2 failed: 507035",
     # and "call aclnnQuantMatmulWeightNz failed, detail: …".
-    ("npu", re.compile(r"\b(?P<rt_call>(?:rt|aclrt|acl|aclnn|Hccl|hccl)[A-Z]\w*)\b[^\n]{0,160}?"
+    ("npu", re_cache.compile(r"\b(?P<rt_call>(?:rt|aclrt|acl|aclnn|Hccl|hccl)[A-Z]\w*)\b[^\n]{0,160}?"
                        r"(?:ErrCode=|error code(?: is)? |failed: |ret(?:Code)?=|, )(?P<acl_code>[125]0[0-9]{4})\b")),
-    ("npu", re.compile(r"\bcall (?P<rt_call>aclnn\w+|acl\w+) failed\b")),
+    ("npu", re_cache.compile(r"\bcall (?P<rt_call>aclnn\w+|acl\w+) failed\b")),
     # torch_npu's own error code after its messages (NPUException.h:79 formatErrorCode: "ERR<module><code> <MODULE>
     # <text>", libtorch_npu.so: "call acl api failed", "call hccl api failed"), e.g. "ERR00100 PTA call acl api failed".
-    ("npu", re.compile(r"\b(?P<pta_code>ERR[0-9]{5}) (?P<pta_module>PTA|OPS|DIST|GRAPH|PROF) (?P<pta_error>\S.*)")),
+    ("npu", re_cache.compile(r"\b(?P<pta_code>ERR[0-9]{5}) (?P<pta_module>PTA|OPS|DIST|GRAPH|PROF) (?P<pta_error>\S.*)")),
     # torch_npu's last words when a task failed on the device (torch_npu==2.14.0 libtorch_npu.so string table).
-    ("npu", re.compile(r"^The Inner error is reported as above\.")),
+    ("npu", re_cache.compile(r"^The Inner error is reported as above\.")),
     # ROCm: torch's HIP check ("HIP error: " + hipGetErrorString: torch==2.13.0 torch/include/ATen/miopen/Exceptions.h:37;
     # c10's CUDA check becomes it in the ROCm build, torch/utils/hipify/cuda_to_hip_mappings.py) and the HIP runtime's
     # own "hipError…: …" (as logged, guide.jsonl rocm_hip_invalid_device_function_no_binary:
     # "hipErrorNoBinaryForGpu: Unable to find code object for all current devices!").
-    ("hip", re.compile(r"HIP error(?: (?P<code>[0-9]+))?: (?P<hip_error>[^.\n]+)")),
-    ("hip", re.compile(r"\b(?P<hip_code>hipError[A-Z]\w+)\b:? (?P<hip_error>\S.*)")),
+    ("hip", re_cache.compile(r"HIP error(?: (?P<code>[0-9]+))?: (?P<hip_error>[^.\n]+)")),
+    ("hip", re_cache.compile(r"\b(?P<hip_code>hipError[A-Z]\w+)\b:? (?P<hip_error>\S.*)")),
     # The kernel's report of a process that died of a signal (linux-source-6.1==6.1.176 arch/x86/mm/fault.c:771
     # "%s[%d]: segfault at %lx ip %px sp %px error %lx", arch/x86/kernel/traps.c:151 "%s[%d] %s%s ip:%lx sp:%lx
     # error:%lx", e.g. "traps: python3[2314] general protection fault ip:… sp:… error:0 in libtorch_cuda.so").
-    ("crash", re.compile(r"(?P<comm>\S+)\[(?P<pid>[0-9]+)\]: segfault at (?P<address>[0-9a-f]+) ip [0-9a-f]+ sp [0-9a-f]+ error")),
-    ("crash", re.compile(r"(?P<comm>\S+)\[(?P<pid>[0-9]+)\] (?:trap )?(?P<trap>[a-z][a-z ]+?) ip:[0-9a-f]+ sp:[0-9a-f]+ error:")),
+    ("crash", re_cache.compile(r"(?P<comm>\S+)\[(?P<pid>[0-9]+)\]: segfault at (?P<address>[0-9a-f]+) ip [0-9a-f]+ sp [0-9a-f]+ error")),
+    ("crash", re_cache.compile(r"(?P<comm>\S+)\[(?P<pid>[0-9]+)\] (?:trap )?(?P<trap>[a-z][a-z ]+?) ip:[0-9a-f]+ sp:[0-9a-f]+ error:")),
     # Its register dump (arch/x86/kernel/dumpstack.c:142 "RIP: %04x:%pS", :150 "RSP: %04x:%016lx EFLAGS: %08lx",
     # arch/x86/kernel/process_64.c:81 "RAX: %016lx RBX: %016lx RCX: %016lx"; arm64 arch/arm64/kernel/process.c:219
     # "pc : %pS"): a crash whose report line the excerpt lost.
-    ("crash", re.compile(r"^(?P<register>RIP): [0-9a-f]{4}:(?P<at>\S+)|^(?P<registers>RAX): [0-9a-f]{16} RBX: [0-9a-f]{16}"
+    ("crash", re_cache.compile(r"^(?P<register>RIP): [0-9a-f]{4}:(?P<at>\S+)|^(?P<registers>RAX): [0-9a-f]{16} RBX: [0-9a-f]{16}"
                          r"|^(?P<pc>pc) : (?P<pc_at>\S+)$")),
     # A program's own "Error: <message>" line (FlashMLA's TMA set-up: "Error: Failed to initialize the TMA descriptor").
-    ("text", re.compile(r"^(?:Error|FATAL|Fatal error): (?P<error>\S.*)")),
+    ("text", re_cache.compile(r"^(?:Error|FATAL|Fatal error): (?P<error>\S.*)")),
 )
 
 # cuda-gdb / the core dump's stack: a mangled C++ kernel name (Itanium ABI).
-_MANGLED_RE = re.compile(r"\b(_Z[A-Za-z0-9_]+)")
-_COREDUMP_FRAME_RE = re.compile(r"(?:coredump:\s+|^)#\s?[0-9]+\s+0x[0-9a-fA-F]+\s+(_Z\w+)")
-_GDB_PC_RE = re.compile(r"The exception was triggered at PC 0x[0-9a-fA-F]+\s+(?:void )?(?P<kernel>[\w:]+)")
+_MANGLED_RE = re_cache.compile(r"\b(_Z[A-Za-z0-9_]+)")
+_COREDUMP_FRAME_RE = re_cache.compile(r"(?:coredump:\s+|^)#\s?[0-9]+\s+0x[0-9a-fA-F]+\s+(_Z\w+)")
+_GDB_PC_RE = re_cache.compile(r"The exception was triggered at PC 0x[0-9a-fA-F]+\s+(?:void )?(?P<kernel>[\w:]+)")
 
 
 def demangle(name: str) -> str:
@@ -284,12 +286,14 @@ GENERIC_WORDS = ("CUDBG_EXCEPTION", "CUDA Exception", "CUDA error", "Cuda error"
                   "function error: ", "ErrCode=", " failed: ", "call acl", "Inner error", "HIP error", "hipError",
                   "what():", "segfault at", " ip:", "RIP: ", "RAX: ", "pc : ", "ERR0")
 # CANN's codes ("EZ9999: ", "(EI0006): ") hold no fixed word.
-_CANN_CODE_RE = re.compile(r"(?<![A-Za-z0-9])E[0-9A-Z][0-9]{4}\)?:")
+_CANN_CODE = r"(?<![A-Za-z0-9])E[0-9A-Z][0-9]{4}\)?:"
+# The words as one trie-shaped pattern, and the codes: one search of a line instead of a test per word.
+_GENERIC_WORDS_RE = re_cache.compile(trie_pattern(GENERIC_WORDS) + "|" + _CANN_CODE)
 
 
 def generic_words(msg: str) -> bool:
-    """Whether `msg` holds a word of a `GENERIC` wording (a cheap test before the patterns)."""
-    return any(word in msg for word in GENERIC_WORDS) or (":" in msg and _CANN_CODE_RE.search(msg) is not None)
+    """Whether `msg` holds a word of a `GENERIC` wording or a CANN code (a cheap test before the patterns)."""
+    return _GENERIC_WORDS_RE.search(msg) is not None
 
 
 def exception_line(msg: str) -> tuple[str, str] | None:

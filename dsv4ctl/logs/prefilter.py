@@ -38,6 +38,7 @@ import re
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, NamedTuple, Protocol
 
+from dsv4ctl import re_cache
 from dsv4ctl.catalogue.signature_index import required_literals
 from dsv4ctl.logs.reader import MAX_LINE_BYTES, decode, iter_spans
 
@@ -213,7 +214,7 @@ def _signature_keywords(hand: tuple[str, ...]) -> tuple[str, ...]:
     signature's line is selected whatever wraps it, or when it is pasted alone without its exception name."""
     from dsv4ctl.catalogue.signatures import CATALOGUE  # noqa: PLC0415 - the catalogue imports nothing from here
 
-    hand_re = re.compile(_factored(hand), re.ASCII)
+    hand_re = re_cache.compile(_factored(hand), re.ASCII)
     out: list[str] = []
     for sig in CATALOGUE:
         for pattern in sig.patterns:
@@ -243,14 +244,14 @@ def _factored(patterns: tuple[str, ...]) -> str:
 
 
 PATTERNS = PATTERNS + _signature_keywords(PATTERNS)
-_STR_RE = re.compile(_factored(PATTERNS), re.ASCII)
+_STR_RE = re_cache.compile(_factored(PATTERNS), re.ASCII)
 _BYTES_RE: re.Pattern[bytes] | None = None  # the same for raw reads: compiled by the first scan without hyperscan
 
 
 def _bytes_re() -> re.Pattern[bytes]:
     global _BYTES_RE
     if _BYTES_RE is None:
-        _BYTES_RE = re.compile(_factored(PATTERNS).encode("utf-8"))
+        _BYTES_RE = re_cache.compile(_factored(PATTERNS).encode("utf-8"))
     return _BYTES_RE
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator, Union
 
+from dsv4ctl import re_cache
 from dsv4ctl.errors import InputError
 from dsv4ctl.logs import formats
 
@@ -67,18 +68,18 @@ class LogLine:
     indent: int = 0
 
 
-_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\x1b[=>]")
+_ANSI_RE = re_cache.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\x1b[=>]")
 # Colour codes whose ESC byte a copy-paste dropped ("[33m(raylet)[0m"): SGR sequences only.
-_SGR_BARE_RE = re.compile(r"\[[0-9]{1,3}(?:;[0-9]{1,3})*m")
+_SGR_BARE_RE = re_cache.compile(r"\[[0-9]{1,3}(?:;[0-9]{1,3})*m")
 # Buildkite's timestamp marker, an APC sequence before each line ("\x1b_bk;t=1700000000000\x07").
-_BUILDKITE_RE = re.compile(r"\x1b?_bk;t=[0-9]+\x07?")
+_BUILDKITE_RE = re_cache.compile(r"\x1b?_bk;t=[0-9]+\x07?")
 _LEVELS = r"DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL"
 # The process tag: (EngineCore_DP0 pid=1234), (RayWorkerWrapper pid=1234, ip=10.0.0.2), (pid=1234) and,
 # before the Worker_TP names, (VllmWorker rank=0 pid=1234) (vllm==0.9.2 vllm/v1/executor/multiproc_executor.py:346,
 # prefix format vllm/executor/multiproc_worker_utils.py:266); the rank stays part of the name. A pasted pid may
 # be elided ("pid=...").
 _PROC_TAG = r"\((?:([A-Za-z_][\w.:-]*(?:\s+rank=\d+)?)\s+)?pid=(\d+|\.\.\.)(?:,\s*ip=[^)\s]*)?\)"
-_PROC_AT_END_RE = re.compile(_PROC_TAG + "$")
+_PROC_AT_END_RE = re_cache.compile(_PROC_TAG + "$")
 # vLLM's format since 0.7 puts the location in brackets ("[kv_cache_utils.py:2477]"); older releases
 # wrote it without the opening one (vllm==0.6.3 vllm/logger.py:19:
 # _FORMAT = "%(levelname)s %(asctime)s %(filename)s:%(lineno)d] %(message)s"). Pastes elide the time ("...").
@@ -87,10 +88,10 @@ _RECORD = (
     r"(?:(?P<ts>\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}|\.\.\.)(?:[.,]\d+)?\s+|(?=\[))"
     r"\[?(?P<fileinfo>[^\]\s\[]+:\d+|[^\]\s]+(?=\]))\]\s?"
 )
-_RECORD_RE = re.compile("^" + _RECORD)
+_RECORD_RE = re_cache.compile("^" + _RECORD)
 # Same record with an arbitrary VLLM_LOGGING_PREFIX (or a foreign wrapper) in front.
-_RECORD_SEARCH_RE = re.compile(r"(?:^|\s|\))" + _RECORD)
-_RAY_REPEAT_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+_RECORD_SEARCH_RE = re_cache.compile(r"(?:^|\s|\))" + _RECORD)
+_RAY_REPEAT_RE = re_cache.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 
 # The wrappers around a line, peeled from its start one layer at a time (see `parse_line`). Each is
 # (name, regex); named groups carry what the layer says (process, pid, level, timestamp, fileinfo).
@@ -98,56 +99,61 @@ _MONTHS = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
 _LAYERS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # RFC 3339 / ISO 8601 (docker logs -t, kubectl --timestamps, GitHub Actions, CI systems), optionally the
     # CRI log format's stream and tag (/var/log/containers: "<time> stdout F <line>").
-    ("timestamp", re.compile(
+    ("timestamp", re_cache.compile(
         r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?: ?(?:Z|UTC|[+-]\d{2}:?\d{2}))?(?:\s+(?:stdout|stderr) [FP])?\s+")),
     # The same in brackets, with SGLang's rank names ("[2025-08-05 09:34:54 TP0] "), and a time of day alone
     # ("[19:25:48.404432] " before the CUDA driver's "coredump:" lines).
-    ("timestamp", re.compile(
+    ("timestamp", re_cache.compile(
         r"^\[\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?: ?(?:Z|UTC|[+-]\d{2}:?\d{2}))?(?: [A-Z]{2,4}\d+)*\]\s*")),
-    ("timestamp", re.compile(r"^\[\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\]\s*")),
+    ("timestamp", re_cache.compile(r"^\[\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\]\s*")),
     # The kernel log: dmesg's seconds since boot ("[ 1234.567890] ") and dmesg -T's time ("[Tue Dec  9 07:33:01 2026] ").
-    ("timestamp", re.compile(r"^\[\s*\d+\.\d{6}\]\s*")),
-    ("timestamp", re.compile(r"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) " + _MONTHS + r" [ 0-9]\d \d{2}:\d{2}:\d{2} \d{4}\]\s*")),
+    ("timestamp", re_cache.compile(r"^\[\s*\d+\.\d{6}\]\s*")),
+    ("timestamp", re_cache.compile(r"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) " + _MONTHS + r" [ 0-9]\d \d{2}:\d{2}:\d{2} \d{4}\]\s*")),
     # journald / syslog: "Dec 01 13:42:51 host vllm[1234]: ", and the host and unit after an ISO time.
-    ("journald", re.compile(r"^" + _MONTHS + r" [ 0-9]\d \d{2}:\d{2}:\d{2} \S+ [^\s:\[]+(?:\[\d+\])?: ")),
+    ("journald", re_cache.compile(r"^" + _MONTHS + r" [ 0-9]\d \d{2}:\d{2}:\d{2} \S+ [^\s:\[]+(?:\[\d+\])?: ")),
     # kubectl logs --prefix: "[pod/vllm-0/vllm] "
-    ("kubectl", re.compile(r"^\[(?:pod|deployment|statefulset|job|daemonset|replicaset|node)/[^\]\s]+\]\s")),
+    ("kubectl", re_cache.compile(r"^\[(?:pod|deployment|statefulset|job|daemonset|replicaset|node)/[^\]\s]+\]\s")),
     # torch.distributed's rank prefix: "[rank0]:", torchrun's "[default0]:"
-    ("rank", re.compile(r"^\[(?:rank|default)\d+\]:\s?")),
+    ("rank", re_cache.compile(r"^\[(?:rank|default)\d+\]:\s?")),
     # c10's logging (torch==2.13.0 c10/util/Logging.cpp, glog-like): "[E822 16:31:16.131931664 ProcessGroupNCCL.cpp:632] "
-    ("glog", re.compile(
+    ("glog", re_cache.compile(
         r"^\[(?P<glevel>[IWEF])(?P<gdate>\d{3,4}) (?P<gtime>\d{2}:\d{2}:\d{2})(?:\.\d+)?(?: +\d+)? (?P<gfile>[\w.+-]+:\d+)\]\s?")),
     # glog itself: "E1201 12:00:00.123456  1234 file.cc:12] "
-    ("glog", re.compile(
+    ("glog", re_cache.compile(
         r"^(?P<glevel>[IWEF])(?P<gdate>\d{4}) (?P<gtime>\d{2}:\d{2}:\d{2})\.\d+ +\d+ (?P<gfile>[\w.+-]+:\d+)\]\s?")),
     # Ray's C++ components: "[2025-04-16 11:52:45,123 E 858 901] (raylet) node_manager.cc:123: "
-    ("glog", re.compile(
+    ("glog", re_cache.compile(
         r"^\[\d{4}-\d{2}-\d{2} (?P<gtime>\d{2}:\d{2}:\d{2})[,.]\d+ (?P<glevel>[IWEFD]) \d+ \d+\]\s(?:\((?P<gproc>\w+)\)\s)?"
         r"(?P<gfile>[\w.+-]+:\d+):\s?")),
     # vLLM's (and Ray's) process tag
-    ("process", re.compile("^" + _PROC_TAG + r"\s?")),
+    ("process", re_cache.compile("^" + _PROC_TAG + r"\s?")),
     # Ray's own processes: "(raylet) ", "(raylet, ip=10.0.0.2) ", "(autoscaler +2s) "
-    ("ray", re.compile(
+    ("ray", re_cache.compile(
         r"^\((?P<rproc>raylet|gcs_server|autoscaler|monitor|dashboard|dashboard_agent|log_monitor|runtime_env_agent)"
         r"(?:[, ][^)]*)?\)\s?")),
     # The CUDA driver's core dump (CUDA_ENABLE_COREDUMP_ON_EXCEPTION=1): "coredump: "
-    ("coredump", re.compile(r"^coredump:\s?")),
+    ("coredump", re_cache.compile(r"^coredump:\s?")),
     # docker compose: "vllm-1  | ", "vllm_1 | "; the service name has no spaces or parentheses.
-    ("compose", re.compile(r"^[A-Za-z0-9][\w.-]{0,62}\s*\|\s?")),
+    ("compose", re_cache.compile(r"^[A-Za-z0-9][\w.-]{0,62}\s*\|\s?")),
     # A reply's quote ("> ") and Slurm's task label (srun --label: "0: "), outside everything else.
-    ("quote", re.compile(r"^>+ ?")),
-    ("srun", re.compile(r"^[0-9]{1,4}: ")),
+    ("quote", re_cache.compile(r"^>+ ?")),
+    ("srun", re_cache.compile(r"^[0-9]{1,4}: ")),
     # An exception group's traceback (CPython 3.11 traceback.py: each nested exception's lines behind "| ").
-    ("group", re.compile(r"^ *\| ")),
+    ("group", re_cache.compile(r"^ *\| ")),
     # Python's logging formats: "<time> - INFO - file.py:12 - " (after the time), "ERROR:root:"
-    ("pylog", re.compile(r"^-\s+(?P<plevel>" + _LEVELS + r")\s+-\s+(?:(?P<pfile>[\w.+-]+:\d+)\s+-\s+)?")),
+    ("pylog", re_cache.compile(r"^-\s+(?P<plevel>" + _LEVELS + r")\s+-\s+(?:(?P<pfile>[\w.+-]+:\d+)\s+-\s+)?")),
 )
 _OUTER = ("timestamp", "journald", "compose", "quote", "srun", "kubectl", "group")
+_OUTER_ONLY = ("compose", "quote", "srun", "group")  # peeled only before any tag (see `_next_layer`)
+# Every layer in one alternation, in `_LAYERS`' order (named groups made plain, each layer one named group): one
+# `match` tells the first layer that matches, where trying them one by one took 20 calls on a line none matches.
+_ANY_LAYER_RE = re_cache.compile("|".join(
+    f"(?P<L{k}>{re.sub(r'[(][?]P<[A-Za-z_][A-Za-z0-9_]*>', '(?:', rx.pattern)})" for k, (_name, rx) in enumerate(_LAYERS)))
 # After an ISO time, journald's short-iso format goes on with the host and the unit with its pid.
-_SYSLOG_TAIL_RE = re.compile(r"^\S+ [^\s:\[]+\[\d+\]: ")
-_PYLOG_BASIC_RE = re.compile(r"^(?P<level>" + _LEVELS + r"):[\w.]+:")
+_SYSLOG_TAIL_RE = re_cache.compile(r"^\S+ [^\s:\[]+\[\d+\]: ")
+_PYLOG_BASIC_RE = re_cache.compile(r"^(?P<level>" + _LEVELS + r"):[\w.]+:")
 # uvicorn's default format: "INFO:     Application startup complete."
-_UVICORN_RE = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+")
+_UVICORN_RE = re_cache.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+")
 _GLOG_LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL", "D": "DEBUG"}
 
 
@@ -229,13 +235,14 @@ def parse_line(raw: str, source: str = "-", lineno: int = 0) -> LogLine:
 
     peeled: list[str] = []
     while text and len(peeled) < 10:
-        for name, rx in _LAYERS:
+        first = _ANY_LAYER_RE.match(text)
+        for name, rx in _LAYERS[int(first.lastgroup[1:]) if first is not None else len(_LAYERS):]:
             m = rx.match(text)
             if m is None:
                 continue
             # docker compose's service name, a quote and Slurm's label come first (before any tag): "a | b" or
             # "0: x" inside a message is text.
-            if name in ("compose", "quote", "srun", "group") and (text.startswith("(") or any(p not in _OUTER for p in peeled)):
+            if name in _OUTER_ONLY and (text.startswith("(") or any(p not in _OUTER for p in peeled)):
                 continue
             gd = m.groupdict()
             if name == "process":

@@ -35,9 +35,9 @@ Every wording here is copied from the source that prints it (cited next to each 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
+from dsv4ctl import re_cache
 from dsv4ctl.logs.grammars import (
     CHAIN_RE,
     DEATH_RE,
@@ -178,7 +178,7 @@ class ErrorRecord:
 
 # The source file of a C++ component's record (glog, c10 and Ray's C++ core: "core_worker.cc:496",
 # "ProcessGroupNCCL.cpp:632").
-_NATIVE_FILE_RE = re.compile(r"\.(?:cc|cpp|cxx|cu|h|hpp)(?::[0-9]+)?$")
+_NATIVE_FILE_RE = re_cache.compile(r"\.(?:cc|cpp|cxx|cu|h|hpp)(?::[0-9]+)?$")
 
 
 def log_error(line: LogLine) -> ErrorRecord:

@@ -25,19 +25,20 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from dsv4ctl import re_cache
 from dsv4ctl.logs.reader import LogLine
 
 # vLLM's own process roles (the process tag names of v1/engine and v1/executor).
 # A role names one process of a launch: a name several processes share (legacy V0's "VllmWorkerProcess", a
 # bare "Worker") says nothing about which one, so a new pid under it opens no start.
-_ROLE_RE = re.compile(r"^(?:APIServer|ApiServer|DPCoordinator|EngineCore(?:_\w+)?|Worker_\w+|VllmWorker rank=\d+)\Z")
+_ROLE_RE = re_cache.compile(r"^(?:APIServer|ApiServer|DPCoordinator|EngineCore(?:_\w+)?|Worker_\w+|VllmWorker rank=\d+)\Z")
 # The markers of a launch. Their wordings: vllm/entrypoints/utils.py (the banner "vLLM server version
 # %s, serving model %s" of 0.31+ and "vLLM API server version %s" before), the logo's "version" line,
 # vllm/entrypoints/utils.py "non-default args: %s", vllm/v1/engine/core.py "Initializing a V1 LLM engine".
 _MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("banner", re.compile(r"vLLM (?:API )?server version \S|█\s+version \S")),
-    ("args", re.compile(r"non-default args: ")),
-    ("engine", re.compile(r"Initializing a V1 LLM engine")),
+    ("banner", re_cache.compile(r"vLLM (?:API )?server version \S|█\s+version \S")),
+    ("args", re_cache.compile(r"non-default args: ")),
+    ("engine", re_cache.compile(r"Initializing a V1 LLM engine")),
 )
 CLOCK_SLACK_S = 120
 # A marker that another file repeats this long after the current start began still belongs to it.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import re
 
+from dsv4ctl import re_cache
 from dsv4ctl.logs.reader import LogLine, strip_ansi
 from dsv4ctl.logs.timeline_model import PHASES, AutoFit, CaptureProgress, LineRef, ProgressEvent, StartupTimeline
 from dsv4ctl.units import format_tokens
@@ -31,88 +32,87 @@ def _gib_in(text: str) -> float | None:
 # A server answering: uvicorn's access line (uvicorn==0.54.0 uvicorn/config.py:94, '%(levelprefix)s
 # %(client_addr)s - "%(request_line)s" %(status_code)s') and vLLM's throughput line (vllm==0.33.0
 # vllm/v1/metrics/loggers.py:283, 0.27.1 :263). `status` is the access line's (None for the throughput line).
-ANSWERED_RE = re.compile(r'- "[A-Z]+ \S* HTTP/[0-9.]+" (?P<status>[0-9]{3})\b|Engine [0-9]+: Avg prompt throughput: ')
-
+ANSWERED_RE = re_cache.compile(r'- "[A-Z]+ \S* HTTP/[0-9.]+" (?P<status>[0-9]{3})\b|Engine [0-9]+: Avg prompt throughput: ')
 
 # Line rules. Each regex contains a prefilter keyword literally (tests check the tracker gives the
 # same timeline on the whole log and on prefiltered lines).
 _RE = {
-    "banner": re.compile(r"vLLM server version (\S+?),? serving model (\S+)"),
-    "logo_version": re.compile(r"█\s+version (\S+)"),
+    "banner": re_cache.compile(r"vLLM server version (\S+?),? serving model (\S+)"),
+    "logo_version": re_cache.compile(r"█\s+version (\S+)"),
     # Releases before the "serving model" banner (vllm==0.6.3 vllm/entrypoints/openai/api_server.py:528).
-    "api_banner": re.compile(r"vLLM API server version (\S+)"),
-    "logo_model": re.compile(r"█\s+model   (\S+)"),
-    "engine": re.compile(r"Initializing a V1 LLM engine \(v([^)]+)\) with config: (.*)"),
-    "nondefault": re.compile(r"non-default args: (.*)"),
-    "max_len": re.compile(r"Using max model len ([0-9]+)"),
-    "arch": re.compile(r"Resolved architecture: (\S+)"),
-    "start_load": re.compile(r"Starting to load model (\S+?)(?:\.\.\.)?$"),
-    "shards": re.compile(r"Loading safetensors checkpoint shards.*?([0-9]+)/([0-9]+)"),
-    "load_weights": re.compile(r"Loading weights took ([0-9]+(?:\.[0-9]+)?) seconds"),
-    "model_loading": re.compile(r"Model loading took ([0-9]+(?:\.[0-9]+)?) GiB(?: memory)? and ([0-9]+(?:\.[0-9]+)?) seconds"),
-    "profiling": re.compile(
+    "api_banner": re_cache.compile(r"vLLM API server version (\S+)"),
+    "logo_model": re_cache.compile(r"█\s+model   (\S+)"),
+    "engine": re_cache.compile(r"Initializing a V1 LLM engine \(v([^)]+)\) with config: (.*)"),
+    "nondefault": re_cache.compile(r"non-default args: (.*)"),
+    "max_len": re_cache.compile(r"Using max model len ([0-9]+)"),
+    "arch": re_cache.compile(r"Resolved architecture: (\S+)"),
+    "start_load": re_cache.compile(r"Starting to load model (\S+?)(?:\.\.\.)?$"),
+    "shards": re_cache.compile(r"Loading safetensors checkpoint shards.*?([0-9]+)/([0-9]+)"),
+    "load_weights": re_cache.compile(r"Loading weights took ([0-9]+(?:\.[0-9]+)?) seconds"),
+    "model_loading": re_cache.compile(r"Model loading took ([0-9]+(?:\.[0-9]+)?) GiB(?: memory)? and ([0-9]+(?:\.[0-9]+)?) seconds"),
+    "profiling": re_cache.compile(
         r"Memory profiling takes|Starting torch\.compile|Dynamo bytecode transform time|Compiling a graph for compile range"
         r"|Initial profiling/warmup run took|Profiling CUDA graph memory|Estimated CUDA graph memory"
     ),
-    "available_kv": re.compile(r"Available KV cache memory: (-?[0-9]+(?:\.[0-9]+)?) GiB"),
-    "autofit": re.compile(r"max_model_len: reduced from ([0-9,]+) to ([0-9,]+)(.*)"),
-    "autofit_full": re.compile(r"Auto-fit max_model_len: full model context length ([0-9,]+) fits"),
-    "kv_size": re.compile(r"KV cache size: ([0-9,]+) tokens"),
-    "concurrency": re.compile(r"Maximum concurrency for ([0-9,]+) tokens per request: ([0-9]+(?:\.[0-9]+)?)x"),
-    "capture": re.compile(
+    "available_kv": re_cache.compile(r"Available KV cache memory: (-?[0-9]+(?:\.[0-9]+)?) GiB"),
+    "autofit": re_cache.compile(r"max_model_len: reduced from ([0-9,]+) to ([0-9,]+)(.*)"),
+    "autofit_full": re_cache.compile(r"Auto-fit max_model_len: full model context length ([0-9,]+) fits"),
+    "kv_size": re_cache.compile(r"KV cache size: ([0-9,]+) tokens"),
+    "concurrency": re_cache.compile(r"Maximum concurrency for ([0-9,]+) tokens per request: ([0-9]+(?:\.[0-9]+)?)x"),
+    "capture": re_cache.compile(
         r"(Capturing [A-Za-z -]*CUDA graphs)(?: \(([^)]*)\))?:?\s*(?:[0-9]+%)?\s*\|[^|]*\|\s*([0-9]+)/([0-9]+)"
     ),
-    "capture_bare": re.compile(r"(Capturing [A-Za-z -]*CUDA graphs)(?: \(([^)]*)\))?"),
-    "graph_done": re.compile(r"Graph capturing finished in ([0-9]+(?:\.[0-9]+)?) secs, took ([0-9]+(?:\.[0-9]+)?) GiB"),
-    "init_engine": re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([0-9]+(?:\.[0-9]+)?) s"),
-    "server_on": re.compile(r"Starting vLLM (?:API )?server (?:[0-9]+ )?on (\S+)"),
-    "startup_complete": re.compile(r"Application startup complete"),
+    "capture_bare": re_cache.compile(r"(Capturing [A-Za-z -]*CUDA graphs)(?: \(([^)]*)\))?"),
+    "graph_done": re_cache.compile(r"Graph capturing finished in ([0-9]+(?:\.[0-9]+)?) secs, took ([0-9]+(?:\.[0-9]+)?) GiB"),
+    "init_engine": re_cache.compile(r"init engine \(profile, create kv cache, warmup model\) took ([0-9]+(?:\.[0-9]+)?) s"),
+    "server_on": re_cache.compile(r"Starting vLLM (?:API )?server (?:[0-9]+ )?on (\S+)"),
+    "startup_complete": re_cache.compile(r"Application startup complete"),
     # Excerpts read in full show these; the prefilter selects neither (a long log's ready line comes first).
     "answered": ANSWERED_RE,
-    "v2_runner": re.compile(r"Using V2 Model Runner"),
-    "v1_runner": re.compile(r"Model Runner V2 (?:does not yet support|requires).*using the V1 model runner"),
-    "fp8_ds_mla": re.compile(r"fp8_ds_mla KV cache format"),
+    "v2_runner": re_cache.compile(r"Using V2 Model Runner"),
+    "v1_runner": re_cache.compile(r"Model Runner V2 (?:does not yet support|requires).*using the V1 model runner"),
+    "fp8_ds_mla": re_cache.compile(r"fp8_ds_mla KV cache format"),
     # vLLM's startup plans (vllm==0.33.0 vllm/v1/worker/startup_plan.py:189 "Saved startup plan to %s", :153
     # "Applying persisted startup plan (fingerprint %s): kv_cache_memory_bytes=%d …"; the same file in 0.26-0.33).
-    "plan_saved": re.compile(r"Saved startup plan to \S*startup_plan_([0-9a-f]{16})\.json"),
-    "plan_applied": re.compile(r"Applying persisted startup plan \(fingerprint ([0-9a-f]{16})\)"),
-    "indexer": re.compile(r"indexer cache for Lightning Indexer"),
-    "vendored_dg": re.compile(r"deep_gemm not found in site-packages, trying vendored"),
-    "failed": re.compile(
+    "plan_saved": re_cache.compile(r"Saved startup plan to \S*startup_plan_([0-9a-f]{16})\.json"),
+    "plan_applied": re_cache.compile(r"Applying persisted startup plan \(fingerprint ([0-9a-f]{16})\)"),
+    "indexer": re_cache.compile(r"indexer cache for Lightning Indexer"),
+    "vendored_dg": re_cache.compile(r"deep_gemm not found in site-packages, trying vendored"),
+    "failed": re_cache.compile(
         r"EngineCore failed to start|WorkerProc initialization failed|WorkerProc failed to start"
         r"|Engine core initialization failed|died unexpectedly|EngineCore encountered a fatal error"
     ),
-    "traceback": re.compile(r"^Traceback \(most recent call last\)"),
+    "traceback": re_cache.compile(r"^Traceback \(most recent call last\)"),
     # Shutdown asked for from outside (SIGTERM, Ctrl-C, the server stopping). vLLM >= 0.32 also logs
     # "[shutdown] Executor: ..." lines while it tears down after a failure: those are not markers.
-    "shutdown": re.compile(
+    "shutdown": re_cache.compile(
         r"^\[shutdown\] (?:API server: shutdown triggered|.*received signal)"
         r"|^Shutting down$|Waiting for application shutdown|Finished server process|^KeyboardInterrupt"
     ),
 }
 
 _ENGINE_FIELDS = {
-    "model": re.compile(r"\bmodel='([^']*)'"),
-    "max_seq_len": re.compile(r"\bmax_seq_len=([0-9]+)"),
-    "tp": re.compile(r"\btensor_parallel_size=([0-9]+)"),
-    "pp": re.compile(r"\bpipeline_parallel_size=([0-9]+)"),
-    "dp": re.compile(r"\bdata_parallel_size=([0-9]+)"),
-    "kv_dtype": re.compile(r"\bkv_cache_dtype=([A-Za-z0-9_]+)"),
-    "eager": re.compile(r"\benforce_eager=(True|False)"),
-    "mode": re.compile(r"'mode': (?:<CompilationMode\.([A-Z_]+)[^>]*>|([0-9]+)|'([A-Za-z_]+)')"),
-    "cg_mode": re.compile(r"'cudagraph_mode': (?:<CUDAGraphMode\.([A-Z_]+)[^>]*>|'([A-Za-z_]+)')"),
+    "model": re_cache.compile(r"\bmodel='([^']*)'"),
+    "max_seq_len": re_cache.compile(r"\bmax_seq_len=([0-9]+)"),
+    "tp": re_cache.compile(r"\btensor_parallel_size=([0-9]+)"),
+    "pp": re_cache.compile(r"\bpipeline_parallel_size=([0-9]+)"),
+    "dp": re_cache.compile(r"\bdata_parallel_size=([0-9]+)"),
+    "kv_dtype": re_cache.compile(r"\bkv_cache_dtype=([A-Za-z0-9_]+)"),
+    "eager": re_cache.compile(r"\benforce_eager=(True|False)"),
+    "mode": re_cache.compile(r"'mode': (?:<CompilationMode\.([A-Z_]+)[^>]*>|([0-9]+)|'([A-Za-z_]+)')"),
+    "cg_mode": re_cache.compile(r"'cudagraph_mode': (?:<CUDAGraphMode\.([A-Z_]+)[^>]*>|'([A-Za-z_]+)')"),
 }
 _COMPILATION_MODE_NAMES = {"0": "NONE", "1": "STOCK_TORCH_COMPILE", "2": "DYNAMO_TRACE_ONCE", "3": "VLLM_COMPILE"}
 
 _ARG_FIELDS = {
-    "model": re.compile(r"'model(?:_tag)?': '([^']*)'"),
-    "max_model_len": re.compile(r"'max_model_len': (-?[0-9]+|'[^']*')"),
-    "kv_cache_dtype": re.compile(r"'kv_cache_dtype': '([^']*)'"),
-    "tp": re.compile(r"'tensor_parallel_size': ([0-9]+)"),
-    "pp": re.compile(r"'pipeline_parallel_size': ([0-9]+)"),
-    "dp": re.compile(r"'data_parallel_size': ([0-9]+)"),
-    "ep": re.compile(r"'enable_expert_parallel': (True|False)"),
-    "eager": re.compile(r"'enforce_eager': (True|False)"),
+    "model": re_cache.compile(r"'model(?:_tag)?': '([^']*)'"),
+    "max_model_len": re_cache.compile(r"'max_model_len': (-?[0-9]+|'[^']*')"),
+    "kv_cache_dtype": re_cache.compile(r"'kv_cache_dtype': '([^']*)'"),
+    "tp": re_cache.compile(r"'tensor_parallel_size': ([0-9]+)"),
+    "pp": re_cache.compile(r"'pipeline_parallel_size': ([0-9]+)"),
+    "dp": re_cache.compile(r"'data_parallel_size': ([0-9]+)"),
+    "ep": re_cache.compile(r"'enable_expert_parallel': (True|False)"),
+    "eager": re_cache.compile(r"'enforce_eager': (True|False)"),
 }
 
 

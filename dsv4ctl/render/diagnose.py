@@ -7,17 +7,21 @@ text (never as Rich markup), so brackets in log lines are shown as they are.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from dsv4ctl.diagnosis.model import Diagnosis, Finding
 from dsv4ctl.catalogue.signatures import BY_ID
-from dsv4ctl.logs.examples import Example
 from dsv4ctl.logs.timeline import StartupTimeline
 from dsv4ctl.render import cut_around, print_command, print_prose
 from dsv4ctl.render.tables import print_table
 from dsv4ctl.units import format_tokens
+
+if TYPE_CHECKING:
+    from dsv4ctl.logs.examples import Example
 
 _VERDICT_STYLE = {"failed": "bold white on red", "healthy": "bold white on green", "inconclusive": "bold black on yellow",
                   "stuck": "bold white on magenta"}
@@ -80,7 +84,8 @@ def _starts(console: Console, d: Diagnosis, multi: bool) -> None:
         if st.first and st.last:
             span = f"{_where(st.first.source, st.first.line, multi)}–{_where(st.last.source, st.last.line, multi)}"
         verdict = st.verdict + (" (serving)" if st.phase == "serving" else "")
-        table.add_row(str(st.index + 1), span, st.vllm_version or "", Text(verdict), st.root_cause or "")
+        # Text, not str: nothing in a row is Rich markup, and a Text is not parsed again by each measure
+        table.add_row(Text(str(st.index + 1)), Text(span), Text(st.vllm_version or ""), Text(verdict), Text(st.root_cause or ""))
     print_table(console, table)
     console.print()
 

@@ -55,8 +55,9 @@ def members_table(g: GroupReading) -> Table:
         status = term.get("reason") and f"{term.get('reason')} (exit {term.get('exit_code')})" or ""
         if m.restart_count:
             status = f"{status}; {m.restart_count} restart(s)".strip("; ")
-        table.add_row(m.name.rsplit("/", 1)[-1], m.node or "-", f"{m.pod}/{m.container}" if m.pod else "-",
-                      r.rank_text, r.role, r.vllm_version or "-", status or "-")
+        cells = (m.name.rsplit("/", 1)[-1], m.node or "-", f"{m.pod}/{m.container}" if m.pod else "-",
+                 r.rank_text, r.role, r.vllm_version or "-", status or "-")
+        table.add_row(*(Text(c) for c in cells))  # names as written, never Rich markup
     return table
 
 

@@ -68,8 +68,15 @@ def _min_word(word: str) -> int:
 
 
 def natural_width(console: Console, table: Table) -> int:
-    """The width `table` takes with no cell wrapped."""
-    return Measurement.get(console, console.options.update_width(_UNBOUNDED), table).maximum
+    """The width `table` takes with no cell wrapped: Rich's own measure (`Measurement.get`), in one pass over the
+    cells where Rich's takes two (it lays the columns out at the unbounded width first, then measures them),
+    read from the same per-column measure; Rich's whole measure when the table is not the plain kind."""
+    wide = console.options.update_width(_UNBOUNDED)
+    measure = getattr(table, "_measure_column", None)
+    extra = getattr(table, "_extra_width", None)
+    if measure is None or not isinstance(extra, int) or table.width is not None or table.min_width is not None:
+        return Measurement.get(console, wide, table).maximum
+    return sum(measure(console, wide, column).maximum for column in table.columns) + extra
 
 
 def fit_table(console: Console, table: Table) -> bool:
@@ -100,11 +107,72 @@ def fit_table(console: Console, table: Table) -> bool:
     return True
 
 
+def _as_lines(console: Console, table: Table) -> Table | None:
+    """The same table as one column of whole rows, when it is the plain kind (no box, one line per cell, no sizes
+    or footers) and fits the console unwrapped: Rich then measures and renders one cell per row where it took one
+    per column and row (a diagnose of 38 starts spent 80 % of its rendering there). The text is Rich's to the
+    character (tests/unit/test_render_width.py compares); None for any other table."""
+    if (table.box is not None or table.expand or table.show_footer or table.show_lines or table.row_styles
+            or table.leading or table.collapse_padding or table.width is not None or table.min_width is not None
+            or tuple(table.padding) != (0, 1, 0, 1) or not table.columns):
+        return None
+    columns = table.columns
+    if any(c.width is not None or c.min_width is not None or c.max_width is not None or c.ratio or c.highlight
+           for c in columns):
+        return None
+    rows: list[list[Text]] = []
+    if table.show_header:
+        header_style = console.get_style(table.header_style or "", default="")
+        rows.append([_cell(console, c.header, header_style + console.get_style(c.header_style or "", default=""))
+                     for c in columns])
+    cells = [list(c.cells) for c in columns]
+    for i in range(table.row_count):
+        rows.append([_cell(console, cells[k][i], console.get_style(c.style or "", default="")) for k, c in enumerate(columns)])
+    if any(cell is None for row in rows for cell in row):
+        return None
+    widths = [max(cell.cell_len for cell in column) for column in zip(*rows)]
+    last = len(columns) - 1
+    pads = [((1 if k or table.pad_edge else 0), (1 if k < last or table.pad_edge else 0)) for k in range(len(columns))]
+    if sum(w + a + b for w, (a, b) in zip(widths, pads)) > console.width:
+        return None
+    out = Table(title=table.title, title_style=table.title_style, title_justify=table.title_justify, caption=table.caption,
+                caption_style=table.caption_style, caption_justify=table.caption_justify, show_header=False, box=None,
+                pad_edge=False, padding=0, style=table.style)
+    out.add_column(no_wrap=True, overflow="ignore")
+    for row in rows:
+        line = Text()
+        for k, (cell, width, (a, b)) in enumerate(zip(row, widths, pads)):
+            fill = width - cell.cell_len
+            left = fill if columns[k].justify == "right" else fill // 2 if columns[k].justify == "center" else 0
+            line.append(" " * (a + left))
+            line.append_text(cell)
+            line.append(" " * (fill - left + b))
+        out.add_row(line)
+    return out
+
+
+def _cell(console: Console, cell: RenderableType | None, style) -> Text | None:
+    """A cell as one line of styled text; None when it is not text, or not one line."""
+    if cell is None:
+        cell = ""
+    if isinstance(cell, str):
+        cell = console.render_str(cell, highlight=False)  # as Rich renders a str cell: markup and emoji, no highlighting (Column.highlight)
+    if not isinstance(cell, Text) or "\n" in cell.plain or "\t" in cell.plain or cell.justify not in (None, "default", "left"):
+        return None
+    text = Text(style=style)  # the column's style under the cell's own, as Rich layers them
+    text.append_text(cell)
+    return text
+
+
 def print_table(console: Console, table: Table, *narrower: Table, heading_columns: int = 1) -> None:
     """The first layout that fits the width whole, else the first that fits with its text columns
     wrapped (`fit_table`), else the rows as key/value lines. `narrower` are the same rows laid out
     more tightly (two-line headers, fewer columns), tried in order."""
     layouts = (table, *narrower)
+    lines = _as_lines(console, table)
+    if lines is not None:
+        console.print(lines)
+        return
     for layout in layouts:
         if natural_width(console, layout) <= console.width:
             console.print(layout)

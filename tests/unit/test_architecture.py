@@ -17,11 +17,13 @@ PACKAGE = Path(__file__).resolve().parents[2] / "dsv4ctl"
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "units": {"errors"},
-    "catalogue": {"errors", "units"},
-    "logs": {"errors", "units", "catalogue"},
-    "diagnosis": {"errors", "units", "catalogue", "logs"},
+    "cache_dir": set(),
+    "re_cache": {"cache_dir"},
+    "catalogue": {"errors", "units", "re_cache"},
+    "logs": {"errors", "units", "catalogue", "cache_dir", "re_cache"},
+    "diagnosis": {"errors", "units", "catalogue", "logs", "re_cache"},
     "gpu": {"errors", "units"},
-    "planning": {"errors", "units", "logs", "gpu"},
+    "planning": {"errors", "units", "cache_dir", "logs", "gpu"},
     "advice": {"errors", "units", "catalogue", "logs", "diagnosis", "planning"},
     "probe": {"errors"},
     "fixes": {"probe"},
@@ -42,7 +44,7 @@ PLANNING_READS_FROM_LOGS = {"dsv4ctl.logs.facts", "dsv4ctl.logs.deployment"}
 # release, the plan dsv4ctl makes. planning/__init__.py is the face above them: the only planning module the rest
 # of dsv4ctl imports, and one no room imports.
 PLANNING_ROOMS: dict[str, set[str]] = {
-    "checkpoint": {"errors", "units"},
+    "checkpoint": {"errors", "units", "cache_dir"},
     "mirror": {"errors", "units", "checkpoint"},
     "plan": {"errors", "units", "logs", "gpu", "checkpoint", "mirror"},
 }

@@ -273,3 +273,103 @@ def test_a_squeezed_table_never_cuts_a_number(width):
     for figure in [*figures, "max_model_len=1048576"]:
         assert _whole(figure, text), figure
     assert fitted == ("┃" in text or "│" in text)
+
+
+def _tables() -> list[Table]:
+    """Tables of every shape the renderers build: boxes or none, padding, edges, headers and footers, fixed,
+    bounded and wrapping columns, multi-line and styled cells, an expanding table."""
+    from rich import box
+    from rich.text import Text
+
+    out = []
+    for kw in ({}, {"box": None, "pad_edge": False}, {"box": box.SIMPLE, "show_edge": False}, {"padding": (0, 3)},
+               {"show_header": False}, {"show_footer": True}, {"expand": True}, {"collapse_padding": True}):
+        t = Table(title="a title wider than the columns are", **kw)
+        t.add_column("#", justify="right", no_wrap=True, footer="sum")
+        t.add_column("name", overflow="fold", min_width=6, max_width=30)
+        t.add_column("fixed", width=9)
+        t.add_column("note")
+        for i in range(5):
+            t.add_row(str(i), Text("[rank0]: a name\nof two lines " * i), "x" * i, f"[bold]styled[/bold] {i * 1048576:,}")
+        out.append(t)
+    return out
+
+
+@pytest.mark.parametrize("width", [40, 80, 200])
+def test_natural_width_is_richs_own_measure(width):
+    from rich.measure import Measurement
+
+    from dsv4ctl.render.tables import natural_width
+
+    console = Console(file=io.StringIO(), width=width)
+    for t in _tables():
+        assert natural_width(console, t) == Measurement.get(console, console.options.update_width(10_000), t).maximum
+
+
+
+def _plain_tables(seed: int) -> list[Table]:
+    """Random tables of the plain kind `print_table` lays out as whole rows: no box, one-line cells of str (with
+    markup), Text (styled), wide and combining characters, every justification, with and without header and title."""
+    import random
+
+    from rich.text import Text
+
+    rng = random.Random(seed)
+    words = ["a", "name", "1,048,576", "[bold]marked[/bold]", "0.32.0", "中文字", "e\u0301", "x" * 17, "", "[rank0]:", "🙂"]
+    out = []
+    for _ in range(40):
+        t = Table(title=rng.choice([None, "Starts in this log (38; the report is about the last)", "t"]),
+                  title_justify=rng.choice(["left", "center", "right"]), title_style=rng.choice(["", "bold underline"]),
+                  header_style=rng.choice(["", "dim", "bold"]), show_header=rng.random() < 0.7, box=None,
+                  pad_edge=rng.random() < 0.5)
+        for k in range(rng.randint(1, 5)):
+            t.add_column(rng.choice(["#", "lines", "vLLM", "verdict", "root cause", "[dim]h[/dim]"]),
+                         justify=rng.choice(["left", "right", "center"]), style=rng.choice(["", "dim", "cyan", "bold red"]),
+                         no_wrap=rng.random() < 0.5)
+        for _ in range(rng.randint(0, 6)):
+            t.add_row(*[rng.choice([lambda: rng.choice(words), lambda: Text(rng.choice(words), style=rng.choice(["", "bold"])),
+                                    lambda: None])() for _ in t.columns])
+        out.append(t)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("color", [False, True])
+def test_plain_tables_print_as_rich_prints_them(seed, color):
+    """print_table's whole-row layout of a plain table is Rich's own, character for character (styles included
+    when they are not only on padding), at every width; a table too wide for it goes Rich's way."""
+    from dsv4ctl.render.tables import _as_lines
+
+    for width in (12, 40, 80, 200):
+        for t in _plain_tables(seed * 7 + width):
+            ours, rich = io.StringIO(), io.StringIO()
+            kw = {"width": width, "color_system": "truecolor" if color else None, "force_terminal": color, "legacy_windows": False}
+            lines = _as_lines(Console(file=io.StringIO(), **kw), t)
+            print_table(Console(file=ours, **kw), t)
+            Console(file=rich, **kw).print(t) if lines is not None else print_table(Console(file=rich, **kw), t)
+            strip = (lambda s: re.sub(r"\x1b\[[0-9;]*m", "", s)) if color else (lambda s: s)
+            assert strip(ours.getvalue()) == strip(rich.getvalue()), (width, ours.getvalue(), rich.getvalue())
+            if color and lines is not None:  # every visible character in the same style
+                c = Console(file=io.StringIO(), **kw)
+                assert _styled_chars(c, lines) == _styled_chars(c, t), width
+
+
+def _styled_chars(console: Console, renderable) -> list[tuple[str, str]]:
+    return [(ch, str(seg.style or "none")) for seg in console.render(renderable) if not seg.control for ch in seg.text
+            if not ch.isspace()]
+
+
+def test_the_starts_table_is_laid_out_as_whole_rows():
+    from rich.text import Text
+
+    from dsv4ctl.render.tables import _as_lines
+
+    t = Table(title="Starts", box=None, pad_edge=False, header_style="dim")
+    t.add_column("#", justify="right", style="dim", no_wrap=True)
+    t.add_column("root cause", overflow="fold")
+    for i in range(38):
+        t.add_row(Text(str(i + 1)), Text("unrecognized_error"))
+    console = Console(file=io.StringIO(), width=80)
+    lines = _as_lines(console, t)
+    assert lines is not None and len(lines.columns) == 1 and lines.row_count == 39
+    assert _as_lines(Console(file=io.StringIO(), width=10), t) is None  # too wide: Rich's own layout, wrapped

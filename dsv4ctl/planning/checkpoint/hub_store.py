@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from dsv4ctl.cache_dir import CACHE_DIR_ENV, cache_dir as shared_cache_dir
 from dsv4ctl.errors import InputError
 from dsv4ctl.planning.checkpoint.geometry import CheckpointWeights
 
-CACHE_DIR_ENV = "DSV4CTL_CACHE_DIR"
 DEFAULT_ENDPOINT = "https://huggingface.co"  # huggingface_hub 2.4.0 constants.py:67 (_HF_DEFAULT_ENDPOINT)
 _TRUE = {"1", "ON", "YES", "TRUE"}  # constants.py:12 (ENV_VARS_TRUE_VALUES)
 _COMMIT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -55,10 +55,11 @@ def offline_variable(environ: Mapping[str, str] | None = None) -> str | None:
 
 
 def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
-    env = _env(environ)
-    if env.get(CACHE_DIR_ENV):
-        return Path(env[CACHE_DIR_ENV]).expanduser()
-    return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "dsv4ctl"
+    """dsv4ctl's cache directory (`dsv4ctl.cache_dir`, the one rule), which the hub's copies need."""
+    base = shared_cache_dir(environ)
+    if base is None:
+        raise InputError("no directory for dsv4ctl's cache: no home directory", hint=f"set {CACHE_DIR_ENV}")
+    return base
 
 
 def check_commit(commit: str, where: str) -> str:

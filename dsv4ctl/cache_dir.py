@@ -1,0 +1,27 @@
+"""Where dsv4ctl keeps what it may rebuild: one rule for every cache (the hub's headers, the prefilter's
+hyperscan database, the compiled regular expressions).
+
+`$DSV4CTL_CACHE_DIR`, else `$XDG_CACHE_HOME/dsv4ctl`, else `~/.cache/dsv4ctl` (`~` expanded). A cache is
+only ever a saving: whoever finds it missing, unreadable or unwritable builds what it holds instead.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping
+
+CACHE_DIR_ENV = "DSV4CTL_CACHE_DIR"
+
+
+def cache_dir(environ: Mapping[str, str] | None = None) -> Path | None:
+    """dsv4ctl's cache directory; None when neither variable is set and there is no home to put it in."""
+    env = os.environ if environ is None else environ
+    if env.get(CACHE_DIR_ENV):
+        return Path(env[CACHE_DIR_ENV]).expanduser()
+    if env.get("XDG_CACHE_HOME"):
+        return Path(env["XDG_CACHE_HOME"]).expanduser() / "dsv4ctl"
+    home = os.path.expanduser("~")
+    if home == "~":
+        return None
+    return Path(home) / ".cache" / "dsv4ctl"
