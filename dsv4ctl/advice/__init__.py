@@ -57,8 +57,14 @@ def read_log_facts(path: str) -> LogCalibration:
 
 
 def diagnose(sources: Any, **kwargs: Any) -> Diagnosis:
-    """`dsv4ctl.diagnosis.diagnose` (same arguments), advised."""
+    """`dsv4ctl.diagnosis.diagnose` (same arguments), advised. While a big log's scanning children still read, the
+    planner the advice may need is loaded (`idle`: its modules, ~0.05 s, off the end of the run)."""
+    kwargs.setdefault("idle", _load_planner)
     return advise(run.diagnose(sources, **kwargs))
+
+
+def _load_planner() -> None:
+    import dsv4ctl.planning  # noqa: F401 - imported ahead, for the safe length a finding may need
 
 
 def diagnose_lines(lines: Iterable[LogLine]) -> Diagnosis:

@@ -189,6 +189,7 @@ def diagnose(
     workers: int | None = None,
     parallel_min_bytes: int | None = None,
     progress: Callable[[int], None] | None = None,
+    idle: Callable[[], None] | None = None,
 ) -> Diagnosis:
     """Diagnose one or more logs (paths, "-" for stdin, .gz, binary streams), reading each once.
 
@@ -197,7 +198,8 @@ def diagnose(
 
     A regular, uncompressed file of at least `parallel_min_bytes` is scanned by `workers` processes
     (default: the usable CPUs, at most 4; `dsv4ctl.logs.parallel`); the result is the same.
-    `parallel_min_bytes` defaults to `parallel.PARALLEL_MIN_BYTES` (64 MiB).
+    `parallel_min_bytes` defaults to `parallel.PARALLEL_MIN_BYTES` (64 MiB). `idle`, when given, is called
+    once if this process would wait for a scanning child (`parallel.scan_file_batches`).
     """
     if parallel_min_bytes is None:
         parallel_min_bytes = parallel.PARALLEL_MIN_BYTES
@@ -212,7 +214,7 @@ def diagnose(
             count: list[int] = []
             for base, batch in parallel.scan_file_batches(
                 source, engine=engine, workers=n_workers, progress=report, line_count=count, tagger=SERVING_SORTER,
-                hold=HELD_LINES,
+                hold=HELD_LINES, idle=idle,
             ):
                 run.feed_batch(base, batch, name, reread=parallel.rereader(source, engine, SERVING_SORTER))
             run.lines_read += count[0] if count else 0

@@ -195,7 +195,7 @@ GENERIC: tuple[tuple[str, re.Pattern[str]], ...] = (
     # "rtSetDevice:ErrCode=107001, desc=[device id error], …", "rtKernelLaunchWithHandleV2 failed: 507035",
     # and "call aclnnQuantMatmulWeightNz failed, detail: …".
     ("npu", re_cache.compile(r"\b(?P<rt_call>(?:rt|aclrt|acl|aclnn|Hccl|hccl)[A-Z]\w*)\b[^\n]{0,160}?"
-                       r"(?:ErrCode=|error code(?: is)? |failed: |ret(?:Code)?=|, )(?P<acl_code>[125]0[0-9]{4})\b")),
+                             r"(?:ErrCode=|error code(?: is)? |failed: |ret(?:Code)?=|, )(?P<acl_code>[125]0[0-9]{4})\b")),
     ("npu", re_cache.compile(r"\bcall (?P<rt_call>aclnn\w+|acl\w+) failed\b")),
     # torch_npu's own error code after its messages (NPUException.h:79 formatErrorCode: "ERR<module><code> <MODULE>
     # <text>", libtorch_npu.so: "call acl api failed", "call hccl api failed"), e.g. "ERR00100 PTA call acl api failed".
@@ -217,7 +217,7 @@ GENERIC: tuple[tuple[str, re.Pattern[str]], ...] = (
     # arch/x86/kernel/process_64.c:81 "RAX: %016lx RBX: %016lx RCX: %016lx"; arm64 arch/arm64/kernel/process.c:219
     # "pc : %pS"): a crash whose report line the excerpt lost.
     ("crash", re_cache.compile(r"^(?P<register>RIP): [0-9a-f]{4}:(?P<at>\S+)|^(?P<registers>RAX): [0-9a-f]{16} RBX: [0-9a-f]{16}"
-                         r"|^(?P<pc>pc) : (?P<pc_at>\S+)$")),
+                               r"|^(?P<pc>pc) : (?P<pc_at>\S+)$")),
     # A program's own "Error: <message>" line (FlashMLA's TMA set-up: "Error: Failed to initialize the TMA descriptor").
     ("text", re_cache.compile(r"^(?:Error|FATAL|Fatal error): (?P<error>\S.*)")),
 )

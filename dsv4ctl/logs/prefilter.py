@@ -33,12 +33,10 @@ hot loop would reach through module globals, and the tests that pin its equivale
 from __future__ import annotations
 
 import gzip
-import os
 import re
-from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, NamedTuple, Protocol
 
-from dsv4ctl import re_cache
+from dsv4ctl import hs_cache, re_cache
 from dsv4ctl.catalogue.signature_index import required_literals
 from dsv4ctl.logs.reader import MAX_LINE_BYTES, decode, iter_spans
 
@@ -284,7 +282,8 @@ _HS_DB = None  # the compiled database; False once it could not be had
 _HS_MIN_BYTES = 1 << 20
 
 
-# Where the compiled database is kept between runs (compiling it took 40-110 ms, loading it 0.1 ms).
+# Where the compiled database is kept between runs (compiling it took 40-110 ms, loading it 0.1 ms): dsv4ctl's cache
+# directory (`dsv4ctl.hs_cache`, keyed by hyperscan's version, the CPU and the patterns).
 CACHE_ENV = "DSV4CTL_CACHE_DIR"
 
 
@@ -293,68 +292,22 @@ def _hyperscan_db():
     if not _HS_DB:
         import hyperscan
 
-        path = _cache_path(hyperscan.__version__)
-        db = _load_db(hyperscan, path) if path else None
-        if db is None:
+        db = hs_cache.database(hyperscan, "prefilter", [p.encode("utf-8") for p in PATTERNS], 0)
+        if not _works(db):  # a loaded file that does not find what it should: compiled afresh, not cached
             db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
             exprs = [p.encode("utf-8") for p in PATTERNS]
             db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs), flags=[0] * len(exprs))
-            if path:
-                _save_db(hyperscan, db, path)
         _HS_DB = db
     return _HS_DB
 
 
-def _cache_path(version: str) -> Path | None:
-    """The cache file of the database for these patterns, this hyperscan and this CPU (a database is
-    compiled for the features of the CPU it is compiled on), under `DSV4CTL_CACHE_DIR`, else
-    `$XDG_CACHE_HOME/dsv4ctl`, else `~/.cache/dsv4ctl`; None when there is no such directory to use."""
-    base = os.environ.get(CACHE_ENV) or (
-        os.path.join(os.environ["XDG_CACHE_HOME"], "dsv4ctl") if os.environ.get("XDG_CACHE_HOME") else None
-    )
-    if not base:
-        home = os.path.expanduser("~")
-        if home == "~":
-            return None
-        base = os.path.join(home, ".cache", "dsv4ctl")
-    import hashlib
-    import platform
-
-    key = hashlib.sha256("\0".join((version, platform.machine(), _cpu_flags(), *PATTERNS)).encode()).hexdigest()
-    return Path(base) / f"prefilter-{key[:24]}.hsdb"
-
-
-def _cpu_flags() -> str:
+def _works(db) -> bool:
+    hits: list[int] = []
     try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return line
-    except OSError:
-        pass
-    return ""
-
-
-def _load_db(hyperscan, path: Path):
-    """The cached database, or None (missing, unreadable, from another build or CPU, or not working)."""
-    try:
-        db = hyperscan.loadb(path.read_bytes(), hyperscan.HS_MODE_BLOCK)
-        db.scratch = hyperscan.Scratch(db)
-        hits: list[int] = []
         db.scan(b"x Traceback y\n", match_event_handler=lambda i, *_: hits.append(i))
-        return db if hits == [PATTERNS.index("Traceback")] else None
-    except Exception:  # noqa: BLE001 - any problem: compile instead
-        return None
-
-
-def _save_db(hyperscan, db, path: Path) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(hyperscan.dumpb(db))
-        os.replace(tmp, path)
-    except Exception:  # noqa: BLE001 - a cache that cannot be written is only slower next time
-        pass
+    except Exception:  # noqa: BLE001
+        return False
+    return hits == [PATTERNS.index("Traceback")]
 
 
 _NUMPY_MIN_BYTES = 8 << 10  # spans from this size are counted with numpy (bytes.count is faster below)

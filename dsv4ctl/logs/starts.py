@@ -112,12 +112,14 @@ class StartSplitter:
                     break
         span = self.spans[self.current]
         opened = False
-        if self._opens(span, line, t, settled):
+        role = role_of(line.process)
+        kind = marker_of(line.message) if line.message else None  # both read once a line, by both steps
+        if self._opens(span, line, t, settled, role, kind):
             span = _Span(len(self.spans))
             self.spans.append(span)
             self.current = span.index
             opened = True
-        self._note(span, line, t)
+        self._note(span, line, t, role, kind)
         return span.index, opened
 
     def _sources_seen(self) -> set[str]:
@@ -126,10 +128,9 @@ class StartSplitter:
             out |= span.sources
         return out
 
-    def _opens(self, span: _Span, line: LogLine, t: int | None, settled: bool) -> bool:
+    def _opens(self, span: _Span, line: LogLine, t: int | None, settled: bool, role: str | None, kind: str | None) -> bool:
         if not span.sources:
             return False
-        role = role_of(line.process)
         last = self._source_last_s.get(line.source)
         if t is not None and last is not None and t < last - CLOCK_SLACK_S and line.source in span.sources:
             return True
@@ -137,7 +138,6 @@ class StartSplitter:
             seen = span.pids.get((line.source, role))
             if seen is not None and seen != line.pid:
                 return True
-        kind = marker_of(line.message) if line.message else None
         if kind is None:
             return False
         first_source = span.markers.get((kind, role))
@@ -150,15 +150,12 @@ class StartSplitter:
             return True
         return not (span.first_s - CLOCK_SLACK_S <= t <= span.first_s + NODE_SLACK_S)
 
-    def _note(self, span: _Span, line: LogLine, t: int | None) -> None:
+    def _note(self, span: _Span, line: LogLine, t: int | None, role: str | None, kind: str | None) -> None:
         span.sources.add(line.source)
-        role = role_of(line.process)
         if role is not None and line.pid is not None:
             span.pids.setdefault((line.source, role), line.pid)
-        if line.message:
-            kind = marker_of(line.message)
-            if kind is not None:
-                span.markers.setdefault((kind, role), line.source)
+        if kind is not None:
+            span.markers.setdefault((kind, role), line.source)
         if t is not None:
             span.first_s = t if span.first_s is None else min(span.first_s, t)
             span.last_s = t if span.last_s is None else max(span.last_s, t)

@@ -69,7 +69,26 @@ def vllm_env(vllm_available, tmp_path_factory):
         def __init__(self, *args, **kwargs):
             pass
 
+    import vllm.model_executor.kernels.linear as linear_kernels
+
+    choose = linear_kernels.choose_scaled_mm_linear_kernel
+
+    def choose_without_amx(config, possible_kernels, *args, **kwargs):
+        # vLLM's CPU FP8 block kernels need AMX tiles (Sapphire Rapids or newer) to run, and refuse to be chosen
+        # without them; the planner's oracle only builds the layers' weights and KV specs, never runs a matmul, so
+        # on a CPU without AMX (AMD EPYC) it takes the platform's kernel as is.
+        try:
+            return choose(config, possible_kernels, *args, **kwargs)
+        except ValueError as e:
+            from vllm.platforms import current_platform
+
+            kernels = possible_kernels.get(current_platform._enum, [])
+            if "requires AMX tile support" not in str(e) or not kernels:
+                raise
+            return kernels[0]
+
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(linear_kernels, "choose_scaled_mm_linear_kernel", choose_without_amx)
         mp.setattr(torch.cuda, "Event", _NoCudaEvent)
         mp.setattr(flashmla, "compute_fp8_einsum_recipe", lambda *a, **k: (None, None))
         mp.setattr(flashinfer_sparse, "compute_fp8_einsum_recipe", lambda *a, **k: (None, None))

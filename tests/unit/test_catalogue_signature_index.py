@@ -61,3 +61,27 @@ def test_an_ignore_case_pattern_is_tried_on_every_line():
     index = SignatureIndex((sig,))
     assert index.candidates("OUT OF MEMORY") == [sig] and sig.match("OUT OF MEMORY")
     assert index.candidates("nothing here") == [sig]
+
+
+def test_the_sorters_and_the_index_databases_are_kept_between_runs(tmp_path, monkeypatch):
+    """Each scanning process used to compile the serving sorter's and the index's hyperscan databases (~0.1 s
+    each); the second asks hyperscan to compile nothing, and finds what the first found."""
+    hyperscan = pytest.importorskip("hyperscan")
+    from dsv4ctl.catalogue.signatures import CATALOGUE
+    from dsv4ctl.diagnosis.run import SERVING_SORTER
+
+    monkeypatch.setenv("DSV4CTL_CACHE_DIR", str(tmp_path))
+    line = "(APIServer pid=1) ERROR 10-21 09:00:00 [serving.py:1] Error in chat completion stream generator."
+    first = (SERVING_SORTER._compile(), SERVING_SORTER._compile(single=False), SignatureIndex(CATALOGUE)._compile())
+    assert all(first) and len(list(tmp_path.glob("*.hsdb"))) == 3
+
+    def no_compile(*_a, **_k):
+        raise AssertionError("compiled although a cached database was there")
+
+    monkeypatch.setattr(hyperscan, "Database", no_compile)
+    again = (SERVING_SORTER._compile(), SERVING_SORTER._compile(single=False), SignatureIndex(CATALOGUE)._compile())
+    for a, b in zip(first, again):
+        hits_a, hits_b = [], []
+        a.scan(line.encode(), match_event_handler=lambda i, *_: hits_a.append(i))
+        b.scan(line.encode(), match_event_handler=lambda i, *_: hits_b.append(i))
+        assert hits_a == hits_b

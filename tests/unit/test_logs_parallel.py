@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import multiprocessing
+import multiprocessing.connection
 import os
 from pathlib import Path
 
@@ -636,3 +637,24 @@ def test_lines_a_child_left_out_are_read_again_where_the_start_is_not_quiet(tmp_
     assert _json(path, workers=2, parallel_min_bytes=1) == sequential
     assert json.loads(sequential)["lines_selected"] > 120000
     assert calls and sum(calls) > 1000  # the gaps before the ready line were read again
+
+
+def test_idle_work_runs_once_while_a_child_scans_and_changes_no_line(tmp_path, monkeypatch):
+    """`idle` is the caller's work done while this process would wait for a child: called once at most, and only when
+    a child's lines are not there yet; the lines are the sequential scan's either way."""
+    monkeypatch.setattr(parallel, "_context", lambda: multiprocessing.get_context("fork"))
+    path = tmp_path / "p.log"
+    path.write_bytes((NOISE * 20_000) + (EXAMPLES / "stale-max-model-len.log").read_bytes() + NOISE * 20_000)
+    want = list(prefilter.scan_source(open(path, "rb")))
+    calls: list[bool] = []
+    real_poll = multiprocessing.connection.Connection.poll
+    # the child's first message not there yet, as when it still scans: the parent does the idle work first
+    monkeypatch.setattr(multiprocessing.connection.Connection, "poll", lambda self, *a: False)
+    got = [(base + n, raw) for base, batch in parallel.scan_file_batches(path, workers=2, idle=lambda: calls.append(True))
+           for n, raw in batch.lines]
+    assert got == want and calls == [True]
+    monkeypatch.setattr(multiprocessing.connection.Connection, "poll", real_poll)
+    calls.clear()
+    got = [(base + n, raw) for base, batch in parallel.scan_file_batches(path, workers=2, idle=lambda: calls.append(True))
+           for n, raw in batch.lines]
+    assert got == want and len(calls) <= 1
