@@ -9,10 +9,10 @@ reference command): `serving`, one healthy DeepSeek-V4 start, days of serving wi
 ERROR tracebacks, then a restart whose auto-fit reduced the length 1,048,576 -> 980,224; `engine25`, the
 same with a quarter of the lines engine progress lines. The reference is grep with the catalogue's words
 exactly as that README gives them (its output to a file: on /dev/null GNU grep stops at the first match).
-diagnose runs with its bytecode compiled, as installed (an untimed run first). Each command runs after the new
-file is written back (`sync`) and read once untimed, so the page cache is warm
-for all of them, grep and diagnose alternating; the medians of `--runs` runs are reported, with their ratio (lower is better; 1.0 = grep's time). diagnose
-must report the restart's auto-fit (`autofit.to` = 980224) or the run fails.
+diagnose runs with its bytecode compiled, as installed (an untimed run first). The runs start once the new file
+is written back (`sync`) and read once untimed, so the page cache is warm for all of them; grep and diagnose
+alternate, and the medians of `--runs` runs are reported, with their ratio (lower is better; 1.0 = grep's
+time). diagnose must report the restart's auto-fit (`autofit.to` = 980224) or the run fails.
 
 The targets (docs/diagnose.md, Speed): serving at most 1.0x grep, engine25 at most 3x, and diagnose's peak
 resident memory (the largest of its processes, wait4's ru_maxrss) at most 150 MB. The load average at the end
