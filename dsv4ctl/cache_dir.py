@@ -14,6 +14,23 @@ from typing import Mapping
 CACHE_DIR_ENV = "DSV4CTL_CACHE_DIR"
 
 
+def write_file(path: Path, data: bytes) -> bool:
+    """`data` into `path` whole or not at all (a temporary file beside it, then a rename), its directory made;
+    False (and no temporary file left) when it cannot be written: a cache that cannot be written is only slower."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+        return True
+    except OSError:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        return False
+
+
 def cache_dir(environ: Mapping[str, str] | None = None) -> Path | None:
     """dsv4ctl's cache directory; None when neither variable is set and there is no home to put it in."""
     env = os.environ if environ is None else environ

@@ -10,11 +10,10 @@ unwritable directory only cost the compile. A compile error is raised as hypersc
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from dsv4ctl.cache_dir import cache_dir
+from dsv4ctl.cache_dir import cache_dir, write_file
 
 
 def cpu_flags() -> str:
@@ -45,9 +44,11 @@ def cache_path(hyperscan: Any, name: str, exprs: Sequence[bytes], flags: Sequenc
     return base / f"{name}-{key.hexdigest()[:24]}.hsdb"
 
 
-def database(hyperscan: Any, name: str, exprs: Sequence[bytes], flags: int | Sequence[int], mode: int | None = None):
+def database(hyperscan: Any, name: str, exprs: Sequence[bytes], flags: int | Sequence[int], mode: int | None = None,
+             works: Callable[[Any], bool] | None = None):
     """A block-mode (or `mode`) database of `exprs` (ids 0..n-1) with `flags` (one for all, or one each), from the
-    cache when it holds it; compiled (and kept) otherwise."""
+    cache when it holds it (and `works(db)`, when given, says it finds what it should); compiled and kept otherwise,
+    in place of a file that did not do."""
     mode = hyperscan.HS_MODE_BLOCK if mode is None else mode
     each = [flags] * len(exprs) if isinstance(flags, int) else list(flags)
     path = cache_path(hyperscan, name, exprs, each, mode)
@@ -55,24 +56,15 @@ def database(hyperscan: Any, name: str, exprs: Sequence[bytes], flags: int | Seq
         try:
             db = hyperscan.loadb(path.read_bytes(), mode)
             db.scratch = hyperscan.Scratch(db)
-            return db
+            if works is None or works(db):
+                return db
         except Exception:  # noqa: BLE001 - missing, unreadable or refused: compile it
             pass
     db = hyperscan.Database(mode=mode)
     db.compile(expressions=list(exprs), ids=list(range(len(exprs))), elements=len(exprs), flags=each)
     if path is not None:
-        _save(hyperscan, db, path)
-    return db
-
-
-def _save(hyperscan: Any, db: Any, path: Path) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(hyperscan.dumpb(db))
-        os.replace(tmp, path)
-    except Exception:  # noqa: BLE001 - a cache that cannot be written is only slower next time
         try:
-            tmp.unlink()
-        except OSError:
+            write_file(path, hyperscan.dumpb(db))
+        except Exception:  # noqa: BLE001 - hyperscan could not serialize it: only slower next time
             pass
+    return db

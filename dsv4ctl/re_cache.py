@@ -35,7 +35,7 @@ from array import array
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from dsv4ctl.cache_dir import cache_dir
+from dsv4ctl.cache_dir import cache_dir, write_file
 
 try:
     import _sre
@@ -53,6 +53,7 @@ _kept: dict | None = None
 _used: set = set()
 _new = 0
 _owner = 0  # the pid that loaded the file: only it writes it back
+_at_exit = False  # `save` registered to run at exit
 F = TypeVar("F", bound=Callable)
 
 
@@ -128,11 +129,12 @@ def _compile_and_keep(pattern: str | bytes, flags: int, key: tuple, kept: dict) 
 
 
 def _keep(kept: dict, key: tuple, value: object) -> None:
-    global _new
+    global _new, _at_exit
     kept[key] = value
     _used.add(key)
-    if _new == 0:
+    if not _at_exit:
         atexit.register(save)
+        _at_exit = True
     _new += 1
 
 
@@ -192,13 +194,7 @@ def save() -> None:
         kept = {k: kept[k] for k in order[:MAX_ENTRIES]}
     try:
         payload = marshal.dumps((_identity(), kept))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(zlib.crc32(payload).to_bytes(4, "little") + payload)
-        os.replace(tmp, path)
+    except ValueError:  # not marshal's kind of value (`kept` keeps none such): nothing to write
+        return
+    if write_file(path, zlib.crc32(payload).to_bytes(4, "little") + payload):
         _new = 0
-    except (OSError, ValueError):  # a cache that cannot be written is only slower next time
-        try:
-            tmp.unlink()
-        except (OSError, UnboundLocalError):
-            pass

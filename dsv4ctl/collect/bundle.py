@@ -21,7 +21,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from dsv4ctl.collect.model import BUNDLE_SUFFIXES, MANIFEST, LogEntry
+from dsv4ctl.collect.model import LogEntry
+from dsv4ctl.collect.names import BUNDLE_SUFFIXES, MANIFEST
 from dsv4ctl.redaction import NAME_END, SECRET_STARTS, SECRET_WORDS, redact_line
 
 _RFC3339 = re.compile(rb"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s")

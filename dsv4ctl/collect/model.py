@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsv4ctl.collect.names import BUNDLE_SUFFIXES, MANIFEST, SCHEMA_VERSION  # noqa: F401 - the manifest's names, here too
+from dsv4ctl.collect.names import SCHEMA_VERSION
 DEFAULT_MAX_LOG_BYTES = 256 << 20  # one log at most (its end kept): a 2 GiB log gets its last 256 MiB
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from dsv4ctl.collect.bundle import is_bundle
-from dsv4ctl.collect.model import MANIFEST
+from dsv4ctl.collect.names import MANIFEST
 from dsv4ctl.errors import InputError
 from dsv4ctl.group.conclude import conclude
 from dsv4ctl.group.model import GroupReading, Member, MemberReading, Milestone

@@ -37,6 +37,7 @@ import re
 from typing import BinaryIO, Callable, Iterator, NamedTuple, Protocol
 
 from dsv4ctl import hs_cache, re_cache
+from dsv4ctl.cache_dir import CACHE_DIR_ENV
 from dsv4ctl.catalogue.signature_index import required_literals
 from dsv4ctl.logs.reader import MAX_LINE_BYTES, decode, iter_spans
 
@@ -284,7 +285,7 @@ _HS_MIN_BYTES = 1 << 20
 
 # Where the compiled database is kept between runs (compiling it took 40-110 ms, loading it 0.1 ms): dsv4ctl's cache
 # directory (`dsv4ctl.hs_cache`, keyed by hyperscan's version, the CPU and the patterns).
-CACHE_ENV = "DSV4CTL_CACHE_DIR"
+CACHE_ENV = CACHE_DIR_ENV
 
 
 def _hyperscan_db():
@@ -292,12 +293,8 @@ def _hyperscan_db():
     if not _HS_DB:
         import hyperscan
 
-        db = hs_cache.database(hyperscan, "prefilter", [p.encode("utf-8") for p in PATTERNS], 0)
-        if not _works(db):  # a loaded file that does not find what it should: compiled afresh, not cached
-            db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-            exprs = [p.encode("utf-8") for p in PATTERNS]
-            db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs), flags=[0] * len(exprs))
-        _HS_DB = db
+        # A loaded file that does not find what it should is compiled afresh and replaced.
+        _HS_DB = hs_cache.database(hyperscan, "prefilter", [p.encode("utf-8") for p in PATTERNS], 0, works=_works)
     return _HS_DB
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator, Union
 
 from dsv4ctl import re_cache
+from dsv4ctl.catalogue.signature_index import plain
 from dsv4ctl.errors import InputError
 from dsv4ctl.logs import formats
 
@@ -144,11 +145,11 @@ _LAYERS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("pylog", re_cache.compile(r"^-\s+(?P<plevel>" + _LEVELS + r")\s+-\s+(?:(?P<pfile>[\w.+-]+:\d+)\s+-\s+)?")),
 )
 _OUTER = ("timestamp", "journald", "compose", "quote", "srun", "kubectl", "group")
-_OUTER_ONLY = ("compose", "quote", "srun", "group")  # peeled only before any tag (see `_next_layer`)
+_OUTER_ONLY = ("compose", "quote", "srun", "group")  # peeled only before any tag (see `parse_line`)
 # Every layer in one alternation, in `_LAYERS`' order (named groups made plain, each layer one named group): one
 # `match` tells the first layer that matches, where trying them one by one took 20 calls on a line none matches.
 _ANY_LAYER_RE = re_cache.compile("|".join(
-    f"(?P<L{k}>{re.sub(r'[(][?]P<[A-Za-z_][A-Za-z0-9_]*>', '(?:', rx.pattern)})" for k, (_name, rx) in enumerate(_LAYERS)))
+    f"(?P<L{k}>{plain(rx.pattern)})" for k, (_name, rx) in enumerate(_LAYERS)))
 # After an ISO time, journald's short-iso format goes on with the host and the unit with its pid.
 _SYSLOG_TAIL_RE = re_cache.compile(r"^\S+ [^\s:\[]+\[\d+\]: ")
 _PYLOG_BASIC_RE = re_cache.compile(r"^(?P<level>" + _LEVELS + r"):[\w.]+:")

@@ -21,7 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "re_cache": {"cache_dir"},
     "hs_cache": {"cache_dir"},
     "catalogue": {"errors", "units", "re_cache", "hs_cache"},
-    "logs": {"errors", "units", "catalogue", "re_cache", "hs_cache"},
+    "logs": {"errors", "units", "catalogue", "cache_dir", "re_cache", "hs_cache"},
     "diagnosis": {"errors", "units", "catalogue", "logs", "re_cache"},
     "gpu": {"errors", "units"},
     "planning": {"errors", "units", "cache_dir", "logs", "gpu"},

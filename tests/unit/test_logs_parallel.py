@@ -658,3 +658,21 @@ def test_idle_work_runs_once_while_a_child_scans_and_changes_no_line(tmp_path, m
     got = [(base + n, raw) for base, batch in parallel.scan_file_batches(path, workers=2, idle=lambda: calls.append(True))
            for n, raw in batch.lines]
     assert got == want and len(calls) <= 1
+
+
+def test_a_cached_database_that_finds_the_wrong_lines_is_compiled_again_and_replaced(tmp_path, monkeypatch):
+    hyperscan = pytest.importorskip("hyperscan")
+    import io
+
+    monkeypatch.setenv(prefilter.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(prefilter, "_HS_DB", None)
+    log = (EXAMPLES / "stale-max-model-len.log").read_bytes()
+    expected = list(prefilter.scan_source(io.BytesIO(log), engine="re"))
+    assert list(prefilter.scan_source(io.BytesIO(log), engine="hyperscan")) == expected
+    (cached,) = tmp_path.glob("prefilter-*.hsdb")
+    other = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    other.compile(expressions=[b"nothing of ours"], ids=[0], elements=1, flags=[0])
+    cached.write_bytes(hyperscan.dumpb(other))  # loads fine, finds nothing it should
+    monkeypatch.setattr(prefilter, "_HS_DB", None)
+    assert list(prefilter.scan_source(io.BytesIO(log), engine="hyperscan")) == expected
+    assert cached.read_bytes() != hyperscan.dumpb(other)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from dsv4ctl.cache_dir import CACHE_DIR_ENV, cache_dir as shared_cache_dir
+from dsv4ctl.cache_dir import CACHE_DIR_ENV, cache_dir as shared_cache_dir, write_file
 from dsv4ctl.errors import InputError
 from dsv4ctl.planning.checkpoint.geometry import CheckpointWeights
 
@@ -120,12 +120,4 @@ class HubStore:
 
     @staticmethod
     def _write(path: Path, data: bytes) -> bool:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, path)
-            return True
-        except OSError:
-            return False
+        return write_file(path, data)
