@@ -101,3 +101,39 @@ def test_python_dash_m_and_light_imports():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "HEAVY []" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "collector_on"),
+    [
+        (["diagnose", "vllm.log"], False),
+        (["--version"], False),
+        ([], False),
+        (["fit-length", "--json", "deepseek-ai/DeepSeek-V4-Flash"], False),
+        (["check", "http://127.0.0.1:8000"], False),
+        (["serve", "deepseek-ai/DeepSeek-V4-Flash"], True),
+        (["watch", "http://127.0.0.1:8000"], True),
+        (["collect", "--help"], True),
+        (["--", "diagnose"], True),
+    ],
+)
+def test_the_process_entry_runs_bounded_commands_without_the_collector(monkeypatch, argv, collector_on):
+    # dsv4ctl.__main__ is where the console script starts: the cyclic collector is off while a bounded command
+    # runs (its imports included), on for the others (vLLM in-process, a watch loop), and as it was afterwards.
+    import gc
+
+    import dsv4ctl.__main__ as entry
+
+    seen: list[bool] = []
+    monkeypatch.setattr(cli_module, "main", lambda args=None: seen.append(gc.isenabled()) or 7)
+    assert gc.isenabled()
+    assert entry.main(argv) == 7
+    assert seen == [collector_on]
+    assert gc.isenabled()
+
+
+def test_the_console_script_is_the_process_entry():
+    from importlib.metadata import entry_points
+
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "dsv4ctl"]
+    assert script.value == "dsv4ctl.__main__:main"
