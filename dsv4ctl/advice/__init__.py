@@ -57,8 +57,8 @@ def read_log_facts(path: str) -> LogCalibration:
 
 
 def diagnose(sources: Any, **kwargs: Any) -> Diagnosis:
-    """`dsv4ctl.diagnosis.diagnose` (same arguments), advised. While a big log's scanning children still read, the
-    planner the advice may need is loaded (`idle`: its modules, ~0.05 s, off the end of the run)."""
+    """`dsv4ctl.diagnosis.diagnose` (same arguments), advised. While a big log's scanning children read, the planner
+    the advice may need is loaded (`idle`: its modules, ~0.05 s, which would otherwise come after the last line)."""
     kwargs.setdefault("idle", _load_planner)
     return advise(run.diagnose(sources, **kwargs))
 

@@ -199,7 +199,7 @@ def diagnose(
     A regular, uncompressed file of at least `parallel_min_bytes` is scanned by `workers` processes
     (default: the usable CPUs, at most 4; `dsv4ctl.logs.parallel`); the result is the same.
     `parallel_min_bytes` defaults to `parallel.PARALLEL_MIN_BYTES` (64 MiB). `idle`, when given, is called
-    once if this process would wait for a scanning child (`parallel.scan_file_batches`).
+    once while scanning children read a big log (`parallel.scan_file_batches`).
     """
     if parallel_min_bytes is None:
         parallel_min_bytes = parallel.PARALLEL_MIN_BYTES
@@ -241,6 +241,13 @@ def diagnose(
             close_source(source, stream)
         run.lines_read += count[0] if count else 0
     return run.conclude(names)
+
+def prestart(path: str) -> bool:
+    """Begin now the parallel scan that `diagnose([path])` makes of a big regular file (`parallel.prestart`, with
+    diagnose's own settings), so that its children scan while this process still starts: the process entry calls
+    it before the CLI's imports. True when it began; `diagnose` adopts it (a scan with other settings starts its
+    own)."""
+    return parallel.prestart(path, tagger=SERVING_SORTER, hold=HELD_LINES)
 
 # An input this small (a paste, a short log) is read line by line in full: its lines without a prefilter
 # keyword count too (a server's access lines, which show it answered requests around an error).

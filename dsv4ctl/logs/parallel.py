@@ -41,8 +41,9 @@ from dsv4ctl.logs import formats, prefilter
 
 PARALLEL_MIN_BYTES = 64 * 1024 * 1024
 MAX_WORKERS = 4
-BATCH_BYTES = 4 * 1024 * 1024
-CHILD_PROGRESS_BYTES = 64 * 1024 * 1024  # few enough messages for a pipe never to fill with them
+BATCH_BYTES = 4 * 1024 * 1024  # at most this much of a child's lines in one message
+CLAIM_BYTES = 16 * 1024 * 1024  # the chunks processes claim: a file of N times this has N chunks (at least one each)
+HELD_BYTES = 32 * 1024 * 1024  # a child claims no more chunks once it holds this much of their lines
 _BOUNDARY_READ = 64 * 1024
 # Overrides the number of scanning processes (1: always sequential).
 WORKERS_ENV = "DSV4CTL_DIAGNOSE_WORKERS"
@@ -163,6 +164,7 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def end_scanners() -> None:
     """End every scanning child of this process now (a caller stopping on a signal; idempotent)."""
+    _EARLY.clear()
     while _RUNNING:
         proc, recv = _RUNNING.pop()
         _end(proc, recv)
@@ -180,40 +182,59 @@ def _end(proc, recv) -> None:
         proc.join()
 
 
+def _claim(claims, back: bool) -> int | None:
+    """The next unclaimed chunk, from the front (this process) or the back (a child); None when none is left.
+    `claims` holds [the first unclaimed chunk, one past the last]."""
+    with claims.get_lock():
+        first, end = claims[0], claims[1]
+        if first >= end:
+            return None
+        if back:
+            claims[1] = end - 1
+            return end - 1
+        claims[0] = first + 1
+        return first
+
+
 def _scan_range_worker(
-    path: str, start: int, end: int | None, engine: str, chunk_bytes: int, conn, parent_pid: int | None = None,
+    path: str, chunks: list[tuple[int, int]], claims, engine: str, chunk_bytes: int, conn, parent_pid: int | None = None,
     tagger=None, hold: int | None = None,
 ) -> None:
-    """Child process: scan one range, send ("batches", [Batch...], bytes read) messages and ("progress", [],
-    bytes read) now and then, then ("done", [Batch...], lines, bytes read); bytes read: of the range, so far.
-    Line numbers in the batches are within the range."""
+    """Child process: claim chunks from the back and scan each, keeping what it selects, until none is left or it
+    holds `HELD_BYTES`; then send ("chunks", [its chunks, ascending]) and, for each chunk in that order,
+    ("batches", [Batch...], bytes read) messages then ("done", [Batch...], lines, bytes read), bytes read: of the
+    chunk. Line numbers in the batches are within the chunk. The last chunk is read to the end of the file (a log
+    that grows)."""
     _die_with_parent(os.getppid() if parent_pid is None else parent_pid)
     try:
-        count: list[int] = []
-        batches: list[prefilter.Batch] = []
+        held: list[tuple[int, list[prefilter.Batch], int, int]] = []  # (chunk, batches, lines, bytes read)
         size = 0
-        read = [0, 0]  # bytes read, bytes read when the last message went
-
-        def progress(n: int) -> None:
-            read[0] = n
-            if n - read[1] >= CHILD_PROGRESS_BYTES:
-                read[1] = n
-                conn.send(("progress", [], n))
-
         with open(path, "rb") as f:
-            stream = _RangeReader(f, start, end)
-            for batch in prefilter.scan_batches(
-                stream, engine=engine, chunk_bytes=chunk_bytes, line_count=count, progress=progress, tagger=tagger,
-                hold=hold, origin=start,
-            ):
-                batches.append(batch)
-                size += sum(len(raw) for _, raw in batch.lines) + 64 * len(batch.lines)
-                if size >= BATCH_BYTES:
-                    conn.send(("batches", batches, read[0]))
-                    read[1] = read[0]
-                    batches = []
-                    size = 0
-        conn.send(("done", batches, count[0], read[0]))
+            prefilter.prepare_big_scan(engine, os.fstat(f.fileno()).st_size)  # what a forked child did not inherit
+            while size < HELD_BYTES and (i := _claim(claims, back=True)) is not None:
+                start, end = chunks[i]
+                count: list[int] = []
+                batches: list[prefilter.Batch] = []
+                stream = _RangeReader(f, start, None if i == len(chunks) - 1 else end)
+                for batch in prefilter.scan_batches(
+                    stream, engine=engine, chunk_bytes=chunk_bytes, line_count=count, tagger=tagger, hold=hold,
+                    origin=start,
+                ):
+                    batches.append(batch)
+                    size += _batch_bytes(batch)
+                held.append((i, batches, count[0], f.tell() - start))
+        held.sort(key=lambda item: item[0])
+        conn.send(("chunks", [item[0] for item in held]))
+        for i, batches, lines, read in held:
+            part: list[prefilter.Batch] = []
+            part_bytes = 0
+            for batch in batches:
+                part.append(batch)
+                part_bytes += _batch_bytes(batch)
+                if part_bytes >= BATCH_BYTES:
+                    conn.send(("batches", part, read))
+                    part, part_bytes = [], 0
+            conn.send(("done", part, lines, read))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it as an InputError
         text = str(exc) if isinstance(exc, InputError) else f"cannot read {path}: {type(exc).__name__}: {exc}"
         try:
@@ -222,6 +243,26 @@ def _scan_range_worker(
             pass
     finally:
         conn.close()
+
+
+def _batch_bytes(batch: prefilter.Batch) -> int:
+    """What a batch's lines take in memory, about: their text and 64 bytes each."""
+    return sum(len(raw) for _, raw in batch.lines) + 64 * len(batch.lines)
+
+
+def _receive(path, proc, recv) -> tuple:
+    """A child's next message; its error, or its end without a word, as an InputError."""
+    try:
+        msg = recv.recv()
+    except EOFError:
+        proc.join(1)
+        raise InputError(
+            f"cannot read {path}: a scanning process ended unexpectedly (exit code {proc.exitcode})",
+            hint=f"retry, or set {WORKERS_ENV}=1 to scan in one process",
+        ) from None
+    if msg[0] == "error":
+        raise InputError(msg[1])
+    return msg
 
 
 def rereader(path: str | Path, engine: str, tagger: prefilter.Tagger | None):
@@ -244,6 +285,77 @@ def _context():
     if sys.platform.startswith("linux") and threading.active_count() == 1:
         return multiprocessing.get_context("fork")
     return multiprocessing.get_context("spawn")
+
+
+def _start_scanners(ctx, path: str, chunks: list[tuple[int, int]], n: int, engine: str, chunk_bytes: int, tagger,
+                    hold) -> tuple:
+    """The shared claims over `chunks` and n - 1 children started on them (registered); (claims, [(process, pipe)])."""
+    claims = ctx.Array("q", [0, len(chunks)])
+    started = []
+    for _ in range(min(n, len(chunks)) - 1):
+        recv, send = ctx.Pipe(duplex=False)
+        proc = ctx.Process(
+            target=_scan_range_worker,
+            args=(path, chunks, claims, engine, chunk_bytes, send, os.getpid(), tagger, hold),
+            daemon=True,
+        )
+        _PARENT_ENDS.append(recv)
+        proc.start()
+        send.close()
+        started.append((proc, recv))
+        _RUNNING.append((proc, recv))
+    return claims, started
+
+
+# A scan `prestart` began: (path, device, inode, settings) -> (chunks, claims, children), until a scan adopts it.
+_EARLY: dict = {}
+
+
+def prestart(
+    path: str, *, engine: str = "auto", workers: int | None = None, chunk_bytes: int = prefilter.SCAN_CHUNK_BYTES,
+    tagger: prefilter.Tagger | None = None, hold: int | None = None, min_bytes: int = PARALLEL_MIN_BYTES,
+) -> bool:
+    """Start the children of a parallel scan of `path` now, for a later `scan_file_batches` call with the same
+    settings to adopt: they claim chunks from the back while this process does other work (the process entry calls
+    this before the CLI's imports), and the scan's own claims from the front make up for the head start. Only
+    where the scan would be parallel and children are forked; True when it began. Children nobody adopts are ended
+    by `end_scanners`, and by `multiprocessing` at exit."""
+    engine = "hyperscan" if prefilter.use_hyperscan(engine) else "re"
+    n = default_workers() if workers is None else max(1, workers)
+    if n < 2 or not parallel_size(path, min_bytes):
+        return False
+    ctx = _context()
+    if ctx.get_start_method() != "fork":
+        return False  # a spawned child imports dsv4ctl again: little head start to gain
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            chunks = split_ranges(f, st.st_size, max(n, -(-st.st_size // CLAIM_BYTES)))
+    except OSError:
+        return False  # the scan itself reports it
+    if len(chunks) < 2:
+        return False
+    # The database now, which the children inherit; numpy each child imports itself, and this process once its
+    # own start-up is done (`scan_file_batches`), so that the children begin sooner.
+    prefilter.prepare_big_scan(engine)
+    key = (str(path), st.st_dev, st.st_ino, (engine, n, chunk_bytes, tagger, hold))
+    _EARLY[key] = (chunks, *_start_scanners(ctx, str(path), chunks, n, engine, chunk_bytes, tagger, hold))
+    return True
+
+
+def _adopt(path: str, st: os.stat_result, settings: tuple) -> tuple | None:
+    """The prestarted scan of this file with these settings, taken: (chunks, claims, children); None when there is
+    none, or when the file is no longer the one it began on (shorter than its chunks: its children are ended)."""
+    early = _EARLY.pop((path, st.st_dev, st.st_ino, settings), None)
+    if early is None:
+        return None
+    if st.st_size < early[0][-1][1]:
+        for item in early[2]:
+            if item in _RUNNING:
+                _RUNNING.remove(item)
+            _end(*item)
+        return None
+    return early
 
 
 def scan_file_parallel(
@@ -285,8 +397,8 @@ def scan_file_batches(
     with a `tagger`, every process tags the lines it scanned (see `prefilter.scan_batches`), and with `hold`
     each leaves long runs of lines that cannot wake a quietly serving start out of its batches (`Gap`s, at
     file offsets: the consumer reads them again with `rereader` where it needs them). `idle`, when given, is
-    called once, the first time this process would wait for a child's lines (work the caller has to do anyway,
-    done while the child still scans: on the 1 GiB serving log it waited up to 0.2 s)."""
+    called once, as soon as the children scan (work the caller has to do anyway: done then, the children claim
+    more chunks meanwhile, instead of after the last line, when nothing else runs)."""
     engine = "hyperscan" if prefilter.use_hyperscan(engine) else "re"
     n = default_workers() if workers is None else max(1, workers)
     try:
@@ -295,68 +407,62 @@ def scan_file_batches(
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
     procs: list = []  # (process, receiving end of its pipe)
     try:
-        size = os.fstat(f.fileno()).st_size
-        ranges = split_ranges(f, size, n) if n > 1 else [(0, size)]
-        if len(ranges) > 1:
-            prefilter.prepare_big_scan(engine, size)  # once, here: forked children inherit it
-        ctx = _context() if len(ranges) > 1 else None
-        if len(ranges) == 1:  # one process: this one
+        st = os.fstat(f.fileno())
+        early = _adopt(str(path), st, (engine, n, chunk_bytes, tagger, hold))
+        if early is not None:  # begun by `prestart`: its chunks, and its children already scanning them
+            chunks, claims, started = early
+        else:
+            chunks = split_ranges(f, st.st_size, max(n, -(-st.st_size // CLAIM_BYTES))) if n > 1 else [(0, st.st_size)]
+        if len(chunks) == 1:  # one process: this one
             for batch in prefilter.scan_batches(
                 _RangeReader(f, 0, None), engine=engine, chunk_bytes=chunk_bytes, line_count=line_count,
                 progress=progress, tagger=tagger, hold=hold,
             ):
                 yield 0, batch
             return
-        # This process scans the first range itself (while the children scan the others): one process fewer
-        # in memory, and on two cores no third process competing for them.
-        for i, (start, end) in enumerate(ranges):
-            if i == 0:
-                continue
-            last = i == len(ranges) - 1
-            recv, send = ctx.Pipe(duplex=False)
-            proc = ctx.Process(
-                target=_scan_range_worker,
-                args=(str(path), start, None if last else end, engine, chunk_bytes, send, os.getpid(), tagger, hold),
-                daemon=True,
-            )
-            _PARENT_ENDS.append(recv)
-            proc.start()
-            send.close()
-            procs.append((proc, recv))
-            _RUNNING.append((proc, recv))
-        # A log that grows while it is read is read to its end, as the sequential scan does, by the
-        # process with the last range.
-        first: list[int] = []
-        for batch in prefilter.scan_batches(
-            _RangeReader(f, 0, ranges[0][1]), engine=engine, chunk_bytes=chunk_bytes, line_count=first,
-            progress=progress, tagger=tagger, hold=hold,
-        ):
-            yield 0, batch
-        base = first[0]
-        reported = -1
-        for (proc, recv), (start, _end_of_range) in zip(procs, ranges[1:]):
+        prefilter.prepare_big_scan(engine, st.st_size)  # once, here: forked children inherit it
+        if early is None:
+            claims, started = _start_scanners(_context(), str(path), chunks, n, engine, chunk_bytes, tagger, hold)
+        procs += started
+        if idle is not None:  # now, while the children scan: the chunks they claim meanwhile make up for it
+            idle()
+            idle = None
+        # This process claims chunks from the front and yields their lines as it scans them (one process fewer in
+        # memory, and on two cores no third process competing for them); the children claim from the back, so the
+        # two meet where the work is even, whoever started late or ran slow.
+        base = 0
+        while (i := _claim(claims, back=False)) is not None:
+            start, end = chunks[i]
+            count: list[int] = []
+            report = None if progress is None else (lambda n, start=start: progress(start + n))
+            for batch in prefilter.scan_batches(
+                _RangeReader(f, start, None if i == len(chunks) - 1 else end), engine=engine, chunk_bytes=chunk_bytes,
+                line_count=count, progress=report, tagger=tagger, hold=hold, origin=start,
+            ):
+                yield base, batch
+            base += count[0]
+        # The rest is the children's: each says which chunks it holds, then sends them in order.
+        owner: dict[int, tuple] = {}
+        for item in procs:
+            msg = _receive(path, *item)
+            for i in msg[1]:
+                owner[i] = item
+        first = claims[0]
+        if sorted(owner) != list(range(first, len(chunks))):
+            raise InputError(f"cannot read {path}: the scanning processes lost track of its parts",
+                             hint=f"retry, or set {WORKERS_ENV}=1 to scan in one process")
+        for i in range(first, len(chunks)):
+            start = chunks[i][0]
             while True:
-                if idle is not None and not recv.poll():  # type: ignore[attr-defined]
-                    idle()
-                    idle = None
-                try:
-                    msg = recv.recv()  # type: ignore[attr-defined]
-                except EOFError:
-                    proc.join(1)
-                    raise InputError(
-                        f"cannot read {path}: a scanning process ended unexpectedly (exit code {proc.exitcode})",
-                        hint=f"retry, or set {WORKERS_ENV}=1 to scan in one process",
-                    ) from None
-                if msg[0] == "error":
-                    raise InputError(msg[1])
+                msg = _receive(path, *owner[i])
                 for batch in msg[1]:
                     yield base, batch
-                if progress is not None and start + msg[-1] > reported:
-                    reported = start + msg[-1]
-                    progress(reported)
+                if progress is not None:
+                    progress(start + msg[-1])
                 if msg[0] == "done":
                     base += msg[2]
                     break
+        for proc, _recv in procs:
             proc.join()
         if line_count is not None:
             line_count.append(base)

@@ -369,6 +369,37 @@ def prepare_big_scan(engine: str, size: int = 0) -> None:
         _hyperscan_db()
     if size >= NUMPY_EARLY_BYTES:
         _import_numpy()
+        keep_freed_memory()
+
+
+# glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_KEEP_BYTES = 256 << 20
+_kept_freed = False
+
+
+def keep_freed_memory() -> None:
+    """Let glibc's malloc keep the memory of freed reads for the next ones (this process, and the scanners it
+    forks), instead of handing it back to the kernel and faulting it in again: every read is a new bytes object
+    of `SCAN_CHUNK_BYTES`, and numpy's arrays over it are as big. On the 1 GiB serving log a scanning child took
+    35,000 minor page faults and 0.13-0.17 s of system time without this, 4,000 and 0.04-0.08 s with it, at the
+    same peak resident memory (62 MB; 2026-12-02, this repository's benchmark machine). Reads of up to 32 MiB
+    then come from the heap, and up to 256 MiB free at its top stays there. Elsewhere than glibc: nothing."""
+    global _kept_freed
+    if _kept_freed:
+        return
+    _kept_freed = True
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+        gnu = libc.gnu_get_libc_version  # glibc's own: another libc's mallopt may take other numbers
+    except (OSError, AttributeError):
+        return
+    del gnu
+    mallopt(_M_MMAP_THRESHOLD, 32 << 20)
+    mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES)
 
 
 def _candidates_hyperscan(data: bytes, start: int, end: int) -> list[int]:

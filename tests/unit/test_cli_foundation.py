@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -137,3 +138,61 @@ def test_the_console_script_is_the_process_entry():
 
     (script,) = [e for e in entry_points(group="console_scripts") if e.name == "dsv4ctl"]
     assert script.value == "dsv4ctl.__main__:main"
+
+
+@pytest.mark.parametrize(
+    ("argv", "early"),
+    [
+        (["diagnose", "big.log"], "big.log"),
+        (["diagnose", "--json", "big.log"], "big.log"),
+        (["diagnose", "big.log", "--json"], "big.log"),
+        (["diagnose", "a.log", "b.log"], None),
+        (["diagnose", "-"], None),
+        (["diagnose", "--example", "healthy"], None),
+        (["diagnose", "big.log", "--svg", "x.svg"], None),
+        (["--json", "diagnose", "big.log"], None),
+        (["check", "big.log"], None),
+    ],
+)
+def test_only_a_plain_diagnose_of_one_log_prestarts_its_scan(argv, early):
+    import dsv4ctl.__main__ as entry
+
+    assert entry._early_log(argv) == early
+
+
+def test_the_process_entry_prestarts_the_scan_diagnose_then_adopts(tmp_path, monkeypatch):
+    # A subprocess as a user runs it: the entry begins the scan, `diagnose` adopts it, the report is the in-process one.
+    import json
+
+    from dsv4ctl.advice import diagnose
+    from tests.unit.test_logs_parallel import _mixed_log
+
+    path = tmp_path / "big.log"
+    path.write_bytes(_mixed_log() * 4)
+    code = (
+        "import sys, dsv4ctl.logs.parallel as p\n"
+        "p.PARALLEL_MIN_BYTES = 1\n"  # before the entry reads it: this small log is scanned in parallel
+        "real = p.prestart\n"
+        "def prestart(*a, **k):\n"
+        "    k.setdefault('min_bytes', 1)\n"
+        "    began = real(*a, **k)\n"
+        "    print('PRESTARTED', began, file=sys.stderr)\n"
+        "    return began\n"
+        "p.prestart = prestart\n"
+        "real_adopt = p._adopt\n"
+        "def adopt(*a):\n"
+        "    got = real_adopt(*a)\n"
+        "    print('ADOPTED', got is not None, file=sys.stderr)\n"
+        "    return got\n"
+        "p._adopt = adopt\n"
+        "import dsv4ctl.diagnosis.run as r\n"
+        "r.parallel.PARALLEL_MIN_BYTES = 1\n"
+        "from dsv4ctl.__main__ import main\n"
+        "sys.exit(main(['diagnose', '--json', sys.argv[1]]))\n"
+    )
+    env = {**os.environ, "DSV4CTL_DIAGNOSE_WORKERS": "2"}
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=env, timeout=120)
+    assert "PRESTARTED True" in done.stderr and "ADOPTED True" in done.stderr, done.stderr
+    expected = diagnose([path], workers=2, parallel_min_bytes=1).to_json()
+    got = json.loads(done.stdout)
+    assert got.pop("schema_version") == 1 and got == json.loads(json.dumps(expected))

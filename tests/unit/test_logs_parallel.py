@@ -531,15 +531,76 @@ def test_the_compiled_hyperscan_database_is_kept_between_runs(tmp_path, monkeypa
     assert list(prefilter.scan_source(io.BytesIO(log), engine="hyperscan")) == expected
 
 
-def test_scanning_children_report_how_far_they_read(tmp_path, monkeypatch):
-    # Nothing selected: without their progress messages the bar would only move when a range ends.
-    monkeypatch.setattr(parallel, "CHILD_PROGRESS_BYTES", 1 << 20)  # forked children see it
+def test_the_bar_moves_with_each_chunk(tmp_path, monkeypatch):
+    # Nothing selected: the bar still moves as this process scans its chunks, and at each of a child's.
+    monkeypatch.setattr(parallel, "CLAIM_BYTES", 1 << 20)
     monkeypatch.setattr(parallel, "_context", lambda: multiprocessing.get_context("fork"))
     path = tmp_path / "p.log"
-    path.write_bytes(NOISE * 60_000)  # ~11 MB
+    path.write_bytes(NOISE * 60_000)  # ~11 MB: 11 chunks
     seen = _reports(path, workers=2, chunk_bytes=1 << 20)
     assert seen == sorted(set(seen)) and seen[-1] == path.stat().st_size
-    assert len(seen) >= 4  # reads of 4 MiB: one report within each ~6 MB range, one at each range's end
+    assert len(seen) >= 11
+
+
+def _mixed_log() -> bytes:
+    return b"".join(_padded(p.read_bytes(), 40) for p in LOGS)
+
+
+@pytest.mark.parametrize("workers", [2, 3, 4])
+def test_many_chunks_claimed_from_both_ends_give_the_sequential_lines(tmp_path, monkeypatch, workers):
+    monkeypatch.setattr(parallel, "CLAIM_BYTES", 4096)  # hundreds of chunks: every process claims many
+    path = tmp_path / "m.log"
+    path.write_bytes(_mixed_log())
+    with open(path, "rb") as f:
+        want = list(prefilter.scan_source(f))
+    count: list[int] = []
+    assert list(parallel.scan_file_parallel(path, workers=workers, line_count=count)) == want
+    assert count == [path.read_bytes().count(b"\n") + (not path.read_bytes().endswith(b"\n"))]
+
+
+def test_a_child_that_holds_enough_claims_no_more_and_this_process_scans_the_rest(tmp_path, monkeypatch):
+    monkeypatch.setattr(parallel, "CLAIM_BYTES", 4096)
+    monkeypatch.setattr(parallel, "HELD_BYTES", 1)  # a child stops after its first chunk with a line in it
+    monkeypatch.setattr(parallel, "_context", lambda: multiprocessing.get_context("fork"))
+    path = tmp_path / "h.log"
+    path.write_bytes(_mixed_log())
+    with open(path, "rb") as f:
+        want = list(prefilter.scan_source(f))
+    claims: list[tuple[bool, int | None]] = []
+    real = parallel._claim
+
+    def claim(shared, back):
+        i = real(shared, back)
+        claims.append((back, i))  # this process's claims only: a child's list is its own copy
+        return i
+
+    monkeypatch.setattr(parallel, "_claim", claim)
+    assert list(parallel.scan_file_parallel(path, workers=2)) == want
+    chunks = -(-path.stat().st_size // 4096)
+    assert len([i for back, i in claims if not back and i is not None]) >= chunks // 2  # this process did most
+
+
+@pytest.mark.parametrize("late", ["parent", "child"])
+def test_whoever_starts_late_the_lines_are_the_sequential_ones(tmp_path, monkeypatch, late):
+    import time
+
+    monkeypatch.setattr(parallel, "CLAIM_BYTES", 4096)
+    monkeypatch.setattr(parallel, "_context", lambda: multiprocessing.get_context("fork"))
+    path = tmp_path / "l.log"
+    path.write_bytes(_mixed_log())
+    with open(path, "rb") as f:
+        want = list(prefilter.scan_source(f))
+    real = parallel._claim
+    slept = [False]
+
+    def claim(shared, back):
+        if back == (late == "child") and not slept[0]:
+            slept[0] = True
+            time.sleep(0.5)
+        return real(shared, back)
+
+    monkeypatch.setattr(parallel, "_claim", claim)
+    assert list(parallel.scan_file_parallel(path, workers=2)) == want
 
 
 def test_numpy_finds_dense_lines_only_after_many_of_them(monkeypatch):
@@ -639,25 +700,27 @@ def test_lines_a_child_left_out_are_read_again_where_the_start_is_not_quiet(tmp_
     assert calls and sum(calls) > 1000  # the gaps before the ready line were read again
 
 
-def test_idle_work_runs_once_while_a_child_scans_and_changes_no_line(tmp_path, monkeypatch):
-    """`idle` is the caller's work done while this process would wait for a child: called once at most, and only when
-    a child's lines are not there yet; the lines are the sequential scan's either way."""
+def test_idle_work_runs_once_while_the_children_scan_and_changes_no_line(tmp_path, monkeypatch):
+    """`idle` is the caller's work done while the children scan: called once, after they started and before this
+    process claims its first chunk; the lines are the sequential scan's; a scan in one process never calls it."""
     monkeypatch.setattr(parallel, "_context", lambda: multiprocessing.get_context("fork"))
     path = tmp_path / "p.log"
     path.write_bytes((NOISE * 20_000) + (EXAMPLES / "stale-max-model-len.log").read_bytes() + NOISE * 20_000)
     want = list(prefilter.scan_source(open(path, "rb")))
-    calls: list[bool] = []
-    real_poll = multiprocessing.connection.Connection.poll
-    # the child's first message not there yet, as when it still scans: the parent does the idle work first
-    monkeypatch.setattr(multiprocessing.connection.Connection, "poll", lambda self, *a: False)
-    got = [(base + n, raw) for base, batch in parallel.scan_file_batches(path, workers=2, idle=lambda: calls.append(True))
+    events: list[str] = []
+    real = parallel._claim
+
+    def claim(shared, back):
+        events.append("claim")
+        return real(shared, back)
+
+    monkeypatch.setattr(parallel, "_claim", claim)
+    got = [(base + n, raw) for base, batch in parallel.scan_file_batches(path, workers=2, idle=lambda: events.append("idle"))
            for n, raw in batch.lines]
-    assert got == want and calls == [True]
-    monkeypatch.setattr(multiprocessing.connection.Connection, "poll", real_poll)
-    calls.clear()
-    got = [(base + n, raw) for base, batch in parallel.scan_file_batches(path, workers=2, idle=lambda: calls.append(True))
-           for n, raw in batch.lines]
-    assert got == want and len(calls) <= 1
+    assert got == want and events.count("idle") == 1 and events[0] == "idle"
+    events.clear()
+    list(parallel.scan_file_batches(path, workers=1, idle=lambda: events.append("idle")))
+    assert events == []
 
 
 def test_a_cached_database_that_finds_the_wrong_lines_is_compiled_again_and_replaced(tmp_path, monkeypatch):
@@ -676,3 +739,69 @@ def test_a_cached_database_that_finds_the_wrong_lines_is_compiled_again_and_repl
     monkeypatch.setattr(prefilter, "_HS_DB", None)
     assert list(prefilter.scan_source(io.BytesIO(log), engine="hyperscan")) == expected
     assert cached.read_bytes() != hyperscan.dumpb(other)
+
+
+def _fork(monkeypatch):
+    monkeypatch.setattr(parallel, "_context", lambda: multiprocessing.get_context("fork"))
+
+
+def test_a_prestarted_scan_is_adopted_and_gives_the_sequential_lines(tmp_path, monkeypatch):
+    _fork(monkeypatch)
+    monkeypatch.setattr(parallel, "CLAIM_BYTES", 4096)
+    path = tmp_path / "early.log"
+    path.write_bytes(_mixed_log())
+    with open(path, "rb") as f:
+        want = list(prefilter.scan_source(f))
+    assert parallel.prestart(str(path), workers=2, min_bytes=1)
+    (early,) = parallel._EARLY.values()
+    children = [proc for proc, _ in early[2]]
+    started: list[int] = []
+    real = parallel._start_scanners
+    monkeypatch.setattr(parallel, "_start_scanners", lambda *a: started.append(1) or real(*a))
+    assert list(parallel.scan_file_parallel(str(path), workers=2)) == want
+    assert started == [] and parallel._EARLY == {}  # the prestarted children did the work, nobody else
+    assert all(not proc.is_alive() for proc in children)
+
+
+def test_a_prestarted_scan_with_other_settings_is_not_adopted_and_ends_with_end_scanners(tmp_path, monkeypatch):
+    _fork(monkeypatch)
+    path = tmp_path / "early.log"
+    path.write_bytes(_mixed_log())
+    with open(path, "rb") as f:
+        want = list(prefilter.scan_source(f))
+    assert parallel.prestart(str(path), workers=2, min_bytes=1, hold=8)
+    (early,) = parallel._EARLY.values()
+    assert list(parallel.scan_file_parallel(str(path), workers=2)) == want  # its own scan: no hold
+    assert len(parallel._EARLY) == 1
+    parallel.end_scanners()
+    assert parallel._EARLY == {} and all(not proc.is_alive() for proc, _ in early[2])
+
+
+def test_a_log_cut_short_since_its_prestart_is_scanned_afresh(tmp_path, monkeypatch):
+    _fork(monkeypatch)
+    path = tmp_path / "early.log"
+    data = _mixed_log()
+    path.write_bytes(data)
+    assert parallel.prestart(str(path), workers=2, min_bytes=1)
+    (early,) = parallel._EARLY.values()
+    with open(path, "r+b") as f:  # the same file (inode), shorter: log rotation by truncation
+        f.truncate(len(data) // 3)
+    with open(path, "rb") as f:
+        want = list(prefilter.scan_source(f))
+    assert list(parallel.scan_file_parallel(str(path), workers=2)) == want
+    assert parallel._EARLY == {} and all(not proc.is_alive() for proc, _ in early[2])
+
+
+def test_no_prestart_where_the_scan_would_not_be_parallel(tmp_path, monkeypatch):
+    _fork(monkeypatch)
+    path = tmp_path / "small.log"
+    path.write_bytes(_mixed_log())
+    assert not parallel.prestart(str(path), workers=2)  # below PARALLEL_MIN_BYTES
+    assert not parallel.prestart(str(path), workers=1, min_bytes=1)
+    assert not parallel.prestart("-", workers=2, min_bytes=1)
+    gz = tmp_path / "l.log.gz"
+    gz.write_bytes(gzip.compress(_mixed_log()))
+    assert not parallel.prestart(str(gz), workers=2, min_bytes=1)
+    monkeypatch.setattr(parallel, "_context", lambda: multiprocessing.get_context("spawn"))
+    assert not parallel.prestart(str(path), workers=2, min_bytes=1)
+    assert parallel._EARLY == {}

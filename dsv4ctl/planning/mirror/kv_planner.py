@@ -90,7 +90,7 @@ class KvGroup:
     specs: tuple[LayerKvSpec, ...]  # the group's layer specs (may be empty on a PP worker)
     pages_spec: tuple[LayerKvSpec, ...]  # specs that decide per-request pages (the global group's when projected empty)
 
-    @property
+    @functools.cached_property
     def page_bytes(self) -> int:
         return sum(s.page_size_bytes for s in self.specs)
 
@@ -304,9 +304,14 @@ def estimate_max_model_len(
 ) -> int:
     """Binary search for the longest context that fits; 0 if even one token does not."""
     rules = rules or planner_rules()
+    if rules.accounting == LAYER_TUPLES:
+        def fits(model_len: int) -> bool:
+            return layer_tuple_needed_bytes(groups, model_len, max_in_flight_tokens) <= available_memory
+    else:
+        per_block = bytes_per_block(groups)  # `needed_bytes`, with what no length changes computed once
 
-    def fits(model_len: int) -> bool:
-        return needed_bytes(groups, model_len, max_in_flight_tokens, rules) <= available_memory
+        def fits(model_len: int) -> bool:
+            return per_block * blocks_per_request(groups, model_len, max_in_flight_tokens) <= available_memory
 
     left, right = 1, original_max
     if not fits(left):
