@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import typer
@@ -196,3 +197,23 @@ def test_the_process_entry_prestarts_the_scan_diagnose_then_adopts(tmp_path, mon
     expected = diagnose([path], workers=2, parallel_min_bytes=1).to_json()
     got = json.loads(done.stdout)
     assert got.pop("schema_version") == 1 and got == json.loads(json.dumps(expected))
+
+
+def test_a_diagnose_process_ends_at_once_with_its_output_whole_and_its_status(tmp_path):
+    # The process entry skips the interpreter's finalization for diagnose: what was written still arrives whole,
+    # through a pipe or into a file, with the verdict's exit status; a reader that went away costs no traceback.
+    import json
+
+    log = tmp_path / "big.log"
+    example = (Path(__file__).resolve().parents[2] / "dsv4ctl" / "examples" / "stale-max-model-len.log").read_bytes()
+    log.write_bytes(example * 40)  # 40 starts: a long report
+    cmd = [sys.executable, "-m", "dsv4ctl", "diagnose", "--json", str(log)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == ExitCode.FAILED_KNOWN_CAUSE and done.stderr == ""
+    assert len(json.loads(done.stdout)["starts"]) == 40
+    with open(tmp_path / "out.json", "w") as out:
+        assert subprocess.run(cmd, stdout=out, timeout=120).returncode == ExitCode.FAILED_KNOWN_CAUSE
+    assert json.loads((tmp_path / "out.json").read_text()) == json.loads(done.stdout)
+    head = subprocess.run(f"{subprocess.list2cmdline(cmd[:-1] + [str(log)])} | head -c 10; exit ${{PIPESTATUS[0]}}",
+                          shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=120)
+    assert head.returncode == ExitCode.FAILED_KNOWN_CAUSE and "Traceback" not in head.stderr and len(head.stdout) == 10

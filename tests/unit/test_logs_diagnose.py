@@ -377,11 +377,10 @@ def test_every_signature_keyword_passes_the_prefilter():
 def test_diagnose_does_not_import_heavy_modules():
     example = Path(__file__).resolve().parents[2] / "dsv4ctl" / "examples" / "healthy.log"
     code = (
-        "import sys, runpy; sys.argv=['dsv4ctl','diagnose', %r];\n"
-        "try:\n    runpy.run_module('dsv4ctl', run_name='__main__')\n"
-        "except SystemExit: pass\n"
-        "heavy = [m for m in ('vllm','torch','pynvml') if m in sys.modules]\n"
-        "print('HEAVY', heavy)"
+        "import atexit, sys, runpy; sys.argv=['dsv4ctl','diagnose', %r];\n"
+        # an exit handler: a diagnose process ends without the interpreter's finalization, after its exit handlers
+        "atexit.register(lambda: print('HEAVY', [m for m in ('vllm','torch','pynvml') if m in sys.modules]))\n"
+        "runpy.run_module('dsv4ctl', run_name='__main__')\n"
     ) % str(example)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "HEAVY []" in out
