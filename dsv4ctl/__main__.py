@@ -85,9 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if early is not None:
             from dsv4ctl.diagnosis.run import prestart
+            from dsv4ctl.group.detect import is_group
 
             try:
-                prestart(early)
+                if not is_group([early]):  # a bundle is read otherwise: nothing would adopt the scan
+                    prestart(early)
             except Exception:  # noqa: BLE001 - only a head start: diagnose's own scan reports what is wrong
                 pass
         from dsv4ctl.cli import main as cli_main

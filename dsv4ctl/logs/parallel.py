@@ -1,19 +1,20 @@
 """Scan a big regular log file on several cores; same lines, same line numbers as one sequential pass.
 
 Neither hyperscan nor `bytes.count` (the newline counting that gives line numbers) releases the GIL,
-so threads would not help. A large, seekable, uncompressed file is instead cut at line boundaries into
-N byte ranges (N = the usable CPUs, at most `MAX_WORKERS`): this process scans the first range itself and one
-child process scans each other range, with the same `prefilter.scan_batches`. A child sends back only the
-interesting lines (numbered within its range) and its range's line count; this process turns them into
-absolute line numbers with a running sum and yields every line in file order, so whatever consumes the lines
-sees exactly what the sequential scan yields. (One process fewer than ranges: on two cores no third process
-competes for them. A first range of 0.7 times the others, for the analysis this process also does, was measured
-no faster on the 1 GiB serving log, 2026-12-02.)
+so threads would not help. A large, seekable, uncompressed file is instead cut at line boundaries into chunks of
+about `CLAIM_BYTES`, which N processes (N = the usable CPUs, at most `MAX_WORKERS`: this one and N - 1 children)
+claim one at a time from a shared pair of counters: this process from the front, the children from the back, all
+with the same `prefilter.scan_batches`. They meet where the work is even, whichever started late or ran slow: on
+the 1 GiB serving log the two halves of a fixed split finished up to 0.2 s apart (2026-12-02), and the children
+may start before this process is ready (`prestart`). This process yields its chunks' lines as it scans them; a
+child keeps what it selects (numbered within each chunk) and, once nothing is left to claim, sends its chunks in
+order; this process numbers their lines with a running sum of the chunks' line counts and yields them after its
+own, so whatever consumes the lines sees exactly what the sequential scan yields. (One process fewer than
+scanners would need: on two cores no third process competes for them.)
 
-Memory stays bounded: each process reads `prefilter.SCAN_CHUNK_BYTES` at a time, and a child whose
-range is full of interesting lines sends them in batches of at most `BATCH_BYTES`; the pipe then blocks
-it until the parent reaches its range. A child also says how far it has read every
-`CHILD_PROGRESS_BYTES`, for a progress display.
+Memory stays bounded: each process reads `prefilter.SCAN_CHUNK_BYTES` at a time; a child claims no more chunks
+once it holds `HELD_BYTES` of selected lines (this process then scans the rest), and sends them in messages of at
+most `BATCH_BYTES`.
 
 Children are forked when that is safe (Linux, and only this one thread running: forking a process
 with other threads can copy a held lock), which costs milliseconds and reuses the compiled hyperscan
@@ -21,9 +22,9 @@ database; otherwise they are spawned. stdin, `.gz` and files below `PARALLEL_MIN
 sequentially: starting processes would cost more than it saves.
 
 No scanning process outlives the scan: the parent ends its children when the scan stops for any reason
-(`end_scanners` does it at once, for a caller that stops on a signal), a child has the default SIGTERM and
-SIGHUP handlers, holds neither the parent's end of any pipe nor its stdin/stdout, and on Linux asks the
-kernel to kill it when its parent dies (SIGKILL of the parent included).
+(`end_scanners` does it at once, for a caller that stops on a signal, and ends a prestarted scan nobody adopted),
+a child has the default SIGTERM and SIGHUP handlers, holds neither the parent's end of any pipe nor its
+stdin/stdout, and on Linux asks the kernel to kill it when its parent dies (SIGKILL of the parent included).
 """
 
 from __future__ import annotations
@@ -372,8 +373,8 @@ def scan_file_parallel(
 
     line_count: when given, the number of lines in the file is appended to it at the end (as by `scan_source`).
 
-    progress: when given, called with the bytes of the file whose lines were yielded so far (after each
-    message of a child: a batch of lines, or every `CHILD_PROGRESS_BYTES` read; once at the end)."""
+    progress: when given, called with the bytes of the file whose lines were yielded so far (as this process reads
+    its chunks, and after each message of a child's; once at the end)."""
     for base, batch in scan_file_batches(
         path, engine=engine, workers=workers, chunk_bytes=chunk_bytes, line_count=line_count, progress=progress
     ):
