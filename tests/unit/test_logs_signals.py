@@ -93,6 +93,35 @@ def test_a_signal_ends_diagnose_and_its_scanners(big_log, sig, code):
                 p.kill()
 
 
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)])
+def test_a_signal_as_soon_as_the_scanners_start_ends_diagnose_alike(big_log, sig, code):
+    # The process entry forks the scanners before the CLI loads: a signal in that start-up ends diagnose as one later
+    # does (its scanners gone, one error line, the JSON error document), whichever handler takes it.
+    env = {**os.environ, parallel.WORKERS_ENV: "2"}
+    proc = subprocess.Popen([sys.executable, "-m", "dsv4ctl", "diagnose", str(big_log), "--json"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    me = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 60
+    children: list[psutil.Process] = []
+    while time.monotonic() < deadline and proc.poll() is None and not children:
+        children = me.children(recursive=True)
+    assert children, "diagnose never started a scanning process"
+    try:
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == code, err.decode(errors="replace")
+        assert _wait_gone(children) == []
+        words = b"interrupted" if sig == signal.SIGINT else b"stopped by " + signal.Signals(sig).name.encode()
+        assert words in err and b"Traceback" not in err
+        assert b'"exit_code": ' + str(code).encode() in out
+    finally:
+        for p in [me] if proc.poll() is None else []:
+            p.kill()
+        for p in children:
+            if not _gone(p):
+                p.kill()
+
+
 def test_scanners_die_with_a_killed_diagnose(big_log):
     # SIGKILL cannot be handled: the kernel ends the children when their parent dies (Linux).
     proc, children = _start(big_log)
