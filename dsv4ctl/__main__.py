@@ -34,6 +34,8 @@ import signal
 import sys
 import threading
 
+from dsv4ctl.errors import STOP_SIGNALS, Stopped, raise_stopped
+
 # Commands that end on their own with bounded memory: the collector stays off for them (see above).
 BOUNDED_COMMANDS = frozenset({"diagnose", "fit-length", "gpus", "check"})
 # Commands whose process ends without the interpreter's finalization (see above).
@@ -57,27 +59,6 @@ def _early_log(args: list[str]) -> str | None:
     paths = [a for a in args[1:] if not a.startswith("-")]
     options = [a for a in args[1:] if a.startswith("-")]
     return paths[0] if len(paths) == 1 and set(options) <= {"--json"} else None
-
-
-class _Stopped(BaseException):
-    """SIGTERM or SIGHUP during a prestarted diagnose's start-up (before the CLI's own handlers take over)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _stop(signum: int, _frame: object) -> None:
-    for name in ("SIGTERM", "SIGHUP"):  # a second signal must not cut the clean-up short
-        if hasattr(signal, name):
-            signal.signal(getattr(signal, name), signal.SIG_IGN)
-    raise _Stopped(signum)
-
-
-def _stop_on_signals() -> None:
-    for name in ("SIGTERM", "SIGHUP"):
-        if hasattr(signal, name):
-            signal.signal(getattr(signal, name), _stop)
 
 
 def _stopped(message: str, code: int, json_mode: bool) -> int:
@@ -125,13 +106,14 @@ def main(argv: list[str] | None = None) -> int:
 
             try:
                 if not is_group([early]) and prestart(early):  # a bundle is read otherwise: nothing would adopt it
-                    _stop_on_signals()
+                    for sig in STOP_SIGNALS:  # the CLI's own handlers are not in place yet
+                        signal.signal(sig, raise_stopped)
             except Exception:  # noqa: BLE001 - only a head start: diagnose's own scan reports what is wrong
                 pass
         from dsv4ctl.cli import main as cli_main
 
         code = cli_main(argv)
-    except _Stopped as stop:
+    except Stopped as stop:
         if early is None:
             raise
         code = _stopped(f"stopped by {signal.Signals(stop.signum).name}", 128 + stop.signum, "--json" in args)
@@ -146,10 +128,9 @@ def main(argv: list[str] | None = None) -> int:
             end_scanners()  # a scan the command did not adopt (it failed first, or read the log otherwise)
         if off:
             gc.enable()
-    if early is not None:
-        for name in ("SIGTERM", "SIGHUP"):
-            if hasattr(signal, name) and signal.getsignal(getattr(signal, name)) is _stop:
-                signal.signal(getattr(signal, name), signal.SIG_DFL)
+    for sig in STOP_SIGNALS if early is not None else ():
+        if signal.getsignal(sig) is raise_stopped:  # ours, from the prestart
+            signal.signal(sig, signal.SIG_DFL)
     if argv is None and args and args[0] in QUICK_EXIT_COMMANDS:
         return _exit_now(code)
     return code

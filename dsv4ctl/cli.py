@@ -147,14 +147,6 @@ def main(argv: list[str] | None = None) -> int:
 # =============================================================================================
 
 
-class _Stopped(BaseException):
-    """SIGTERM or SIGHUP arrived (raised by the handler `_stop_on_signals` installs)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
 @contextlib.contextmanager
 def _stop_on_signals() -> Iterator[None]:
     """SIGTERM and SIGHUP stop a long diagnose like Ctrl-C does: its scanning processes end, then
@@ -162,28 +154,23 @@ def _stop_on_signals() -> Iterator[None]:
     import signal
     import threading
 
-    names = [n for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n)]
+    from dsv4ctl.errors import STOP_SIGNALS, Stopped, raise_stopped
+
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def stop(signum: int, _frame: Any) -> None:
-        for n in names:  # a second signal must not cut the clean-up short
-            signal.signal(getattr(signal, n), signal.SIG_IGN)
-        raise _Stopped(signum)
-
-    previous = {n: signal.signal(getattr(signal, n), stop) for n in names}
+    previous = {sig: signal.signal(sig, raise_stopped) for sig in STOP_SIGNALS}
     try:
         yield
-    except _Stopped as exc:
+    except Stopped as exc:
         from dsv4ctl.logs import parallel
 
         parallel.end_scanners()
         name = signal.Signals(exc.signum).name
         raise Dsv4ctlError(f"stopped by {name}", exit_code=128 + exc.signum) from None  # type: ignore[arg-type]
     finally:
-        for n, handler in previous.items():
-            signal.signal(getattr(signal, n), handler)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @app.command("diagnose")

@@ -6,6 +6,7 @@ verdict maps to an exit code). Only `dsv4ctl.cli` turns either into output and a
 
 from __future__ import annotations
 
+import signal
 from enum import IntEnum
 
 
@@ -80,3 +81,23 @@ class GpuUnavailableError(Dsv4ctlError):
 
 class EngineUnavailableError(Dsv4ctlError):
     """vLLM (or torch) is needed for this command but cannot be imported."""
+
+
+# The signals that stop a command as Ctrl-C does: exit 128 + the signal's number (143, 129).
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+class Stopped(BaseException):
+    """One of `STOP_SIGNALS` arrived (raised by `raise_stopped`, the handler the CLI and the process entry install)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def raise_stopped(signum: int, _frame: object) -> None:
+    """A signal handler: the other stop signals ignored from now on (a second one must not cut the clean-up short),
+    then `Stopped`."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    raise Stopped(signum)

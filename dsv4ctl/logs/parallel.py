@@ -183,6 +183,19 @@ def _end(proc, recv) -> None:
         proc.join()
 
 
+def _end_all(started: list) -> None:
+    """End these children of this process (and forget them)."""
+    for item in started:
+        if item in _RUNNING:
+            _RUNNING.remove(item)
+        _end(*item)
+
+
+def _chunks(f: BinaryIO, size: int, n: int) -> list[tuple[int, int]]:
+    """The chunks `n` processes claim (`CLAIM_BYTES` each about, at least `n`); one process: the whole file."""
+    return split_ranges(f, size, max(n, -(-size // CLAIM_BYTES))) if n > 1 else [(0, size)]
+
+
 def _claim(claims, back: bool) -> int | None:
     """The next unclaimed chunk, from the front (this process) or the back (a child); None when none is left.
     `claims` holds [the first unclaimed chunk, one past the last]."""
@@ -331,7 +344,7 @@ def prestart(
     try:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
-            chunks = split_ranges(f, st.st_size, max(n, -(-st.st_size // CLAIM_BYTES)))
+            chunks = _chunks(f, st.st_size, n)
     except OSError:
         return False  # the scan itself reports it
     if len(chunks) < 2:
@@ -351,10 +364,7 @@ def _adopt(path: str, st: os.stat_result, settings: tuple) -> tuple | None:
     if early is None:
         return None
     if st.st_size < early[0][-1][1]:
-        for item in early[2]:
-            if item in _RUNNING:
-                _RUNNING.remove(item)
-            _end(*item)
+        _end_all(early[2])
         return None
     return early
 
@@ -413,7 +423,7 @@ def scan_file_batches(
         if early is not None:  # begun by `prestart`: its chunks, and its children already scanning them
             chunks, claims, started = early
         else:
-            chunks = split_ranges(f, st.st_size, max(n, -(-st.st_size // CLAIM_BYTES))) if n > 1 else [(0, st.st_size)]
+            chunks = _chunks(f, st.st_size, n)
         if len(chunks) == 1:  # one process: this one
             for batch in prefilter.scan_batches(
                 _RangeReader(f, 0, None), engine=engine, chunk_bytes=chunk_bytes, line_count=line_count,
@@ -421,7 +431,7 @@ def scan_file_batches(
             ):
                 yield 0, batch
             return
-        prefilter.prepare_big_scan(engine, st.st_size)  # once, here: forked children inherit it
+        prefilter.prepare_big_scan(engine, st.st_size)  # before the fork, which children inherit; else for this process
         if early is None:
             claims, started = _start_scanners(_context(), str(path), chunks, n, engine, chunk_bytes, tagger, hold)
         procs += started
@@ -469,7 +479,4 @@ def scan_file_batches(
             line_count.append(base)
     finally:
         f.close()
-        for item in procs:
-            if item in _RUNNING:
-                _RUNNING.remove(item)
-            _end(*item)
+        _end_all(procs)

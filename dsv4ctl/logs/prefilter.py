@@ -393,13 +393,12 @@ def keep_freed_memory() -> None:
         import ctypes
 
         libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-        gnu = libc.gnu_get_libc_version  # glibc's own: another libc's mallopt may take other numbers
-    except (OSError, AttributeError):
+    except OSError:
         return
-    del gnu
-    mallopt(_M_MMAP_THRESHOLD, 32 << 20)
-    mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES)
+    # glibc's own function: another libc's mallopt, if it has one, may take other numbers
+    if hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "mallopt"):
+        libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)
+        libc.mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES)
 
 
 def _candidates_hyperscan(data: bytes, start: int, end: int) -> list[int]:

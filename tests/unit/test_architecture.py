@@ -36,7 +36,7 @@ ALLOWED: dict[str, set[str]] = {
     "serve": {"errors", "units", "logs", "planning", "advice", "fixes", "gpu", "check"},
     "render": {"units", "catalogue", "logs", "diagnosis", "planning", "gpu", "probe", "doctor", "serve", "check", "group"},
     "cli": {"root", "errors", "units", "logs", "planning", "advice", "gpu", "fixes", "probe", "doctor", "serve", "render", "check", "collect", "group"},
-    "__main__": {"cli", "diagnosis", "logs", "group", "render"},
+    "__main__": {"cli", "errors", "diagnosis", "logs", "group", "render"},
     "root": set(),
 }
 # planning takes a log's figures as data: of logs/, only these modules.

@@ -34,6 +34,7 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Callable
 
 from dsv4ctl.planning.mirror.kv_specs import SLIDING, LayerKvSpec
 from dsv4ctl.units import cdiv, format_gib_vllm, round_up
@@ -269,9 +270,16 @@ def layer_tuple_bytes_per_block(groups: list[KvGroup]) -> int:
 
 def needed_bytes(groups: list[KvGroup], max_model_len: int, max_in_flight_tokens: int, rules: PlannerRules) -> int:
     """KV bytes one request of `max_model_len` tokens needs on this worker, as the release's admission check prices it."""
+    return request_pricer(groups, rules)(max_model_len, max_in_flight_tokens)
+
+
+def request_pricer(groups: list[KvGroup], rules: PlannerRules) -> Callable[[int, int], int]:
+    """`needed_bytes` of these groups as a function of (max_model_len, max_in_flight_tokens), with what no length
+    changes computed once (the auto-fit search prices dozens of lengths)."""
     if rules.accounting == LAYER_TUPLES:
-        return layer_tuple_needed_bytes(groups, max_model_len, max_in_flight_tokens)
-    return bytes_per_block(groups) * blocks_per_request(groups, max_model_len, max_in_flight_tokens)
+        return lambda max_model_len, tokens: layer_tuple_needed_bytes(groups, max_model_len, tokens)
+    per_block = bytes_per_block(groups)
+    return lambda max_model_len, tokens: per_block * blocks_per_request(groups, max_model_len, tokens)
 
 
 def pool_bytes_per_block(groups: list[KvGroup], rules: PlannerRules) -> int:
@@ -303,15 +311,10 @@ def estimate_max_model_len(
     groups: list[KvGroup], available_memory: int, original_max: int, max_in_flight_tokens: int, rules: PlannerRules | None = None
 ) -> int:
     """Binary search for the longest context that fits; 0 if even one token does not."""
-    rules = rules or planner_rules()
-    if rules.accounting == LAYER_TUPLES:
-        def fits(model_len: int) -> bool:
-            return layer_tuple_needed_bytes(groups, model_len, max_in_flight_tokens) <= available_memory
-    else:
-        per_block = bytes_per_block(groups)  # `needed_bytes`, with what no length changes computed once
+    price = request_pricer(groups, rules or planner_rules())
 
-        def fits(model_len: int) -> bool:
-            return per_block * blocks_per_request(groups, model_len, max_in_flight_tokens) <= available_memory
+    def fits(model_len: int) -> bool:
+        return price(model_len, max_in_flight_tokens) <= available_memory
 
     left, right = 1, original_max
     if not fits(left):
