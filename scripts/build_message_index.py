@@ -63,8 +63,8 @@ identifies nothing and is dropped (skipped_short).
 Output: message_index.json.gz, the reviewable source, and message_index.bin, the same data packed for lookup
 (`dsv4ctl.catalogue.message_index.pack`: the buckets as arrays, the rows in zlib blocks; what diagnose opens,
 and the one shipped). Both are byte-identical for the same data. The JSON is gzip (mtime 0), sorted: a header (schema, generator command,
-package versions, counts per package/kind and per release, files that did not parse) and `entries`, rows
-of `fields`. One entry per (package, kind, exception, level, function, literal text): the same message in
+package versions, counts per package/kind and per release, entries with a check per package, `later` per
+kind, helpers; files that did not parse), `helpers`, and `entries`, rows of `fields`. One entry per (package, kind, exception, level, function, literal text): the same message in
 several releases is one entry even when a placeholder's expression was renamed (the template shown is the
 newest release's); its sources list each (file, line) with the releases that have the message there.
 `anchor` holds, per entry, the rarest whole word of its literal text (one per line that is specific on its
@@ -76,6 +76,31 @@ line where the message expression starts; for the C libraries line 0 and the fun
 EngineArgs fields default from, e.g. cache_dtype -> --kv-cache-dtype, when that name has an underscore)
 named as a variable or as an attribute of self/cls/a config-like object in the assert condition, the
 innermost enclosing `if` test (with its elif chain) or the message's placeholders.
+
+`check` (schema 2; Python entries of every package): the condition that guards the statement, as source text
+(`ast.unparse`, whitespace collapsed), so that an answer can say when the message is printed:
+- `assert T[, msg]` and `torch._check*(T, ...)`: "assert T" (T must hold);
+- a raise or error log in the body of the innermost enclosing `if T:` of its function: "if T" (printed when T);
+  in an `elif U:` branch "if U" (the earlier branches' tests are not repeated); in the `else:` of `if T:`
+  "if not (T)", and in the `else:` that ends an if/elif chain "if not (A or B or ...)" of all the chain's tests;
+- "" when no `if` of the function encloses it, when the innermost enclosing block is a try/except (any part) or
+  a match case, when the text is longer than 400 characters, and for the C++/Rust/table entries.
+The entry's check is that of the statement its citation names (the newest release's, lowest line). A source
+row whose releases were guarded otherwise carries their check as a fourth item, [file, line, releases, check]
+(a (file, line) whose releases differ gives one row per check); rows without it have the entry's.
+
+`later` (vLLM entries whose releases end before the newest indexed, 0.33.0; {} for all others and when there is
+nothing to say): what the index shows of the message after its last release L, computed over all vLLM entries
+(`later_of`): {"same_text": R, "exception": E} (the same literal text is raised or logged in release R > L, E
+its exception, e.g. ValueError -> VLLMValidationError), else {"reworded": R, "template": T} (a message new
+after L in the same file and function fails on the same condition in R), else {"check_gone": R} (R the release
+after L: no later release tests that condition anywhere in the files read). Otherwise the check moved.
+
+`helpers` (a table beside `entries`, keyed by name): the source of the @property methods and module-level
+functions of vllm/config/*.py and vllm/transformers_utils/*.py that vLLM's checks read or call by name
+(`self.uses_mrope`, `uses_mrope(cfg)`), and those that these use in turn, from the newest release that defines
+each, at most 12 lines each: {"uses_mrope": [[citation, source], ...], "ModelConfig.uses_mrope": [...]}.
+The packed file keeps it in its own section, decoded at its first use.
 """
 
 from __future__ import annotations
@@ -83,6 +108,7 @@ from __future__ import annotations
 import argparse
 import ast
 import ctypes
+import difflib
 import gzip
 import io
 import json
@@ -98,7 +124,7 @@ from collections import Counter, defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-SCHEMA = 1
+SCHEMA = 2
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT = REPO / "dsv4ctl" / "catalogue" / "message_index.json.gz"
 PACKED = OUTPUT.with_name("message_index.bin")
@@ -107,7 +133,9 @@ DEFAULT_WHEELS = Path("/work/wheels")
 VLLM_RELEASES = ("0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
 MIN_LITERAL_CHARS = 12
 MIN_WORDS = 2
-FIELDS = ("package", "kind", "exception", "level", "function", "template", "pattern", "anchor", "sources", "flags")
+FIELDS = ("package", "kind", "exception", "level", "function", "template", "pattern", "anchor", "sources", "flags",
+          "check", "later")
+KEY_FIELDS = ("package", "kind", "exception", "level", "function", "pattern")  # what makes an entry one message
 PACKAGE_ORDER = ("vllm", "torch", "transformers", "huggingface_hub", "ray", "safetensors", "triton",
                  "nvidia-cuda-runtime", "nvidia-nccl-cu13", "vllm_ascend", "torch_npu")
 
@@ -410,10 +438,19 @@ def _looks_like_logger(name: str) -> bool:
     return low in ("log", "logging", "lgr") or low.endswith("logger") or low.endswith("_log")
 
 
-class Extractor:
-    """Walks one module; `occ` collects (kind, exception, level, function, parts, line, names)."""
+MAX_CHECK = 400  # a longer condition is not shown (it would not help a reader): check ""
 
-    def __init__(self, tree: ast.Module, source: str) -> None:
+
+def check_text(prefix: str, test: ast.AST, suffix: str = "") -> str:
+    """`prefix + source of test + suffix`, whitespace collapsed; "" when longer than MAX_CHECK."""
+    text = " ".join((prefix + _src(test) + suffix).split())
+    return text if len(text) <= MAX_CHECK else ""
+
+
+class Extractor:
+    """Walks one module; `occ` collects (kind, exception, level, function, parts, line, names, check)."""
+
+    def __init__(self, tree: ast.Module, source: str, conditions: bool = False) -> None:
         self.source_lines = source.splitlines()
         self.occ: list[tuple] = []
         self.stats: Counter = Counter()
@@ -433,6 +470,11 @@ class Extractor:
         self.ifs: list[ast.If] = []
         self.elif_parent: dict[int, ast.If] = {}
         self.blocks: list[tuple[list[ast.stmt], int]] = []
+        # the compound statements around the current one that decide whether it runs, innermost last:
+        # (if node, True in its body / False in its else) or (None, None) for a try/except or match part
+        self.guards: list[tuple[ast.If | None, bool | None]] = []
+        # every condition an `if`, assert or torch._check* of the module tests, both ways (T and not T), when asked
+        self.conditions: set[str] | None = set() if conditions else None
         self.visit(tree)
 
     # scopes, blocks and ifs
@@ -441,20 +483,32 @@ class Extractor:
             for d in getattr(node, "decorator_list", ()):
                 self.visit(d)
             self.scope.append(node.name)
-            saved = self.ifs, self.blocks
-            self.ifs, self.blocks = [], []
+            saved = self.ifs, self.blocks, self.guards
+            self.ifs, self.blocks, self.guards = [], [], []
             self.visit_block(node.body)
-            self.ifs, self.blocks = saved
+            self.ifs, self.blocks, self.guards = saved
             self.scope.pop()
             return
         if isinstance(node, ast.If):
             self.visit(node.test)
+            self.note(node.test)
             self.ifs.append(node)
+            self.guards.append((node, True))
             self.visit_block(node.body)
             if len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If):
                 self.elif_parent[id(node.orelse[0])] = node
+            elif node.orelse and id(node) in self.elif_parent:
+                self.note(self.chain_test(node))  # what the chain's final else: runs for
+            self.guards[-1] = (node, False)
             self.visit_block(node.orelse)
+            self.guards.pop()
             self.ifs.pop()
+            return
+        if isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try), ast.Match)):
+            # what raises in a try/except or a match case does so for the exception or the case, not for an if
+            self.guards.append((None, None))
+            self.generic_visit(node)
+            self.guards.pop()
             return
         if isinstance(node, ast.Raise):
             self.on_raise(node)
@@ -462,6 +516,9 @@ class Extractor:
             self.on_assert(node)
         elif isinstance(node, ast.Call):
             self.on_call(node)
+        self.generic_visit(node)
+
+    def generic_visit(self, node: ast.AST) -> None:
         for _name, value in ast.iter_fields(node):
             if isinstance(value, list):
                 if value and isinstance(value[0], ast.stmt):
@@ -472,6 +529,11 @@ class Extractor:
                             self.visit(v)
             elif isinstance(value, ast.AST):
                 self.visit(value)
+
+    def note(self, test: ast.AST) -> None:
+        if self.conditions is not None:
+            self.conditions.add(" ".join(_src(test).split()))
+            self.conditions.add(" ".join(_src(ast.UnaryOp(ast.Not(), test)).split()))
 
     def visit_block(self, stmts: list[ast.stmt]) -> None:
         for i, st in enumerate(stmts):
@@ -511,6 +573,26 @@ class Extractor:
     def function(self) -> str:
         return ".".join(self.scope) or "<module>"
 
+    def if_check(self) -> str:
+        """The condition under which the current statement runs, from the innermost enclosing `if` of this
+        function: "if T" in its body (an `elif U:` branch gives "if U"), "if not (T)" in its `else:`; "" with
+        no enclosing `if`, or when the innermost enclosing block is a try/except or match part."""
+        if not self.guards:
+            return ""
+        node, body = self.guards[-1]
+        if node is None:
+            return ""
+        return check_text("if ", node.test) if body else check_text("if not (", self.chain_test(node), ")")
+
+    def chain_test(self, node: ast.If) -> ast.AST:
+        """The test that an `else:` after `node` negates: node's own, or for the `else:` that ends an if/elif
+        chain, `A or B or ...` of all the chain's tests (first to last)."""
+        tests = [node.test]
+        while id(node) in self.elif_parent:
+            node = self.elif_parent[id(node)]
+            tests.insert(0, node.test)
+        return tests[0] if len(tests) == 1 else ast.BoolOp(ast.Or(), tests)
+
     def if_names(self) -> set[str]:
         out: set[str] = set()
         node = self.ifs[-1] if self.ifs else None
@@ -520,7 +602,7 @@ class Extractor:
         return out
 
     def add(self, kind: str, exc: str | None, level: str | None, msg: ast.AST | None, parts: list | None,
-            line: int, names: set[str]) -> None:
+            line: int, names: set[str], check: str) -> None:
         if parts is None:
             self.stats["skipped_variable"] += 1
             return
@@ -528,7 +610,7 @@ class Extractor:
             self.stats["skipped_short"] += 1
             return
         self.stats[kind] += 1
-        self.occ.append((kind, exc, level, self.function(), parts, line, names | names_in(msg)))
+        self.occ.append((kind, exc, level, self.function(), parts, line, names | names_in(msg), check))
 
     def on_raise(self, node: ast.Raise) -> None:
         exc = node.exc
@@ -549,18 +631,21 @@ class Extractor:
             self.stats["skipped_no_message"] += 1
             return
         parts, line, expr = self.message(msg)
-        self.add("raise", exc_type, None, expr, parts, line, self.if_names())
+        self.add("raise", exc_type, None, expr, parts, line, self.if_names(), self.if_check())
 
     def on_assert(self, node: ast.Assert) -> None:
+        self.note(node.test)
         if node.msg is not None:
             parts, line, expr = self.message(node.msg)
-            self.add("assert", "AssertionError", None, expr, parts, line, names_in(node.test))
+            self.add("assert", "AssertionError", None, expr, parts, line, names_in(node.test),
+                     check_text("assert ", node.test))
             return
         line = self.source_lines[node.lineno - 1].strip() if node.lineno <= len(self.source_lines) else ""
         if not line.startswith("assert"):
             self.stats["skipped_variable"] += 1
             return
-        self.add("assert_bare", "AssertionError", None, None, [line], node.lineno, names_in(node.test))
+        self.add("assert_bare", "AssertionError", None, None, [line], node.lineno, names_in(node.test),
+                 check_text("assert ", node.test))
 
     def on_call(self, node: ast.Call) -> None:
         f = node.func
@@ -585,7 +670,7 @@ class Extractor:
             names = self.if_names()
             for a in extra:
                 names |= names_in(a)
-            self.add("log", None, LOG_METHODS[f.attr], msg, parts, node.lineno, names)
+            self.add("log", None, LOG_METHODS[f.attr], msg, parts, node.lineno, names, self.if_check())
             return
         if f.attr in TORCH_CHECKS or f.attr == "_check_with":
             if not (isinstance(f.value, ast.Name) and f.value.id == "torch"):
@@ -598,24 +683,26 @@ class Extractor:
                 if not node.args:
                     return
                 exc, cond, rest = TORCH_CHECKS[f.attr], node.args[0], node.args[1:]
+            self.note(cond)
             msg = rest[0] if rest else next((k.value for k in node.keywords if k.arg == "message"), None)
             if msg is None:
                 self.stats["skipped_no_message"] += 1
                 return
             parts, line, expr = self.message(msg)
-            self.add("raise", exc, None, expr, parts, line, names_in(cond))
+            self.add("raise", exc, None, expr, parts, line, names_in(cond), check_text("assert ", cond))
 
 
-def extract_python(job: tuple[str, str]) -> tuple[str, list, Counter, str | None]:
-    root, rel = job
+def extract_python(job: tuple[str, str, bool]) -> tuple[str, list, Counter, str | None, set[str]]:
+    """(file, occurrences, counts, why it did not parse, the conditions it tests when `job[2]`)."""
+    root, rel, conditions = job
     path = Path(root) / rel
     try:
         source = path.read_text(encoding="utf-8-sig")  # a BOM is not code
         tree = ast.parse(source, filename=rel)
     except (SyntaxError, UnicodeDecodeError, ValueError) as e:
-        return rel, [], Counter({"unparsable_files": 1}), f"{rel}: {type(e).__name__}: {e}"
-    ex = Extractor(tree, source)
-    return rel, ex.occ, ex.stats, None
+        return rel, [], Counter({"unparsable_files": 1}), f"{rel}: {type(e).__name__}: {e}", set()
+    ex = Extractor(tree, source, conditions)
+    return rel, ex.occ, ex.stats, None, ex.conditions or set()
 
 
 # --------------------------------------------------------------------------------- C++ and Rust sources
@@ -895,7 +982,7 @@ def _c10_type(ts: list) -> str:
 
 
 def extract_cpp(text: str) -> tuple[list, Counter]:
-    """Occurrences (kind, exception, level, function, parts, line, names) of a C++ header."""
+    """Occurrences (kind, exception, level, function, parts, line, names, check) of a C++ header."""
     toks = tokenize_c(text)
     occ: list = []
     stats: Counter = Counter()
@@ -908,7 +995,7 @@ def extract_cpp(text: str) -> tuple[list, Counter]:
             stats["skipped_short"] += 1
         else:
             stats[kind] += 1
-            occ.append((kind, exc, None, macro, parts, line, set()))
+            occ.append((kind, exc, None, macro, parts, line, set(), ""))
 
     for i, (kind, val, line, macro) in enumerate(toks):
         if kind != "id":
@@ -1021,7 +1108,7 @@ def extract_rust(text: str) -> tuple[list, Counter]:
             stats["skipped_short"] += 1
         else:
             stats[kind] += 1
-            occ.append((kind, exc, None, fn, parts, line, set()))
+            occ.append((kind, exc, None, fn, parts, line, set(), ""))
 
     for i, (kind, val, line, _m) in enumerate(toks):
         if kind != "id":
@@ -1270,20 +1357,29 @@ def version_key(v: str) -> tuple:
 
 class Builder:
     def __init__(self) -> None:
-        # key -> {"flags": set, "rows": {(file, line): set(releases)}}
+        # key -> {"flags": set, "rows": {(file, line): set(releases)}, "shown": {release: (template, anchors)},
+        #         "checks": {(file, line, release): check}}
         self.entries: dict[tuple, dict] = {}
         self.stats: dict[str, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
         self.problems: list[str] = []
+        self.helpers: dict[str, list[list[str]]] | None = None  # taken as committed when vLLM is not read again
+        self.later: dict[tuple, dict] | None = None  # likewise
+        self.tested: dict[str, set[str]] = defaultdict(set)  # vLLM release -> every condition its sources test
+
+    def _entry(self, key: tuple) -> dict:
+        return self.entries.setdefault(key, {"flags": set(), "rows": defaultdict(set), "shown": {}, "checks": {}})
 
     def add(self, pkg: str, release: str, rel: str, occ: list, flags_of=None) -> None:
-        for kind, exc, level, func, parts, line, names in occ:
+        for kind, exc, level, func, parts, line, names, check in occ:
             key = (pkg, kind, exc, level, func, pattern_of(parts))
-            e = self.entries.setdefault(key, {"flags": set(), "rows": defaultdict(set), "shown": {}})
+            e = self._entry(key)
             e["rows"][(rel, line)].add(release)
             # the template shown is the newest release's (placeholder names may change between releases)
             tpl = (display(parts), tuple(anchor_candidates(parts)))
             old = e["shown"].get(release)
             e["shown"][release] = tpl if old is None else min(old, tpl)
+            where = (rel, line, release)
+            e["checks"][where] = min(e["checks"].get(where, check), check)
             if flags_of is not None:
                 e["flags"] |= flags_of(names)
 
@@ -1295,22 +1391,51 @@ class Builder:
             if pkg in only:
                 continue
             key = (pkg, row[col["kind"]], row[col["exception"]], row[col["level"]], row[col["function"]], row[col["pattern"]])
-            e = self.entries.setdefault(key, {"flags": set(), "rows": defaultdict(set), "shown": {}})
-            for f, line, rels in row[col["sources"]]:
+            e = self._entry(key)
+            for src in row[col["sources"]]:
+                f, line, rels = src[:3]
                 e["rows"][(f, line)].update(rels)
+                for r in rels:
+                    e["checks"][(f, line, r)] = src[3] if len(src) > 3 else row[col["check"]]
             e["flags"] |= set(row[col["flags"]])
             parts = [p if p is not None else Ph("") for p in template_parts(row[col["template"]])]
-            newest = max((r for _f, _l, rels in row[col["sources"]] for r in rels), key=version_key)
+            newest = max((r for src in row[col["sources"]] for r in src[2]), key=version_key)
             e["shown"][newest] = (row[col["template"]], tuple(anchor_candidates(parts)))
         for pkg, per in data["counts"]["occurrences"].items():
             if pkg not in only:
                 for rel, c in per.items():
                     self.stats[pkg][rel].update(c)
         self.problems += [x for x in data.get("unparsable", []) if x.split("==", 1)[0] not in only]
+        if "vllm" not in only:
+            self.helpers = data.get("helpers", {})
+            self.later = {}
+            for row in data["entries"]:
+                if row[col["package"]] == "vllm":
+                    self.later[tuple(row[col[k]] for k in KEY_FIELDS)] = row[col["later"]]
 
     def shown(self, key: tuple) -> tuple[str, tuple[str, ...]]:
         shown = self.entries[key]["shown"]
         return shown[max(shown, key=version_key)]
+
+    def check(self, key: tuple) -> str:
+        """The entry's check: that of the statement its citation names (the newest release's, lowest line, as
+        IndexedMessage.newest picks it)."""
+        checks = self.entries[key]["checks"]
+        return checks[max(checks, key=lambda w: (version_key(w[2]), -w[1], w[0]))]
+
+    def sources(self, key: tuple, check: str) -> list[list]:
+        """The source rows [file, line, releases] (releases oldest first), by file and line; a row whose releases'
+        check is not the entry's carries it as a fourth item (a (file, line) whose releases differ in their check
+        gives one row per check, ordered by their oldest release)."""
+        e = self.entries[key]
+        out = []
+        for (f, line), rels in sorted(e["rows"].items()):
+            by_check: dict[str, list[str]] = defaultdict(list)
+            for r in sorted(rels, key=version_key):
+                by_check[e["checks"][(f, line, r)]].append(r)
+            for c, group in sorted(by_check.items(), key=lambda kv: version_key(kv[1][0])):
+                out.append([f, line, group] if c == check else [f, line, group, c])
+        return out
 
 
 def line_variants(parts: list) -> list[list]:
@@ -1371,6 +1496,204 @@ def choose_anchors(keys: list[tuple], shown: dict[tuple, tuple]) -> dict[tuple, 
     return out
 
 
+def failing_condition(check: str) -> str | None:
+    """The condition under which a check's statement raises or logs, as `ast.unparse` writes it: "if T" -> T,
+    "if not (T)" -> not T, "assert T" -> not T; None for "" (or text that does not parse)."""
+    if check.startswith("assert "):
+        expr = "not (" + check[len("assert "):] + ")"
+    elif check.startswith("if "):
+        expr = check[len("if "):]
+    else:
+        return None
+    try:
+        return " ".join(_src(ast.parse(expr, mode="eval").body).split())
+    except SyntaxError:
+        return None
+
+
+def later_of(rows: list[list], col: dict[str, int], tested: dict[str, set[str]]) -> dict[int, dict]:
+    """`later` per vLLM row whose releases end before the newest indexed one (rows without anything to say are
+    left out): what the index shows of the message after its last release L, the first that applies of
+    - {"same_text": R, "exception": E}: another entry with the same literal text (same pattern) is in release R > L
+      (the earliest such; E its exception, None for a log);
+    - {"reworded": R, "template": T}: an entry new after L, of the same file and function as at L and of the same
+      family (log / not log), is guarded by the same non-empty check in R, or by one that fails on the same condition
+      (`assert T` and `if not T: raise`, see failing_condition) (the earliest such; of several, the one whose
+      template is closest to this one's, by difflib's ratio);
+    - {"check_gone": R}: R is the release after L, and no later release has a vLLM entry with the same non-empty
+      check nor tests that condition anywhere in the files read (an `if`, assert or torch._check*, either way round).
+    Otherwise nothing: the check was moved, or is still tested by code whose message the index does not hold."""
+    order = {r: i for i, r in enumerate(VLLM_RELEASES)}
+    newest = len(VLLM_RELEASES) - 1
+    ci, cs, cf, ck, cx, cp, ct = (col[k] for k in ("check", "sources", "function", "kind", "exception", "pattern",
+                                                  "template"))
+    vrows = [i for i, r in enumerate(rows) if r[col["package"]] == "vllm"]
+    rels: dict[int, set[int]] = {}
+    files_at: dict[int, dict[int, set[str]]] = {}
+    by_pattern: dict[str, list[int]] = defaultdict(list)
+    by_place: dict[tuple[str, str], list[tuple[int, str, int]]] = defaultdict(list)
+    checks_in: dict[int, set[str]] = defaultdict(set)  # release -> the checks of its entries
+    conds: dict[str, str | None] = {}
+
+    def cond_of(check: str) -> str | None:
+        if check not in conds:
+            conds[check] = failing_condition(check)
+        return conds[check]
+
+    for i in vrows:
+        r = rows[i]
+        rels[i], files_at[i] = set(), defaultdict(set)
+        for src in r[cs]:
+            c = src[3] if len(src) > 3 else r[ci]
+            for rel in src[2]:
+                k = order[rel]
+                rels[i].add(k)
+                files_at[i][k].add(src[0])
+                by_place[(src[0], r[cf])].append((k, cond_of(c), i))
+                checks_in[k].add(c)
+        by_pattern[r[col["pattern"]]].append(i)
+    out: dict[int, dict] = {}
+    for i in vrows:
+        r = rows[i]
+        last = max(rels[i])
+        if last == newest:
+            continue
+        same = [(min(k for k in rels[j] if k > last), rows[j][ck] != r[ck], rows[j][cx] or "", j)
+                for j in by_pattern[r[cp]] if j != i and max(rels[j]) > last]
+        if same:
+            k, _kind, _exc, j = min(same)
+            out[i] = {"same_text": VLLM_RELEASES[k], "exception": rows[j][cx]}
+            continue
+        check = r[ci]
+        if not check:
+            continue
+        log = r[ck] == "log"
+        cond = cond_of(check)
+        reworded = {(k, j) for f in sorted(files_at[i][last]) for k, c, j in by_place[(f, r[cf])]
+                    if j != i and k > last and c is not None and c == cond and min(rels[j]) > last
+                    and (rows[j][ck] == "log") == log}
+        if reworded:
+            # the earliest release, then the closest wording
+            k, template = min((k, -difflib.SequenceMatcher(None, r[ct], rows[j][ct]).ratio(), rows[j][ct])
+                              for k, j in reworded)[::2]
+            out[i] = {"reworded": VLLM_RELEASES[k], "template": template}
+            continue
+        after = range(last + 1, newest + 1)
+        if cond is not None and all(VLLM_RELEASES[k] in tested for k in after) \
+                and not any(check in checks_in[k] or cond in tested[VLLM_RELEASES[k]] for k in after):
+            out[i] = {"check_gone": VLLM_RELEASES[last + 1]}
+    return out
+
+
+HELPER_FILES = ("vllm/config/", "vllm/transformers_utils/")  # their top-level .py files
+HELPER_DECORATORS = ("property", "cached_property")
+MAX_HELPER_LINES = 12
+
+
+def check_names(check: str) -> tuple[set[str], set[str]]:
+    """(attribute names read, names called) of a check's condition: `self.uses_mrope` reads uses_mrope,
+    `is_encoder_decoder(cfg)` calls is_encoder_decoder (a method call `x.f()` is neither: it names no property
+    and no module-level function)."""
+    expr = check[len("assert "):] if check.startswith("assert ") else check[len("if "):] if check.startswith("if ") \
+        else ""
+    try:
+        tree = ast.parse(expr, mode="eval") if expr else None
+    except SyntaxError:
+        return set(), set()
+    return names_read_and_called(tree)
+
+
+def names_read_and_called(tree: ast.AST | None) -> tuple[set[str], set[str]]:
+    read: set[str] = set()
+    called: set[str] = set()
+    methods: set[int] = set()
+    for n in ast.walk(tree) if tree is not None else ():
+        if isinstance(n, ast.Call):
+            if isinstance(n.func, ast.Name):
+                called.add(n.func.id)
+            elif isinstance(n.func, ast.Attribute):
+                methods.add(id(n.func))
+    for n in ast.walk(tree) if tree is not None else ():
+        if isinstance(n, ast.Attribute) and id(n) not in methods:
+            read.add(n.attr)
+    return read, called
+
+
+def helper_definitions(root: Path, release: str) -> dict[str, list[tuple[str, str, str | None, ast.AST]]]:
+    """name -> [(citation, dedented source from its first decorator to its end, class or None, the def)] for the
+    module-level functions (not @overload stubs) and the @property/@cached_property methods of top-level classes in
+    the top-level files of HELPER_FILES."""
+    import textwrap
+
+    out: dict[str, list[tuple[str, str, str | None, ast.AST]]] = defaultdict(list)
+    for d in HELPER_FILES:
+        for path in sorted((root / d).glob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            text = path.read_text(encoding="utf-8")
+            lines = text.splitlines()
+            try:
+                tree = ast.parse(text)
+            except SyntaxError:
+                continue
+
+            def one(node: ast.FunctionDef | ast.AsyncFunctionDef, cls: str | None) -> None:
+                start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                src = textwrap.dedent("\n".join(lines[start - 1:node.end_lineno]))
+                out[node.name].append((f"vllm=={release} {rel}:{start}-{node.end_lineno}", src, cls, node))
+
+            def decorators(node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+                return {dotted(dec.func if isinstance(dec, ast.Call) else dec).rsplit(".", 1)[-1]
+                        for dec in node.decorator_list}
+
+            for node in tree.body:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and "overload" not in decorators(node):
+                    one(node, None)
+                elif isinstance(node, ast.ClassDef):
+                    for st in node.body:
+                        if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                                and decorators(st) & set(HELPER_DECORATORS):
+                            one(st, node.name)
+    return out
+
+
+def helper_table(wheels: Path, rows: list[list], col: dict[str, int]) -> dict[str, list[list[str]]]:
+    """The definitions that vLLM's checks use by name, and those they use in turn: a property for an attribute
+    that a check reads (`self.uses_mrope`), a module-level function for a name it calls (`uses_mrope(cfg)`), then
+    the same for the names the kept definitions read and call, until no new name comes. Each name is taken from
+    the newest release that defines it; a definition longer than MAX_HELPER_LINES lines is left out (and the
+    names it uses are not followed). Keys: the bare name (every kept definition of that release, in citation
+    order) and "Class.name" for a property; value [[citation, source], ...]."""
+    read: set[str] = set()
+    called: set[str] = set()
+    for r in rows:
+        if r[col["package"]] == "vllm":
+            for c in {r[col["check"]], *(src[3] for src in r[col["sources"]] if len(src) > 3)}:
+                a, b = check_names(c)
+                read |= a
+                called |= b
+    defs = {v: helper_definitions(wheels / "src" / f"vllm-{v}", v) for v in VLLM_RELEASES}
+    out: dict[str, list[list[str]]] = {}
+    done: set[tuple[str, bool]] = set()
+    todo = {(n, True) for n in read} | {(n, False) for n in called}  # (name, as a property)
+    while todo:
+        name, prop = todo.pop()
+        done.add((name, prop))
+        v = next((v for v in reversed(VLLM_RELEASES)
+                  if any((d[2] is not None) == prop for d in defs[v].get(name, ()))), None)
+        if v is None:
+            continue
+        short = sorted((d for d in defs[v][name] if (d[2] is not None) == prop
+                        and d[1].count("\n") < MAX_HELPER_LINES), key=lambda d: d[0])
+        for cite, src, cls, node in short:
+            if [cite, src] not in out.setdefault(name, []):
+                out[name].append([cite, src])
+            if cls is not None:
+                out.setdefault(f"{cls}.{name}", []).append([cite, src])
+            a, b = names_read_and_called(node)
+            todo |= ({(n, True) for n in a} | {(n, False) for n in b}) - done
+    return {k: sorted(v) for k, v in sorted(out.items())}
+
+
 def build(wheels: Path, jobs: int, only: set[str] | None = None, kept: dict | None = None) -> dict:
     """The index from the sources under `wheels`; with `only`, just those packages are read and the others' entries,
     counts and problems are taken from `kept` (the committed JSON), the anchors chosen again over all of them."""
@@ -1383,11 +1706,15 @@ def build(wheels: Path, jobs: int, only: set[str] | None = None, kept: dict | No
     def run_python(pkg: str, release: str, root: Path, files: list[str], flags_of) -> None:
         st = b.stats[pkg][release]
         st["files"] += len(files)
-        for rel, occ, stats, problem in pool.map(extract_python, [(str(root), f) for f in files], chunksize=8):
+        conds = pkg == "vllm"
+        for rel, occ, stats, problem, tested in pool.map(extract_python, [(str(root), f, conds) for f in files],
+                                                         chunksize=8):
             st.update(stats)
             if problem:
                 b.problems.append(f"{pkg}=={release} {problem}")
             b.add(pkg, release, rel, occ, flags_of)
+            if conds:
+                b.tested[release] |= tested
 
     for v in VLLM_RELEASES if wanted("vllm") else ():
         root = wheels / "src" / f"vllm-{v}"
@@ -1458,7 +1785,8 @@ def build(wheels: Path, jobs: int, only: set[str] | None = None, kept: dict | No
             for code, text in acl_error_codes(root / ACL_ERROR_CODES):
                 if specific_enough([text]):
                     st["error_string"] += 1
-                    b.add(pkg, v, ACL_ERROR_CODES, [("error_string", None, None, f"AclErrorCode({code})", [text], 0, set())])
+                    b.add(pkg, v, ACL_ERROR_CODES,
+                          [("error_string", None, None, f"AclErrorCode({code})", [text], 0, set(), "")])
     pool.shutdown()
 
     for dist, v, folder, lib, func, codes, unknown in (
@@ -1474,7 +1802,7 @@ def build(wheels: Path, jobs: int, only: set[str] | None = None, kept: dict | No
                 st["skipped_short"] += 1
                 continue
             st["error_string"] += 1
-            b.add(dist, v, lib, [("error_string", None, None, f"{func}({code})", parts, 0, set())])
+            b.add(dist, v, lib, [("error_string", None, None, f"{func}({code})", parts, 0, set(), "")])
 
     if kept is not None and only is not None:
         b.keep(kept, only)
@@ -1486,8 +1814,18 @@ def build(wheels: Path, jobs: int, only: set[str] | None = None, kept: dict | No
     for k in sorted(keys, key=lambda k: (rank.get(k[0], 99), k[0], shown[k][0], k[1], k[2] or "", k[3] or "", k[4],
                                          k[5])):
         e = b.entries[k]
-        sources = [[f, line, sorted(rels, key=version_key)] for (f, line), rels in sorted(e["rows"].items())]
-        rows.append([k[0], k[1], k[2], k[3], k[4], shown[k][0], k[5], anchors[k], sources, sorted(e["flags"])])
+        check = b.check(k)
+        rows.append([k[0], k[1], k[2], k[3], k[4], shown[k][0], k[5], anchors[k], b.sources(k, check),
+                     sorted(e["flags"]), check, {}])
+    col = {name: i for i, name in enumerate(FIELDS)}
+    if b.later is not None:  # vLLM not read again: its entries' `later` as committed
+        for row in rows:
+            if row[0] == "vllm":
+                row[col["later"]] = b.later.get(tuple(row[col[k]] for k in KEY_FIELDS), {})
+    else:
+        for i, later in later_of(rows, col, b.tested).items():
+            rows[i][col["later"]] = later
+    helpers = b.helpers if b.helpers is not None else helper_table(wheels, rows, col)
 
     versions = {"vllm": list(VLLM_RELEASES)}
     versions.update({pkg: [cfg[1]] for pkg, cfg in NEIGHBOURS.items()})
@@ -1496,6 +1834,8 @@ def build(wheels: Path, jobs: int, only: set[str] | None = None, kept: dict | No
     versions.update({pkg: [cfg[1]] for pkg, cfg in ACCELERATORS.items()})
     by_pkg = Counter(r[0] for r in rows)
     by_kind = Counter(r[1] for r in rows)
+    checks = Counter(r[0] for r in rows if r[col["check"]])
+    later_kinds = Counter(next(iter(r[col["later"]])) for r in rows if r[col["later"]])
     stats = {pkg: {rel: dict(sorted(c.items())) for rel, c in sorted(per.items(), key=lambda x: version_key(x[0]))}
              for pkg, per in sorted(b.stats.items(), key=lambda x: rank.get(x[0], 99))}
     return {
@@ -1503,9 +1843,12 @@ def build(wheels: Path, jobs: int, only: set[str] | None = None, kept: dict | No
         "generator": "python scripts/build_message_index.py",
         "packages": versions,
         "counts": {"entries": len(rows), "by_package": dict(sorted(by_pkg.items())),
-                   "by_kind": dict(sorted(by_kind.items())), "occurrences": stats},
+                   "by_kind": dict(sorted(by_kind.items())), "occurrences": stats,
+                   "checks": dict(sorted(checks.items())), "later": dict(sorted(later_kinds.items())),
+                   "helpers": len(helpers)},
         "unparsable": sorted(b.problems),
         "fields": list(FIELDS),
+        "helpers": helpers,
         "entries": rows,
     }
 

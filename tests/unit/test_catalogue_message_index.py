@@ -49,11 +49,21 @@ def test_data_loads_and_header_counts_match(raw, all_entries):
     assert counts["entries"] == len(all_entries) == len(raw["entries"])
     by_pkg: dict[str, int] = {}
     by_kind: dict[str, int] = {}
+    checks: dict[str, int] = {}
+    later: dict[str, int] = {}
     for e in all_entries:
         by_pkg[e.package] = by_pkg.get(e.package, 0) + 1
         by_kind[e.kind] = by_kind.get(e.kind, 0) + 1
+        if e.check:
+            checks[e.package] = checks.get(e.package, 0) + 1
+        if e.later:
+            kind = e.later_kind
+            later[kind] = later.get(kind, 0) + 1
     assert counts["by_package"] == by_pkg
     assert counts["by_kind"] == by_kind
+    assert counts["checks"] == checks and counts["later"] == later
+    assert counts["helpers"] == len(raw["helpers"])
+    assert checks["vllm"] > 0.9 * by_pkg["vllm"] and set(later) == {"same_text", "reworded", "check_gone"}
     assert by_pkg["vllm"] > 5000 and by_pkg["torch"] > 1000
     for pkg in ("transformers", "huggingface_hub", "ray", "safetensors", "triton"):
         assert by_pkg[pkg] > 20, pkg
@@ -74,12 +84,16 @@ def test_packed_file_is_the_json_source_packed(raw, all_entries):
     # what diagnose opens is the reviewable source, byte for byte as the generator packs it
     assert mi.DATA.read_bytes() == mi.pack(raw)
     assert mi.DATA.stat().st_size < 4_000_000
-    head = {k: v for k, v in raw.items() if k != "entries"}
+    head = {k: v for k, v in raw.items() if k not in ("entries", "helpers")}
     assert mi.header() == head
     fields = raw["fields"]
     for e, row in zip(all_entries, raw["entries"]):
         r = dict(zip(fields, row))
         assert (e.package, e.template, e.pattern, e.function) == (r["package"], r["template"], r["pattern"], r["function"])
+        assert (e.check, e.later) == (r["check"], r["later"])
+        assert [s.check for s in e.sources] == [src[3] if len(src) > 3 else None for src in r["sources"]]
+    # the helpers table is its own section, decoded at its first use
+    assert mi._load().packed.helpers() == raw["helpers"]
 
 
 def test_opening_reads_only_the_buckets():
@@ -87,7 +101,9 @@ def test_opening_reads_only_the_buckets():
             "assert m.available(); idx = m._load(); assert not idx.blocks; "
             "hit = m.lookup_line('ValueError: Total number of attention heads (32) must be divisible by tensor "
             "parallel size (3).'); assert hit is not None; "
-            "assert 0 < len(idx.blocks) < 0.1 * len(idx.offsets), len(idx.blocks)")
+            "assert 0 < len(idx.blocks) < 0.1 * len(idx.offsets), len(idx.blocks); "
+            "assert idx.packed._helper_table is None; assert m.helper('uses_mrope'); "
+            "assert idx.packed._helper_table is not None")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
@@ -112,6 +128,13 @@ def test_entries_are_sorted_and_well_formed(raw, all_entries):
         for s in e.sources:
             assert list(s.releases) == sorted(s.releases, key=mi._version_key)
         assert e.cite.startswith(f"{e.package}=={e.newest[0]} ")
+        assert len(e.check) <= 400 and (e.check == "" or e.check.startswith(("if ", "assert ")))
+        assert not e.check or e.kind in ("raise", "assert", "assert_bare", "log")
+        assert not e.check or e.check.startswith("assert ") or e.kind not in ("assert", "assert_bare")
+        assert all(s.check != e.check for s in e.sources)  # a row's own check only where it differs
+        assert not e.later or (e.package == "vllm" and e.releases[-1] != versions["vllm"][-1]
+                               and e.later_kind is not None)
+        hash(e)  # still usable in sets and as a key
 
 
 def test_patterns_find_their_own_templates(all_entries):
@@ -272,6 +295,126 @@ def test_exception_type_preference():
     assert _one(mi.lookup(msg, "SomethingElseError")).exception == "ValueError"
     assert _one(mi.lookup("CUDA error: an illegal memory access was encountered", "torch.AcceleratorError")).package \
         == "nvidia-cuda-runtime"
+
+
+# ------------------------------------------------------------------------------- the raise site's check
+def _entry(package: str, template_start: str, function: str, exception: str | None = None) -> mi.IndexedMessage:
+    found = [e for e in mi.entries() if e.package == package and e.template.startswith(template_start)
+             and e.function == function and exception in (None, e.exception)]
+    found = [e for e in found if e.template == template_start] or found
+    assert len(found) == 1, [e.template for e in found]
+    return found[0]
+
+
+def test_check_of_an_if_guarded_raise():
+    # vllm==0.33.0 vllm/config/model.py:1559-1564: `if total_num_attention_heads % tensor_parallel_size != 0: raise`
+    hit = _one(mi.lookup_line("ValueError: Total number of attention heads (32) must be divisible by tensor "
+                              "parallel size (3)."))
+    assert hit.check == "if total_num_attention_heads % tensor_parallel_size != 0"
+    assert all(s.check is None for s in hit.sources)  # every release guards it the same way
+    assert hit.check_in("0.27.1") == hit.check and hit.check_in("0.26.0") is None
+    assert hit.later == {}  # in the newest release: nothing later to say
+
+
+def test_check_of_an_assert():
+    # vllm==0.33.0 vllm/models/deepseek_v4/nvidia/model.py:355 `assert self.n_physical_experts % self.ep_size == 0`
+    hit = _one(mi.lookup_line("AssertionError: n_physical_experts=257 must be divisible by ep_size=8. "
+                              "Adjust num_redundant_experts."))
+    assert hit.check == "assert self.n_physical_experts % self.ep_size == 0"
+    bare = _one(mi.lookup_line("    assert active_topk_width >= cm.max_seq_len // self.compress_ratio"))
+    assert bare.check == "assert active_topk_width >= cm.max_seq_len // self.compress_ratio"
+
+
+def test_check_of_else_elif_and_chain_else():
+    # vllm==0.33.0 vllm/config/model.py:2677-2683: `if envs.VLLM_ALLOW_LONG_MAX_MODEL_LEN: logger.warning_once(...)
+    # else: raise ValueError(f"{msg} To allow overriding this maximum, ...")`
+    long_len = _entry("vllm", "{msg} To allow overriding this maximum", "_get_and_verify_max_len")
+    assert long_len.check == "if not (envs.VLLM_ALLOW_LONG_MAX_MODEL_LEN)"
+    assert long_len.cite == "vllm==0.33.0 vllm/config/model.py:2681"
+    # vllm==0.33.0 vllm/config/vllm.py:3532-3535: `elif self.mamba_config.backend != MambaBackendEnum.TRITON: raise`
+    elif_ = _entry("vllm", "--use-replayssm requires --mamba-backend triton or flashinfer",
+                   "VllmConfig.validate_mamba_cached_kernel")
+    assert elif_.check == "if self.mamba_config.backend != MambaBackendEnum.TRITON"
+    # vllm==0.28.0 vllm/v1/attention/backends/triton_attn.py:380-393: the else: that ends an if/elif chain raises
+    # when none of the chain's tests held
+    chain = _entry("vllm", "Unknown cache layout: {cache_layout}", "TritonAttentionBackend.get_kv_cache_stride_order")
+    assert chain.check == ("if not (cache_layout == 'NHD' and include_num_layers_dimension or cache_layout == 'NHD' or "
+                           "(cache_layout == 'HND' and include_num_layers_dimension) or (cache_layout == 'HND'))")
+
+
+def test_a_check_that_changed_between_releases():
+    # vllm==0.31.0 vllm/engine/arg_utils.py:2096 `if i >= len(cvd_ids):`, 0.32.0 :2133 `if not 0 <= i < len(cvd_ids):`
+    e = _entry("vllm", "--device-ids index {i} is out of range for", "EngineArgs._resolve_device_ids")
+    assert e.check == "if not 0 <= i < len(cvd_ids)"
+    assert e.check_in("0.31.0") == "if i >= len(cvd_ids)" and e.check_in("0.32.0") == e.check
+    old = {r for s in e.sources if s.check == "if i >= len(cvd_ids)" for r in s.releases}
+    assert old == {"0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0"}
+
+
+def test_later_same_text_under_another_exception():
+    # vllm==0.27.1 vllm/v1/structured_output/backend_guidance.py:281 raises ValueError; 0.28.0 :285 VLLMValidationError
+    old = _entry("vllm", "No structural tags found in the grammar spec.", "serialize_guidance_grammar", "ValueError")
+    assert old.exception == "ValueError" and old.releases == ("0.27.1",)
+    assert old.later == {"same_text": "0.28.0", "exception": "VLLMValidationError"}
+
+
+def test_later_reworded_under_the_same_condition():
+    # vllm==0.29.0 vllm/models/deepseek_v4/attention.py:105 `assert kv_cache_dtype.startswith("fp8"), (...)`;
+    # 0.30.0 :111 `if not kv_cache_dtype.startswith("fp8"): raise ValueError(... Please set `--kv-cache-dtype fp8` ...)`
+    old = _one(mi.lookup_line("AssertionError: DeepseekV4 fp8_ds_mla layout only supports fp8 kv-cache, got auto"))
+    assert old.check == "assert kv_cache_dtype.startswith('fp8')"
+    assert old.later["reworded"] == "0.30.0"
+    assert old.later["template"].startswith("DeepseekV4 fp8_ds_mla layout only supports fp8 kv-cache, got "
+                                            "{kv_cache_dtype}. Please set `--kv-cache-dtype fp8`")
+    # vllm==0.29.0 vllm/config/vllm.py:2893 `if self.mamba_config.backend != MambaBackendEnum.TRITON:`, reworded 0.30.0
+    triton = _entry("vllm", "--use-replayssm requires --mamba-backend triton", "VllmConfig.validate_mamba_cached_kernel")
+    assert triton.template == "--use-replayssm requires --mamba-backend triton"
+    assert triton.later == {"reworded": "0.30.0", "template": "--use-replayssm requires --mamba-backend triton or flashinfer"}
+
+
+def test_later_check_gone():
+    # vllm==0.28.0 vllm/config/vllm.py:2574 `if self.num_speculative_tokens > 0: raise ValueError(...)`; 0.29.0 no
+    # longer tests it (its :2854 assigns `... = self.num_speculative_tokens > 0`)
+    gone = _one(mi.lookup_line("ValueError: --use-replayssm does not support speculative decoding"))
+    assert gone.releases[-1] == "0.28.0" and gone.check == "if self.num_speculative_tokens > 0"
+    assert gone.later == {"check_gone": "0.29.0"}
+
+
+def test_helpers_from_the_config_sources():
+    # vllm==0.33.0 vllm/config/model.py:1986-1988 and vllm/transformers_utils/config.py:733-739
+    prop = mi.helper("ModelConfig.uses_mrope")
+    assert prop == ("# vllm==0.33.0 vllm/config/model.py:1986-1988\n@property\ndef uses_mrope(self) -> bool:\n"
+                    "    return uses_mrope(self.hf_config)")
+    both = mi.helper("uses_mrope")
+    assert both.startswith(prop + "\n\n# vllm==0.33.0 vllm/transformers_utils/config.py:733-739\n"
+                                  "def uses_mrope(config: PreTrainedConfig) -> bool:")
+    # what those call in turn (vllm/transformers_utils/config.py:729-730)
+    assert mi.helper("_uses_mrope").endswith("return _mrope_section(config) is not None")
+    assert mi.helper("no_such_helper") is None and mi.helper(None) is None  # type: ignore[arg-type]
+    # every helper a check names, each at most 12 lines, each cited
+    for name, defs in mi._load().packed.helpers().items():
+        for cite, src in defs:
+            assert re.fullmatch(r"vllm==0\.\d+\.\d+ vllm/(config|transformers_utils)/\w+\.py:\d+-\d+", cite), name
+            assert src.count("\n") < 12 and src.lstrip().startswith(("@", "def ", "async def ")), name
+
+
+def test_pydantic_wrapped_config_errors():
+    # vllm==0.33.0 vllm/config/parallel.py:545-549 (ParallelConfig is a pydantic dataclass: pydantic prints the
+    # ValueError as "Value error, <message> [type=value_error, ...]")
+    line = ("Value error, data_parallel_size_local (4) must be <= data_parallel_size (2) [type=value_error, "
+            "input_value=ArgsKwargs(...), input_type=ArgsKwargs]")
+    hit = _one(mi.lookup_line(line))
+    assert (hit.package, hit.exception) == ("vllm", "ValueError")
+    assert hit.function == "ParallelConfig._validate_parallel_config"
+    assert hit.cite == "vllm==0.33.0 vllm/config/parallel.py:547"
+    assert hit.check == "if self.data_parallel_size_local > self.data_parallel_size"
+    assert mi.lookup_line("  " + line) == hit
+    # vllm==0.33.0 vllm/config/vllm.py:1587-1588, an assert in VllmConfig.__post_init__: "Assertion failed, <message>"
+    pd = _one(mi.lookup_line("  Assertion failed, PD with decode_context_parallel_size > 1 is only supported for MLA "
+                             "models. [type=assertion_error, input_value=ArgsKwargs((), {'model_config': "
+                             "ModelConfig(model='x')}), input_type=ArgsKwargs]"))
+    assert (pd.kind, pd.function) == ("assert", "VllmConfig.__post_init__")
+    assert pd.check == "assert self.model_config.use_mla or dcp_size == 1"
 
 
 # ------------------------------------------------------------------------------------- nothing and never
