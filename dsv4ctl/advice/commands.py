@@ -67,8 +67,10 @@ def next_command(d: Diagnosis, settings: dict[str, Any]) -> str | None:
     tl, root, log = d.timeline, d.root_cause, d.facts.get("log", "<log>")
     command = None
     if root is not None:
-        sig = BY_ID[root.id]
-        if sig.next_command:
+        sig = BY_ID.get(root.id)
+        if root.details.get("_next"):
+            command = root.details["_next"]  # the next look an answer read from the error's own words
+        elif sig is not None and sig.next_command:
             command = fill(sig.next_command, root.details)
         if root.id == "stale_max_model_len" and "safe_len" not in root.details:
             command = fit_from_log_command(tl, log)

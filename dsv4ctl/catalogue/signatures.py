@@ -61,7 +61,7 @@ CATALOGUE: tuple[Signature, ...] = (
             "The sparse-MLA metadata builder sized its C128A top-k buffer for the reduced length while "
             "CUDA-graph capture asked for the original one, and the consistency assertion in "
             "_build_c128a_metadata fired. Affects vLLM {affected} with DeepSeek-V4 on the V2 runner; "
-            "fixed in {fixed} (ModelState.max_model_len became a property)."
+            "fixed in {fixed} (ModelState.max_model_len became a property).{premise_text}"
         ),
         patterns=(
             r"active_topk_width >= cm\.max_seq_len",
@@ -69,6 +69,8 @@ CATALOGUE: tuple[Signature, ...] = (
         ),
         actions=(
             "Set an explicit length that fits, so auto-fit never runs: --max-model-len {safe_len}",
+            "{premise_check}",
+            "{length_action}",
             "{knob_action}",
             "Launch through dsv4ctl, which sets that length for you: dsv4ctl serve {model}{_serve_flags} --max-model-len {safe_len}",
             "Upgrade vLLM to {fixed} or later",
@@ -80,21 +82,20 @@ CATALOGUE: tuple[Signature, ...] = (
         id="deepgemm_metadata_oob",
         fatal=True,
         severity="critical",
-        title="DeepGEMM paged-MQA scheduler metadata read out of bounds (the SM90 kernel FULL CUDA-graph capture trips)",
+        title="DeepGEMM's paged-MQA scheduler metadata kernel read out of bounds",
         meaning=(
             "DeepGEMM's SM90 paged-MQA metadata kernel (get_paged_mqa_logits_metadata, called by the "
             "DeepSeek-V4 indexer metadata builder) reads one int past its shared-memory buffer when every "
-            "context length is zero and the batch size is a multiple of 32. FULL CUDA-graph capture feeds it "
-            "exactly that: dummy decode batches have seq_len 1, the indexer divides by compress_ratio 4 "
-            "(1 // 4 = 0), and capture sizes are multiples of 32. The fault is an illegal memory access that "
-            "surfaces wherever CUDA next synchronises (often a later op, or an NCCL 'unhandled cuda error'). "
-            "The vendored DeepGEMM is unguarded in vLLM ≤ 0.27.x; any vLLM with an old external deep_gemm "
-            "package (which takes precedence over the vendored copy) is exposed too."
+            "context length is zero and the batch size is a multiple of 32. {when_text} The fault is an illegal "
+            "memory access that surfaces wherever CUDA next synchronises (often a later op, or an NCCL 'unhandled "
+            "cuda error'). The vendored DeepGEMM is unguarded in vLLM ≤ 0.27.x; any vLLM with an old external "
+            "deep_gemm package (which takes precedence over the vendored copy) is exposed too."
         ),
         patterns=(r"get_paged_mqa_logits_metadata",),
         context=True,
         actions=(
-            "Upgrade vLLM to 0.28.0 or later and remove any old external deep_gemm package (pip uninstall deep_gemm)",
+            "Upgrade DeepGEMM past the unguarded kernel: vLLM 0.28.0 or later vendors a guarded copy; remove any old "
+            "external deep_gemm package, which takes precedence (pip uninstall deep_gemm)",
             "Launch through dsv4ctl, which clamps the scheduler input: dsv4ctl serve {model}{_serve_all}",
             "Avoid FULL CUDA graphs (FULL_DECODE_ONLY still captures FULL decode graphs): "
             "--compilation-config '{{\"cudagraph_mode\": \"PIECEWISE\"}}'",
@@ -134,7 +135,9 @@ CATALOGUE: tuple[Signature, ...] = (
         meaning="The GPU ran out of memory while {phase_text}.",
         patterns=(
             r"CUDA out of memory",
-            r"OutOfMemoryError",
+            # torch's own type (torch.OutOfMemoryError, torch.cuda.OutOfMemoryError): the type alone, a message cut off.
+            # Ray's ray.exceptions.OutOfMemoryError is the node's host memory, not the GPU's: its message says so.
+            r"(?<![\w.])torch\.(?:cuda\.)?OutOfMemoryError",
             r"Failed to load model - not enough GPU memory",
             r"CUDA error: out of memory",
         ),
@@ -148,12 +151,12 @@ CATALOGUE: tuple[Signature, ...] = (
         title="Free GPU memory below the requested utilization at startup",
         meaning=(
             "vLLM reserves gpu_memory_utilization × total memory up front; at startup less than that was "
-            "free ({free_text}), usually because another process (an old vLLM, a notebook) still holds "
-            "GPU memory."
+            "free ({free_text}): {in_use_text}. The log does not say what held it: another process on the GPU (an "
+            "old vLLM, a notebook), or memory this launch's own process took before the check."
         ),
         patterns=(r"on startup is less than desired GPU memory utilization",),
         actions=(
-            "Find and stop what holds the memory: dsv4ctl gpus",
+            "See what holds the memory already in use on that GPU: nvidia-smi --query-compute-apps=pid,used_memory --format=csv",
             "Or ask for less: --gpu-memory-utilization {suggested_util}",
         ),
         source="vllm/v1/worker/utils.py request_memory",
@@ -263,15 +266,27 @@ CATALOGUE: tuple[Signature, ...] = (
         id="address_in_use",
         fatal=True,
         severity="critical",
-        title="Port already in use",
-        meaning="The API server could not bind its port: another server (often a previous vLLM) is listening on it.",
-        patterns=(
-            r"Address already in use",
-            # asyncio's create_server, which uvicorn uses to bind (its strerror lower-cased)
-            r"error while attempting to bind on address .*: address already in use",
+        title="The address {port_text}is already taken",
+        meaning=(
+            "A socket of this server could not be bound ({bind_text}): something already holds that address. The log "
+            "does not say what: a server left from before, another program, or a process of this same launch (vLLM's "
+            "engine and worker processes inherit the API server's sockets when they are started by fork)."
         ),
-        actions=("Stop the other server or pass another --port",),
-        source="OSError [Errno 98] from the API server socket; CPython 3.11.7 asyncio/base_events.py:1525",
+        patterns=(
+            # asyncio's create_server, which uvicorn uses to bind (CPython 3.11.7 asyncio/base_events.py:1525, its strerror
+            # lower-cased): "[Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already in use"
+            r"error while attempting to bind on address \('(?P<host>[^']*)', (?P<port>[0-9]+)\)[^\n]*: address already in use",
+            r"Address already in use",
+        ),
+        actions=(
+            "See which process holds it: {ss_command}",
+            "If it is a process of this same launch (a child of this server), start vLLM's processes with spawn: "
+            "VLLM_WORKER_MULTIPROC_METHOD=spawn",
+            "If it is a server left from before, stop it before starting this one",
+        ),
+        source="OSError [Errno 98] from the API server socket; CPython 3.11.7 asyncio/base_events.py:1525; "
+               "vllm==0.33.0 vllm/envs.py:939 VLLM_WORKER_MULTIPROC_METHOD (fork, spawn)",
+        next_command="{ss_command}",
         phase="startup",  # a server that cannot bind its port never served, whatever it logged before
     ),
     Signature(
@@ -509,9 +524,7 @@ DERIVED: tuple[Signature, ...] = (
         actions=(
             "Check the settings this check reads ({flags_text})",
             "Read the check where it is raised: {cite}",
-            "Collect the environment for a bug report: vllm collect-env",
         ),
-        next_command="vllm collect-env",
         source="dsv4ctl/catalogue/message_index.json.gz (scripts/build_message_index.py)",
     ),
     Signature(
@@ -529,9 +542,7 @@ DERIVED: tuple[Signature, ...] = (
         patterns=(),
         actions=(
             "Read the traceback around the quoted line",
-            "Collect the environment for a bug report: vllm collect-env",
         ),
-        next_command="vllm collect-env",
     ),
     Signature(
         id="not_a_vllm_log",

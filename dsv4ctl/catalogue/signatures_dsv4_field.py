@@ -33,11 +33,11 @@ SIGNATURES: tuple[Signature, ...] = (
         id="dsv4_flashmla_empty_prefill_chunk",
         fatal=True,
         severity="critical",
-        title="FlashMLA's sparse prefill was handed an empty query range (TMA descriptor refused)",
+        title="FlashMLA's sparse prefill was handed an empty prefill chunk (zero query tokens; TMA descriptor refused)",
         meaning=(
             "FlashMLA's SM{arch} sparse prefill kernel could not build its TMA descriptor (phase1.cuh:{line}). "
             "DeepSeek-V4's prefill loops over the chunk plan of get_prefill_chunk_plan and calls "
-            "flash_mla_sparse_fwd for every chunk; a prefill request with zero query tokens (a KV-transfer "
+            "flash_mla_sparse_fwd for every chunk; a prefill request with zero query tokens (a KV connector's "
             "async load schedules one) gets a chunk of its own, the kernel's query then has zero rows, and the "
             "driver refuses a TMA descriptor with a zero dimension. vLLM 0.25.0–0.33.0 have no guard on this "
             "path (the SM120 path has one)."
@@ -51,6 +51,8 @@ SIGNATURES: tuple[Signature, ...] = (
             "dsv4ctl serve {model}{_serve_all}",
             "Your own launch gets the same fix once dsv4ctl is installed in vLLM's Python environment: "
             "DSV4CTL_FIXES=all vllm serve {model}{_serve_all}",
+            "With dsv4ctl installed in vLLM's Python environment, DSV4CTL_FIXES=all in the server's environment turns on "
+            "its fix flashmla-empty-prefill-chunk, which skips empty query ranges",
             "Check the fix ran: every worker logs 'dsv4ctl fixes: flashmla-empty-prefill-chunk applied'",
         ),
         source=(

@@ -280,7 +280,8 @@ SIGNATURES: tuple[Signature, ...] = (
         actions=(
             "See the GPU's architecture: nvidia-smi --query-gpu=name,compute_cap --format=csv",
             "See the architectures torch was built for: python3 -c 'import torch; print(torch.cuda.get_arch_list())'",
-            "Install torch and vLLM wheels built for this architecture (the CUDA version of the wheel matters)",
+            "Install torch and vLLM wheels built for this architecture (the CUDA version of the wheel matters), or build "
+            "vLLM from source with TORCH_CUDA_ARCH_LIST set to this GPU's compute capability",
         ),
         source=_CUDART,
     ),
@@ -601,8 +602,8 @@ SIGNATURES: tuple[Signature, ...] = (
             r"has model type `(?P<model_type>[^`]+)` but Transformers does not recognize this architecture",
         ),
         actions=(
-            "Use the transformers version the vLLM release pins: python3 -m pip install -U vllm "
-            "(or python3 -m pip install -U transformers)",
+            "Upgrade transformers to a release that knows `{model_type}` (the message itself says the installed one may "
+            "be out of date): python3 -m pip install -U transformers, then pip check for what vLLM requires",
             "If the model ships its own code and you trust it: --trust-remote-code",
         ),
         source="transformers==5.19.0 transformers/models/auto/configuration_auto.py:432",

@@ -188,7 +188,8 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
         actions=(
             "Run on a GPU with compute capability {min_cap} or higher (check: dsv4ctl gpus)",
-            "Or use a checkpoint quantized with a method this GPU supports (or the unquantized one)",
+            "Or a checkpoint that is not {quantization}-quantized: one quantized with a method this GPU supports, or "
+            "the unquantized model",
         ),
         source="vllm==0.33.0 vllm/config/vllm.py:933; vllm==0.27.1 vllm/config/vllm.py:723",
         next_command="dsv4ctl gpus",

@@ -11,7 +11,7 @@ KV-cache dtypes, tokenizer modes), each name with the releases that have it.
     vllm_flags.flag_for_field("max_lora_rank")              # '--max-lora-rank'
     vllm_flags.flag("-tp", "0.32.0").default                # 1
     vllm_flags.first_release("tool_call_parser", "deepseek_v41")   # '0.30.0'
-    vllm_flags.nearest("--kv-cache-dtype", "fp8-e4m3")      # 'fp8_e4m3'
+    vllm_flags.as_spelled("--kv-cache-dtype", "fp8-e4m3")   # 'fp8_e4m3'
 
 A release is a version string as vLLM reports it ("0.32.0", "0.32.0+cpu", "0.1.dev20610+g..."); None means
 the newest in the table. One outside the table is read as the nearest release of the table by version order,
@@ -32,7 +32,7 @@ from typing import Any
 from dsv4ctl.catalogue.data_file import LazyData
 
 __all__ = ["FlagInfo", "ReleaseMatch", "available", "choices", "first_release", "flag", "flag_for_field",
-           "load_error", "load_seconds", "nearest", "nearest_flag", "registries", "releases", "reset",
+           "load_error", "load_seconds", "as_spelled", "flags_with_words", "registries", "releases", "reset",
            "resolved_release"]
 
 DATA = Path(__file__).with_name("vllm_flags.json.gz")
@@ -334,42 +334,42 @@ def first_release(registry_or_flag: str, value: str | None = None) -> str | None
         return None
 
 
-def nearest(registry_or_flag: str, value: str, release: str | None = None) -> str | None:
-    """The accepted name closest to `value` in that release (difflib; '-' and '_' and case aside):
-    nearest('tool_call_parser', 'deepseek-v4') -> 'deepseek_v4'. `value` itself when accepted; None when
-    nothing is close."""
+def as_spelled(registry_or_flag: str, value: str, release: str | None = None) -> str | None:
+    """The accepted name that is `value` spelt as vLLM spells it ('-' and '_' and case aside):
+    as_spelled('tool_call_parser', 'deepseek-v4') -> 'deepseek_v4'. `value` itself when accepted; None when no accepted
+    name is the same name (a near name is not offered: nearness of letters is no evidence of meaning)."""
     try:
-        import difflib
-
         if not isinstance(value, str):
             return None
         names = choices(registry_or_flag, release)
         if value in names:
             return value
-        by_norm = {}
-        for n in names:
-            by_norm.setdefault(_norm(n), n)
-        hit = difflib.get_close_matches(_norm(value), list(by_norm), n=1, cutoff=0.6)
-        return by_norm[hit[0]] if hit else None
+        return next((n for n in names if _norm(n) == _norm(value)), None)
     except Exception:  # noqa: BLE001
         return None
 
 
-def nearest_flag(option: str, release: str | None = None) -> str | None:
-    """The option string of that release closest to `option` ('--max-lora-ranks' -> '--max-lora-rank');
-    `option` itself when it exists; None when nothing is close."""
+def flags_with_words(option: str, release: str | None = None) -> tuple[str, ...]:
+    """The long options of that release whose name holds every word of `option` but one (all of them for a one- or
+    two-word option): the flags a reader would find with `vllm serve --help=all | grep WORD`. A lookup by words in the
+    table, never a pick by string distance: '--gpu-memory-utilisation' -> ('--gpu-memory-utilization', …) only through
+    its words 'gpu' and 'memory'."""
     try:
         t = _load()
         if t is None or not isinstance(option, str):
-            return None
-        import difflib
-
+            return ()
         bit = t.bit(t.match(release).release)
-        opt = option.strip().split("=", 1)[0]
-        known = [o for o, hits in t.by_option.items() if any(m & bit for _k, m in hits)]
-        if opt in known:
-            return opt
-        hit = difflib.get_close_matches(opt, [o for o in known if o.startswith("--")], n=1, cutoff=0.75)
-        return hit[0] if hit else None
+        words = [w for w in re.split(r"[-_]+", option.strip().split("=", 1)[0].lstrip("-").lower()) if w]
+        if not words:
+            return ()
+        need = len(words) if len(words) <= 2 else len(words) - 1
+        out = []
+        for o, hits in t.by_option.items():
+            if not o.startswith("--") or o.startswith("--no-") or not any(m & bit for _k, m in hits):
+                continue
+            have = set(re.split(r"[-_]+", o[2:].lower()))
+            if sum(w in have for w in words) >= need:
+                out.append(o)
+        return tuple(sorted(out)[:8])
     except Exception:  # noqa: BLE001
-        return None
+        return ()

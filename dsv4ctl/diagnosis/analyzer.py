@@ -62,6 +62,7 @@ _SERVING_ALERT = (
     r"shutdown", r"Shutting down", r"Finished server process", r"KeyboardInterrupt",
     # (phrases, not the process tags: "(EngineCore pid=…)" is on every engine line)
     r"EngineCore failed", r"EngineCore encountered", r"Engine core initialization", r"EngineDead", r"WorkerProc",
+    r"terminating server process", r"Uncaught exception",
     r"Worker proc", r"died unexpectedly", r"fatal error", r"output_handler", r"RPC call", r"has died", r"were killed",
     r"killed due to", r"NODE_OUT_OF_MEMORY", r"died or was killed", r"dsv4ctl serve: engine process",
     r"Assertion error \(", r"Failed to initialize the TMA descriptor", r"is not divisible by weight quantization",
@@ -111,6 +112,14 @@ class WaitRun:
     last_seq: int
     count: int = 1
     seconds: int | None = None  # the largest wait the lines state themselves ("for 70 seconds")
+    # How many times each process logged it: a wait's own count is one process's clock (four workers that each log
+    # the 60-second line once have waited 60 s, not 240 s).
+    per_process: dict[tuple[str, str | None, int | None], int] | None = None
+
+    @property
+    def most_by_one(self) -> int:
+        """The most times one process logged the wait (its own clock)."""
+        return max(self.per_process.values()) if self.per_process else self.count
 
 class StartAnalyzer:
     """Everything one start of vLLM showed: the timeline, signature hits and error records."""
@@ -189,12 +198,15 @@ class StartAnalyzer:
         progress_before = self.progress_seq
         if events or (line.level is not None and line.level != "DEBUG"):
             self.progress_seq = seq
+        answer_line = "HTTP/" in msg
         for ev in events:
             if ev.phase not in ("failed", "shutdown"):
                 self.progress_phase = ev.phase
-                # The process went on starting up: what it printed before was not fatal.
-                for rec in self._unsettled.pop((line.source, line.process), ()):
-                    rec.survived = True
+                # The process went on starting up: what it printed before was not fatal. An access line is the API
+                # server answering (with a 500, the engine may be gone): no such proof for the process that failed.
+                if not answer_line:
+                    for rec in self._unsettled.pop((line.source, line.process), ()):
+                        rec.survived = True
             if ev.phase == "ready" and self.ready_seq is None:
                 self.ready_seq = seq
                 self.ready_source = line.source
@@ -217,8 +229,9 @@ class StartAnalyzer:
                 self.traced_deepgemm.append((seq, line))
         if "dsv4ctl fixes:" in msg and _STALE_FIX_RE.search(msg):
             self.stale_fix_active = True
-        for rec in self.assembler.feed(line, seq, order):
-            self._add_record(rec)
+        # An access line proves the API server answered, not that the process that logged an error went on: the
+        # answers decide that separately (`_answered`).
+        self._records_of(line, seq, order, not answer_line and any(ev.phase not in ("failed", "shutdown") for ev in events))
         if (kernel := kernel_of(msg, coredump=line.process == "coredump")) is not None:
             dumps = [r for r in self.records if r.kind == "coredump" and "kernel" not in r.details]
             if dumps:
@@ -241,6 +254,17 @@ class StartAnalyzer:
                 groups = {k: v for k, v in m.groupdict().items() if v is not None}
                 self.hits.append(Hit(sig, line, seq, order, phase_before, capture_mode, groups))
                 self.evidence_seen = True
+
+    def _records_of(self, line: LogLine, seq: int, order: tuple, went_on: bool) -> None:
+        """The records `line` completes. A record the line closed while its process went on starting up (`went_on`: a
+        milestone of the same process) was not fatal."""
+        for rec in self.assembler.feed(line, seq, order):
+            self._add_record(rec)
+            if went_on and (rec.line.source, rec.line.process) == (line.source, line.process) and rec.seq < seq:
+                rec.survived = True
+                pending = self._unsettled.get((line.source, line.process))
+                if pending and rec in pending:
+                    pending.remove(rec)
 
     def _answered(self, status: str | None, msg: str, line: LogLine, seq: int, progress_before: int) -> None:
         """The server answered (an access line with its status, or the throughput line; one that reports no tokens
@@ -282,10 +306,13 @@ class StartAnalyzer:
         run = self.waits.get(kind)
         stated = m.groupdict().get("seconds")
         if run is None:
-            run = self.waits[kind] = WaitRun(kind, line, seq, line, seq)
+            run = self.waits[kind] = WaitRun(kind, line, seq, line, seq, per_process={})
         else:
             run.last, run.last_seq = line, seq
             run.count += 1
+        if run.per_process is not None and len(run.per_process) < 4096:
+            who = (line.source, line.process, line.pid)
+            run.per_process[who] = run.per_process.get(who, 0) + 1
         if stated is not None:
             run.seconds = max(run.seconds or 0, int(stated))
 

@@ -29,6 +29,12 @@ DERIVE: dict[str, Derive] = {**_VALUES, **_WORLD}
 ANSWERED = ("indexed_error", "unrecognized_error")
 # Signatures whose own advice is general (check the flag list): a family that reads the message's values says more.
 REFINED = ("cli_arguments_rejected", "quantization_unknown")
+# Signatures of a class whose message often carries the error that happened (torch.compile's InductorError wrapping a
+# PermissionError; "No space left on device" where the frames say which file system): a family or the words' reading
+# of what they carry answers, else the signature stands with the message's own advice added.
+WRAPPING = ("compile_error", "eco_no_space_left")
+# GPU faults whose text may name the component that faulted (a kernel's source file): its switch is the first action.
+COMPONENT_FAULTS = ("cuda_illegal_memory_access", "eco_cuda_device_assert")
 _HEADLINE_MAX = 140
 
 
@@ -51,6 +57,10 @@ def _frames(record: ErrorRecord | None) -> list[str]:
 
 def answer(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, log: str) -> Finding:
     """`f` answered by the first family rule that covers it, else with the message as its headline."""
+    if f.id in COMPONENT_FAULTS:
+        return _component(f, tl)
+    if f.id in WRAPPING:
+        return _inner(f, record, tl, log)
     if f.id not in ANSWERED and f.id not in REFINED:
         return f
     from dsv4ctl.catalogue.families import FAMILIES, FAMILY_OF  # compiled at the first failure no signature explains
@@ -67,24 +77,154 @@ def answer(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, log: str
             break
     if f.id in REFINED:
         return f
-    return _releases_differ(replace(f, title=headline(f)), tl)
+    from dsv4ctl.diagnosis import answers_reading  # the words' own reading: only for an error no rule covers
+
+    site = _from_raise_site(f, tl)
+    if site is not None:
+        return _releases_differ(site, tl)
+    read = answers_reading.answer(f, record, tl, texts)
+    if read is not None:
+        return read
+    from dsv4ctl.diagnosis import answers_plain
+
+    return _releases_differ(answers_plain.plain(replace(f, title=headline(f)), record, tl, log), tl)
+
+
+# Findings of an error the server survived or of one request: answered like an originating error, their scope kept.
+REQUEST_SCOPED = ("request_error", "error_survived", "error_after_startup")
+
+
+def answer_scoped(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, log: str) -> Finding:
+    """A request's (or a survived) error answered from its message as an originating error would be (a family, the raise
+    site, the words' reading), with its own scope kept: its id, role and severity, and the sentence that says the server
+    stayed up first. Nothing about it can fail the start."""
+    if f.id not in REQUEST_SCOPED or record is None:
+        return f
+    from dsv4ctl.diagnosis.ranking import indexed_finding, lookup, unrecognized_finding
+
+    entry = lookup(record, None)
+    base = indexed_finding(record, None, tl, entry) if entry is not None else unrecognized_finding(record)
+    probe = replace(f, id=base.id, details={**f.details, **base.details})
+    out = answer(probe, record, tl, log)
+    if out is probe or out.details.get("reading") == "plain" and not out.actions:
+        return f
+    meaning = f"{f.meaning} {out.meaning}".strip()
+    details = {**out.details, "scope": "request" if f.role == "request" else "survived"}
+    if out.id not in ANSWERED:
+        details["answered_as"] = out.id  # the family rule that read it; the finding keeps its scope's id
+    return replace(out, id=f.id, role=f.role, severity=f.severity,
+                   tier=f.tier, meaning=meaning, actions=_dedupe(out.actions + [a for a in f.actions if a not in out.actions]),
+                   details=details, title=f"{f.title}: {out.title}" if out.title and out.title not in f.title else f.title)
+
+
+def _from_raise_site(f: Finding, tl: StartupTimeline) -> Finding | None:
+    """An indexed error answered from its raise site (diagnosis/raise_site): the condition that guards it, this start's
+    values for it, the flags that set them and what passes; None when the check gives nothing to act on."""
+    entry = f.details.get("_entry")
+    if f.id != "indexed_error" or entry is None:
+        return None
+    from dsv4ctl.catalogue import message_index
+    from dsv4ctl.diagnosis import raise_site
+
+    release = (tl.vllm_version or "").split("+")[0]
+    check = (entry.check_in(release) if release and entry.package == "vllm" else None) or entry.check
+    message = str(f.details.get("message") or "")
+    ex = raise_site.explain(check, entry.template, message, tl, message_index.helper if entry.package == "vllm" else None)
+    if ex is None or not (ex.passes or ex.helpers or ex.flags):
+        return None
+    where = f"{entry.package}'s {entry.function} ({f.details.get('cite') or entry.cite})"
+    meaning = f"{where} raises this when `{check.split(' ', 1)[1] if ' ' in check else check}`. {ex.sentence()}"
+    actions = list(ex.passes)
+    if ex.flags and not ex.passes:
+        actions.append("Check the settings this check reads: " + ", ".join(
+            f"{flag}" + (f" (this start: {ex.values[n]})" if n in ex.values else "") for n, flag in ex.flags.items()))
+    actions.append(f"Read the check where it is raised: {f.details.get('cite') or entry.cite}")
+    details = {**f.details, "check": check, "requires": ex.requires, "check_values": dict(ex.values),
+               "check_flags": dict(ex.flags), "answered_by": "raise_site"}
+    if ex.helpers:
+        details["check_helpers"] = [f"{n}: {t}" for n, t in ex.helpers]
+    command = next((a.split(": ", 1)[1] for a in ex.passes if ": vllm serve " in a), None)
+    if command:
+        details["_next"] = command
+    return replace(f, title=headline(f), meaning=meaning, actions=actions, details=details)
+
+
+def _inner(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, log: str) -> Finding:
+    """A signature of a wrapping class answered by what it carries (see `WRAPPING`)."""
+    from dsv4ctl.catalogue.families import FAMILIES, FAMILY_OF
+    from dsv4ctl.diagnosis import answers_reading, reading
+
+    texts = texts_of(f, record)
+    message = str(f.details.get("message") or (record.origin.text if record is not None and record.origin else "")
+                  or (f.evidence[0].text if f.evidence else ""))
+    probe = replace(f, details={**f.details, "message": message, "exception": record.type if record else ""})
+    if reading.inner_error(message) is not None or f.id != "compile_error":
+        for rule in FAMILIES:
+            if rule.id in ("value_unknown_choice",):
+                continue
+            for text in texts:
+                m = rule.match(text)
+                if m is not None:
+                    answered = _apply(rule, m.groupdict(), replace(probe, id="unrecognized_error"), record, tl, log,
+                                      FAMILY_OF.get(rule.id, ""))
+                    if answered is not None:
+                        return replace(answered, details={**answered.details, "answered_from": f.id})
+                    break
+        read = answers_reading.answer(probe, record, tl, texts)
+        if read is not None:
+            return replace(read, id=f.id if f.id != "compile_error" else read.id)
+    advice = reading.advice_of(message)
+    if advice and not any(advice in a for a in f.actions):
+        return replace(f, actions=[f"The message's own advice: {advice}", *f.actions])
+    return f
+
+
+def _component(f: Finding, tl: StartupTimeline) -> Finding:
+    """A GPU fault whose own text names the component it happened in (a kernel's source file), with the switch that
+    turns that component off, as the first action."""
+    from dsv4ctl.diagnosis import answers_reading
+
+    found = answers_reading.component([e.text for e in f.evidence if e.text])
+    action = answers_reading.component_action(found, tl) if found else None
+    if action is None:
+        return f
+    return replace(f, actions=[action, *f.actions], details={**f.details, **{k: v for k, v in found.items() if v}})
 
 
 def _releases_differ(f: Finding, tl: StartupTimeline) -> Finding:
-    """An indexed vLLM message that later releases no longer print: the check is gone there, which is an action (the
-    message index's releases, catalogue/message_index)."""
-    releases = f.details.get("releases")
-    if f.id != "indexed_error" or f.details.get("package") != "vllm" or not releases:
+    """What the index shows of an indexed vLLM message after its last release (`IndexedMessage.later`). Only a check that
+    is gone from every later release can make an upgrade an answer; the same text under another exception class, or the
+    same check reworded, cannot. A path or file that is not there is never fixed by an upgrade."""
+    entry = f.details.get("_entry")
+    if f.id != "indexed_error" or entry is None or entry.package != "vllm" or not entry.later:
         return f
+    later = entry.later
+    span = f"{entry.releases[0]}–{entry.releases[-1]}" if len(entry.releases) > 1 else entry.releases[0]
+    if "check_gone" in later and not _about_a_path(f):
+        newest = (message_index_releases() or [later["check_gone"]])[-1]
+        action = (f"The check behind this message is in vLLM {span} only: from {later['check_gone']} on no release dsv4ctl "
+                  f"indexed tests it (its condition is gone, not only its words), so a newer vLLM does not refuse this "
+                  f"launch the same way; try it with vLLM {newest}")
+        return replace(f, actions=[*f.actions, action], details={**f.details, "gone_from": later["check_gone"]})
+    if "reworded" in later:
+        note = (f"vLLM {later['reworded']} words the same check differently (\"{later['template'][:120]}\"): an upgrade "
+                "does not avoid it")
+        return replace(f, details={**f.details, "reworded_in": later["reworded"], "note": note})
+    if "same_text" in later:
+        return replace(f, details={**f.details, "same_text_in": later["same_text"]})
+    return f
+
+
+def message_index_releases() -> list[str]:
     from dsv4ctl.catalogue import message_index
 
-    indexed = list((message_index.header().get("packages") or {}).get("vllm") or ())
-    later = [r for r in indexed if r not in releases and indexed.index(r) > indexed.index(releases[-1])] if releases[-1] in indexed else []
-    if not later:
-        return f
-    action = (f"vLLM {later[0]} and later no longer print this message (it is in {releases[0]}–{releases[-1]} only): the "
-              f"check was removed or reworded there, so a newer vLLM may accept this launch; try it with vLLM {later[-1]}")
-    return replace(f, actions=[action, *f.actions], details={**f.details, "gone_from": later[0]})
+    return list((message_index.header().get("packages") or {}).get("vllm") or ())
+
+
+def _about_a_path(f: Finding) -> bool:
+    """An error about a file or path that is not there: no release fixes a missing file."""
+    text = str(f.details.get("message") or "") + " " + str(f.details.get("exception") or "")
+    return bool(re.search(r"FileNotFound|No such file|does not exist|doesn't exist|not found|path", text, re.I))
 
 
 def _apply(rule: Signature, groups: dict[str, Any], f: Finding, record: ErrorRecord | None, tl: StartupTimeline, log: str,
@@ -96,6 +236,7 @@ def _apply(rule: Signature, groups: dict[str, Any], f: Finding, record: ErrorRec
         details["_log_path"] = log
     if record is not None:
         details["_frames"] = "\n".join(_frames(record))
+    details["_texts"] = "\n".join(texts_of(f, record))  # what a rule may read as evidence (the platform's words)
     step = DERIVE.get(rule.id)
     if step is not None:
         extra = step(details, tl)

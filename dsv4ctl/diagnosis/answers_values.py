@@ -3,12 +3,12 @@ limit, the divisors that work, the nearest valid choice, which cache a path is a
 
 from __future__ import annotations
 
-import difflib
 import posixpath
 import re
 import shlex
 from typing import Any, Callable
 
+from dsv4ctl import re_cache
 from dsv4ctl.diagnosis.answers_common import arg, flag_for, serve_with
 from dsv4ctl.logs.timeline import StartupTimeline
 
@@ -156,7 +156,58 @@ def _split_choices(text: str | None) -> list[str]:
     return [c for c in (p.strip().strip("'\"[]{}() ") for p in re.split(r"[,\s]+", text)) if c]
 
 
+def _fold(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+# Platforms an attention backend's name carries (vllm==0.33.0 vllm/v1/attention/backends/registry.py AttentionBackendEnum:
+# ROCM_*, XPU_*, CPU_*, TPU_* …), and the words of a log that show which platform it ran on.
+_PLATFORM_PREFIX = re_cache.compile(r"^(ROCM|AITER|XPU|IPEX|CPU|TPU|HPU|NPU|ASCEND|PALLAS)_")
+_PLATFORM_WORDS = (
+    ("ROCM", re_cache.compile(r"\bROCm\b|\bHIP\b|hipError|gfx[0-9]{3}|\bMI[23][0-9]{2}\b|amdgpu")),
+    ("XPU", re_cache.compile(r"\bXPU\b|\bxpu:|Intel\(R\) Data Center GPU|\bIPEX\b")),
+    ("NPU", re_cache.compile(r"\bAscend\b|\bNPU\b|torch_npu|vllm_ascend")),
+    ("CUDA", re_cache.compile(r"\bCUDA\b|\bcuda:|NVIDIA|\bH100\b|\bH200\b|\bB200\b|\bGB10\b|\bGB200\b|\bA100\b|RTX|\bsm_?[0-9]{2,3}\b")),
+)
+
+
+def _platform(d: Details) -> str | None:
+    """The platform the log's own words show (None when they show none)."""
+    text = " ".join(str(v) for v in d.values() if isinstance(v, str))
+    for name, rx in _PLATFORM_WORDS:
+        if rx.search(text):
+            return name
+    return None
+
+
+def _of_platform(choice: str, platform: str | None) -> bool:
+    """Whether a name may be offered on this platform: a name that carries another platform's prefix never is."""
+    m = _PLATFORM_PREFIX.match(choice.upper())
+    if m is None:
+        return True
+    if platform is None:
+        return False
+    prefix = m.group(1)
+    return (platform == "ROCM" and prefix in ("ROCM", "AITER")) or (platform == "XPU" and prefix in ("XPU", "IPEX")) or (
+        platform == "NPU" and prefix in ("NPU", "ASCEND")) or (platform == "CPU" and prefix == "CPU")
+
+
+def _model_family(choices: list[str], model: str | None) -> str | None:
+    """The one name that the log's model names (its folded form inside the model's), the longest such; None when none or
+    a tie: 'deepseek_v32' for deepseek-ai/DeepSeek-V3.2-Exp, where 'deepseek_v3' is a shorter match."""
+    if not model:
+        return None
+    folded = _fold(model.rsplit("/", 1)[-1])
+    hits = sorted((c for c in choices if len(_fold(c)) >= 4 and _fold(c) in folded), key=lambda c: -len(_fold(c)))
+    if not hits or (len(hits) > 1 and len(_fold(hits[0])) == len(_fold(hits[1]))):
+        return None
+    return hits[0]
+
+
 def _unknown_choice(d: Details, tl: StartupTimeline) -> Details | None:
+    """A name the release does not know. What is offered comes from evidence only: the same name spelt as vLLM spells it,
+    the name of the log's own model family, a release of vLLM that has the name (this build and whatever asked for it are
+    from different releases); never a name picked by string distance, nor one of another platform."""
     value = _clean(d.get("value"))
     if not value:
         return None
@@ -171,22 +222,35 @@ def _unknown_choice(d: Details, tl: StartupTimeline) -> Details | None:
 
         choices = choices or list(vllm_flags.choices(registry, tl.vllm_version))
         first = vllm_flags.first_release(registry, value)
+        if first:
+            holding = [r for r in vllm_flags.releases() if value in vllm_flags.choices(registry, r)
+                       or any(_fold(c) == _fold(value) for c in vllm_flags.choices(registry, r))]
+            d = {**d, "_holding": holding}
+    platform = _platform(d)
+    offered = [c for c in choices if c != value and _of_platform(c, platform)]
     out: Details = {"what": what.replace("Invalid ", ""), "value_q": f"'{value}'"}
     out["choice_sentence"] = f"The launch asked for {what} '{value}', which this vLLM does not have."
     if choices:
         out["choices_short"] = ", ".join(choices[:24]) + (" …" if len(choices) > 24 else "")
-        near = difflib.get_close_matches(value, [c for c in choices if c != value], n=1, cutoff=0.5)
-        if near:
-            out["nearest_q"] = f"'{near[0]}'"
-            flag = d.get("flag") or ("--" + registry.replace("_", "-") if registry else None)
-            if flag and registry:
-                cmd = serve_with(tl, {registry: near[0]})
-                if cmd:
-                    out["serve_choice"] = cmd
-    if first:
-        running = f"the running vLLM ({tl.vllm_version})" if tl.vllm_version else "the running vLLM"
-        out["first_release_sentence"] = (f"'{value}' is a {out['what']} of vLLM {first} and later (of the releases dsv4ctl "
-                                         f"indexed): {running} predates it or was built without it; upgrade to use it")
+    same = next((c for c in offered if _fold(c) == _fold(value)), None)
+    family = None if same else _model_family(offered, tl.model)
+    pick = same or family
+    if pick:
+        out["nearest_q"] = f"'{pick}'"
+        out["pick_reason"] = ("the same name as vLLM spells it" if same else
+                              f"the name of this model's family (the log's model is {tl.model})")
+        if registry:
+            cmd = serve_with(tl, {registry: pick})
+            if cmd:
+                out["serve_choice"] = cmd
+    holding = d.get("_holding") or []
+    if first and holding:
+        span = holding[0] if len(holding) == 1 else f"{holding[0]}–{holding[-1]}"
+        running = f"this vLLM ({tl.vllm_version})" if tl.vllm_version else "the running vLLM"
+        out["first_release_sentence"] = (
+            f"'{value}' is a {out['what']} of vLLM {span} (of the releases dsv4ctl indexed), not of {running}: the recipe, "
+            "image or launcher that asked for it and this vLLM build are from different releases; use the vLLM release "
+            "it was written for, or the name this release has for it")
     if not choices and not first:
         return None
     return out
@@ -279,11 +343,18 @@ def _flag_unknown(d: Details, tl: StartupTimeline) -> Details | None:
             sentences.append(f"{name} is a flag of vLLM {info.releases[0]}–{info.releases[-1]} only (of the releases indexed).")
             actions.append(f"Use a vLLM release that has {name} ({info.releases[0]}–{info.releases[-1]}), or drop it")
             continue
-        near = vllm_flags.nearest_flag(name, tl.vllm_version)
-        if near and near != name:
-            actions.append(f"{name} is probably {near}: use {near}")
+        # The same flag spelt another way ('_' for '-', another case) is the flag itself, not a guess; a flag picked
+        # by string distance would be one.
+        spelt = "--" + name.lstrip("-").replace("_", "-").lower()
+        if spelt != name and vllm_flags.flag(spelt, tl.vllm_version) is not None:
+            actions.append(f"{name} is spelt {spelt} in vLLM: use {spelt}")
+        elif (worded := vllm_flags.flags_with_words(name, tl.vllm_version)):
+            actions.append(f"Check the spelling: this release's flags with the words of {name} are {', '.join(worded)} "
+                           "(vllm serve --help=all lists them all)")
         else:
-            actions.append(f"Drop {name}: no vLLM release 0.27.1-0.33.0 has it")
+            releases = vllm_flags.releases()
+            span = f"{releases[0]}–{releases[-1]}" if releases else "dsv4ctl indexed"
+            actions.append(f"Drop {name} or check its spelling in vllm serve --help=all: no vLLM release {span} has it")
     out: Details = {"unknown_flags": " ".join(flags[:4]), "flag_sentence": " ".join(sentences)}
     for key, action in zip(("flag_action", "flag_action_2"), actions):
         out[key] = action

@@ -12,82 +12,84 @@ from dsv4ctl.logs.timeline import StartupTimeline
 
 Details = dict[str, Any]
 
-# CUDA runtime error codes operators meet, by code, with the runtime's name and text (CUDA runtime 13.0
-# cudaGetErrorString, in the message index) and what they mean in a vLLM deployment, with the threads behind the fix.
-CUDA_CODES: dict[int, tuple[str, str, str, tuple[str, ...]]] = {
-    1: ("cudaErrorInvalidValue", "invalid argument",
-        "A CUDA call got an argument it refuses. In vLLM this is usually a collective or kernel set-up on a topology it does "
+# What CUDA runtime error codes mean in a vLLM deployment, by code, with the threads behind the fix. The code's name and
+# text are not written here: they come from the CUDA runtime's own headers and cudaGetErrorString
+# (catalogue/gpu_errors, generated from nvidia-cuda-runtime's wheel).
+CUDA_CODES: dict[int, tuple[str, tuple[str, ...]]] = {
+    1: ("A CUDA call got an argument it refuses. In vLLM this is usually a collective or kernel set-up on a topology it does "
         "not support (custom all-reduce, DeepEP), or a kernel given an empty or oversized shape.",
         ("Rerun with CUDA_LAUNCH_BLOCKING=1 so the failing call raises at its own line",
          "If the frames are in all-reduce or communicator set-up: --disable-custom-all-reduce (vllm-project/vllm#5613)")),
-    2: ("cudaErrorMemoryAllocation", "out of memory",
-        "The GPU had no memory left for an allocation outside PyTorch's caching allocator (a kernel workspace, NCCL, a CUDA graph).",
+    2: ("The GPU had no memory left for an allocation outside PyTorch's caching allocator (a kernel workspace, NCCL, a CUDA graph).",
         ("Leave more memory outside the KV cache: a lower --gpu-memory-utilization",
          "Or capture fewer CUDA graphs: --enforce-eager to confirm, then a smaller --max-cudagraph-capture-size")),
-    3: ("cudaErrorInitializationError", "initialization error",
-        "CUDA could not initialise in this process: the driver is not loaded, or CUDA was initialised in a parent before fork.",
+    3: ("CUDA could not initialise in this process: the driver is not loaded, or CUDA was initialised in a parent before fork.",
         ("Check the driver on the node: nvidia-smi", "Start workers with spawn: VLLM_WORKER_MULTIPROC_METHOD=spawn")),
-    35: ("cudaErrorInsufficientDriver", "CUDA driver version is insufficient for CUDA runtime version",
-         "The installed NVIDIA driver is older than the CUDA runtime this torch/vLLM build ships.",
+    35: ("The installed NVIDIA driver is older than the CUDA runtime this torch/vLLM build ships.",
          ("Upgrade the host driver to one that supports the build's CUDA (nvidia-smi shows the driver's CUDA; python -c "
           "'import torch; print(torch.version.cuda)' the build's)", "Or install a torch/vLLM build for the driver's CUDA "
           "(nagadomi/nunif#702)")),
-    100: ("cudaErrorNoDevice", "no CUDA-capable device is detected",
-          "This process sees no GPU at all: the container was started without GPUs, or CUDA_VISIBLE_DEVICES is empty or wrong.",
+    100: ("This process sees no GPU at all: the container was started without GPUs, or CUDA_VISIBLE_DEVICES is empty or wrong.",
           ("Give the container its GPUs: docker run --gpus all (on Kubernetes a nvidia.com/gpu limit and the NVIDIA runtime class)",
            "Check inside the container: nvidia-smi -L; echo $CUDA_VISIBLE_DEVICES")),
-    101: ("cudaErrorInvalidDevice", "invalid device ordinal",
-          "A process asked for a GPU index this node does not have: more ranks than visible GPUs, or CUDA_VISIBLE_DEVICES lists fewer.",
+    101: ("A process asked for a GPU index this node does not have: more ranks than visible GPUs, or CUDA_VISIBLE_DEVICES lists fewer.",
           ("Make TP × PP (× local DP) equal the GPUs visible on the node: nvidia-smi -L; echo $CUDA_VISIBLE_DEVICES",)),
-    209: ("cudaErrorNoKernelImageForDevice", "no kernel image is available for execution on the device",
-          "The build has no kernels compiled for this GPU's architecture.",
+    209: ("The build has no kernels compiled for this GPU's architecture.",
           ("Use a vLLM/torch build whose TORCH_CUDA_ARCH_LIST includes this GPU (nvidia-smi --query-gpu=compute_cap --format=csv)",)),
-    400: ("cudaErrorInvalidResourceHandle", "invalid resource handle",
-          "A CUDA handle (a stream, event or IPC memory handle) was not valid in this process: IPC across containers or nodes, "
+    400: ("A CUDA handle (a stream, event or IPC memory handle) was not valid in this process: IPC across containers or nodes, "
           "or a communicator (DeepEP/NVSHMEM) set up for another fabric.",
           ("If the frames are DeepEP's: another --all2all-backend, or enable IBGDA / the MNNVL fabric API for it (vllm-project/vllm#39925)",
            "Rerun with CUDA_LAUNCH_BLOCKING=1 so the failing call raises at its own line")),
-    719: ("cudaErrorLaunchFailure", "unspecified launch failure",
-          "A kernel faulted (often an Xid error in the kernel log): the GPU's state is lost for this process.",
+    719: ("A kernel faulted (often an Xid error in the kernel log): the GPU's state is lost for this process.",
           ("Look for Xid errors on the node: dmesg | grep -i xid", "Reset or drain the GPU if they repeat: nvidia-smi -q -d ECC,PAGE_RETIREMENT")),
-    802: ("cudaErrorSystemNotReady", "system not yet initialized",
-          "On NVSwitch systems (HGX H100/H200/B200) CUDA waits for the fabric manager, which is not running or not the driver's version.",
+    802: ("On NVSwitch systems (HGX H100/H200/B200) CUDA waits for the fabric manager, which is not running or not the driver's version.",
           ("Start the fabric manager of the same version as the driver: systemctl enable --now nvidia-fabricmanager "
            "(gpustack/gpustack#1254)", "Check its state: systemctl status nvidia-fabricmanager; nvidia-smi -q | grep -i fabric")),
-    803: ("cudaErrorCompatNotSupportedOnDevice", "system has unsupported display driver / cuda driver combination",
-          "The container's CUDA forward-compatibility library (cuda-compat) was loaded over the host driver and does not match it.",
-          ("Let the host driver win: remove the compat path from the loader (rm -f /etc/ld.so.conf.d/cuda-compat.conf && ldconfig "
-           "in the image), or VLLM_ENABLE_CUDA_COMPATIBILITY=0 where the image supports it (vllm-project/vllm#33992)",)),
-    804: ("cudaErrorCompatNotSupportedOnDevice", "forward compatibility was attempted on non supported HW",
-          "CUDA forward compatibility works only on datacenter GPUs; on this GPU the image's CUDA needs a newer host driver.",
+    803: ("The CUDA driver library this process loaded (libcuda.so.1) does not match the kernel driver: in a container, the "
+          "image's CUDA forward-compatibility library (cuda-compat) was loaded over the host driver's.",
+          ("Let the host driver's libcuda win: remove the compat path from the loader (rm -f /etc/ld.so.conf.d/cuda-compat.conf && "
+           "ldconfig in the image), or VLLM_ENABLE_CUDA_COMPATIBILITY=0 where the image supports it (vllm-project/vllm#33992)",)),
+    804: ("CUDA forward compatibility works only on datacenter GPUs; on this GPU the image's CUDA needs a newer host driver.",
           ("Upgrade the host driver to one that supports the image's CUDA natively, or use an image for an older CUDA "
            "(gpustack/gpustack#1254, vllm-project/vllm#4940)",)),
-    999: ("cudaErrorUnknown", "unknown error",
-          "CUDA could not talk to the driver: usually the nvidia_uvm module is missing or broken (after a suspend, or /dev/nvidia-uvm "
+    999: ("CUDA could not talk to the driver: usually the nvidia_uvm module is missing or broken (after a suspend, or /dev/nvidia-uvm "
           "not passed into the container).",
           ("Reload the UVM module with no GPU process running: sudo modprobe -r nvidia_uvm && sudo modprobe nvidia_uvm (pytorch/pytorch#49081)",
            "In a container, check /dev/nvidia-uvm exists: ls -l /dev/nvidia-uvm*")),
 }
-_BY_TEXT = {text: code for code, (_n, text, _m, _a) in CUDA_CODES.items()}
-_BY_NAME = {name: code for code, (name, _t, _m, _a) in CUDA_CODES.items()}
-_DRIVER_NAMES = {"CUDA_ERROR_INVALID_VALUE": 1, "CUDA_ERROR_OUT_OF_MEMORY": 2, "CUDA_ERROR_NO_DEVICE": 100,
-                 "CUDA_ERROR_INVALID_DEVICE": 101, "CUDA_ERROR_INVALID_HANDLE": 400, "CUDA_ERROR_LAUNCH_FAILED": 719,
-                 "CUDA_ERROR_SYSTEM_NOT_READY": 802, "CUDA_ERROR_UNKNOWN": 999, "CUDA_ERROR_NO_BINARY_FOR_GPU": 209}
+
+
+# A ROCm log: torch's HIP build prints HIP's errors (and, where hipify kept the word, "CUDA error: "); its codes are
+# HIP's, named by HIP's own enum, not NVIDIA's.
+_ROCM_RE = re.compile(r"\bHIP error\b|hipError\w+|\bROCm\b|/opt/rocm|\bamdgpu\b|\bgfx9[0-9a-f]{2}\b|torch\.version\.hip")
 
 
 def _cuda(d: Details, tl: StartupTimeline) -> Details | None:
-    code = None
-    if d.get("code"):
-        code = int(d["code"])
-    elif d.get("cuda_name"):
-        code = _BY_NAME.get(d["cuda_name"]) or _DRIVER_NAMES.get(d["cuda_name"])
-    elif d.get("cuda_text"):
-        text = d["cuda_text"].strip().lower()
-        code = next((c for t, c in _BY_TEXT.items() if text.startswith(t.lower())), None)
-    if code not in CUDA_CODES:
+    from dsv4ctl.catalogue import gpu_errors  # the CUDA runtime's own names and texts: loaded by the answers that ask
+
+    if _ROCM_RE.search(d.get("_texts") or ""):
+        code = d.get("code")
+        found = gpu_errors.hip(int(code)) if code else gpu_errors.hip(str(d.get("cuda_name") or ""))
+        if found is None:
+            return None
+        return {"runtime": "HIP", "cuda_name": f"{found.name}, {found.code}", "cuda_text": d.get("cuda_text") or found.name,
+                "cuda_meaning": (found.doc or f"HIP reported {found.name}.") + " This is a ROCm (AMD) log: the code is "
+                "HIP's, not the CUDA runtime's.", "cuda_cite": f" ({found.cite})" if found.cite else "",
+                "cuda_action": "Check the GPU is one this ROCm build supports: rocminfo | grep gfx, and python -c 'import "
+                "torch; print(torch.version.hip)'"}
+    found = None
+    for key in ("code", "cuda_name", "cuda_text"):
+        value = d.get(key)
+        if value:
+            found = gpu_errors.cuda(int(value) if key == "code" else str(value).strip())
+            if found is not None:
+                break
+    if found is None or found.code not in CUDA_CODES:
         return None
-    name, text, meaning, actions = CUDA_CODES[code]
-    out: Details = {"cuda_name": f"{name}, {code}", "cuda_text": text, "cuda_meaning": meaning}
+    meaning, actions = CUDA_CODES[found.code]
+    cite = f" ({found.cite})" if found.cite else ""
+    out: Details = {"runtime": "CUDA", "cuda_name": f"{found.name}, {found.code}",
+                    "cuda_text": found.text or found.doc or found.name, "cuda_meaning": meaning, "cuda_cite": cite}
     for key, action in zip(("cuda_action", "cuda_action_2", "cuda_action_3"), actions):
         out[key] = action
     return out
@@ -134,13 +136,17 @@ def _npu(d: Details, tl: StartupTimeline) -> Details | None:
     return None
 
 
-# Top-level modules operators find missing, with the package that provides them.
+# Top-level modules operators find missing, with the distribution that provides each, as its wheel's metadata names it
+# (pip download <dist> --no-deps: mooncake-transfer-engine 0.3.13.post1 ships `mooncake`, nixl 1.5.2 `nixl`, lmcache
+# 0.5.6 `lmcache`, flashinfer-python 0.7.4 `flashinfer`, hf_transfer 0.1.9, ray 2.60.0, triton 3.9.0, torch-npu 2.14.0
+# `torch_npu`). DeepGEMM and DeepEP are built from their repositories (no wheel of DeepSeek's on PyPI): no pip name.
 _PACKAGES = {
     "mooncake": ("mooncake-transfer-engine", "Mooncake's transfer engine, for the Mooncake KV connector"),
     "nixl": ("nixl", "NIXL, for the NixlConnector"),
     "lmcache": ("lmcache", "LMCache, for the LMCache connector"),
-    "deep_gemm": ("deep_gemm", "DeepGEMM (built from source at the revision vLLM pins)"),
-    "deep_ep": ("deep_ep", "DeepEP (built from source, with NVSHMEM)"),
+    "deep_gemm": (None, "DeepGEMM, built from deepseek-ai/DeepGEMM at the revision this vLLM release was tested with "
+                        "(vLLM's container images ship it)"),
+    "deep_ep": (None, "DeepEP, built from deepseek-ai/DeepEP with NVSHMEM"),
     "flash_attn": ("flash-attn", "FlashAttention"),
     "flashinfer": ("flashinfer-python", "FlashInfer"),
     "hf_transfer": ("hf_transfer", "hf_transfer (or unset HF_HUB_ENABLE_HF_TRANSFER)"),
@@ -148,9 +154,15 @@ _PACKAGES = {
     "triton": ("triton", "Triton"),
     "torch_npu": ("torch-npu", "torch_npu, for Ascend"),
 }
+_FRAME_FILE_RE = re.compile(r"frame: (\S+?):[0-9]+ in (\S+)")
 
 
 def _module(d: Details, tl: StartupTimeline) -> Details | None:
+    """A module that is not installed. A package to install is named only where its wheel's metadata says it provides the
+    module (_PACKAGES); otherwise the package whose code imports it (the frames) is where to look, never a name guessed
+    from the module's."""
+    from dsv4ctl.diagnosis import reading
+
     module = d.get("module") or ""
     top = module.split(".")[0]
     if module == "vllm._C" or module.startswith("vllm._"):
@@ -165,13 +177,26 @@ def _module(d: Details, tl: StartupTimeline) -> Details | None:
                 "was built for (LMCache/LMCache#1759)"}
     if top in _PACKAGES:
         pip, what = _PACKAGES[top]
-        return {"module_sentence": f"{module} is {what}; it is not installed in the Python environment vLLM runs in.",
-                "module_action": f"Install it into vLLM's environment: python -m pip install {pip}",
-                "module_action_2": f"Then check it imports: python -c 'import {top}'"}
-    if re.fullmatch(r"[a-z][a-z0-9_]+", top):
-        return {"module_sentence": f"{module} is not installed in the Python environment vLLM runs in.",
-                "module_action": f"Install the package that provides {top} into vLLM's environment (python -m pip install "
-                f"{top.replace('_', '-')} when the names agree), then check: python -c 'import {top}'"}
+        out = {"module_sentence": f"{module} is {what}; it is not installed in the Python environment vLLM runs in.",
+               "module_action_2": f"Then check it imports: python -c 'import {top}'"}
+        out["module_action"] = (f"Install it into vLLM's environment: python -m pip install {pip}" if pip else
+                                f"Install {what} into vLLM's environment")
+        return out
+    frames = _FRAME_FILE_RE.findall(d.get("_frames") or "")
+    importer = next((p for p in (reading.package_of(f) for f, _fn in reversed(frames)) if p and p != top), None)
+    if importer is not None and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", top):
+        dist = reading.DISTRIBUTION.get(importer, importer)
+        return {"module_sentence": f"{module} is imported by {importer}'s code and is not installed in this Python environment. "
+                "No package dsv4ctl knows provides it, and a module's name does not say which package does (it may be a part "
+                f"that {importer} builds itself).",
+                "module_action": f"See whether {importer} ships it: pip show -f {dist} | grep -i {top} (if it should and does not, "
+                f"{importer}'s installation is incomplete: reinstall {importer} built for this platform)",
+                "module_action_2": f"Else install what {importer}'s requirements name for it; then check: python -c 'import {top}'"}
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", top):
+        return {"module_sentence": f"{module} is not installed in the Python environment vLLM runs in. No package dsv4ctl knows "
+                "provides it, and a module's name does not say which package does.",
+                "module_action": f"Find which package provides {top} (the code that imports it names it in its requirements), "
+                f"install that into vLLM's environment, then check: python -c 'import {top}'"}
     return None
 
 
@@ -337,6 +362,14 @@ def _request_limit(d: Details, tl: StartupTimeline) -> Details | None:
     return None
 
 
+def _nixl(d: Details, tl: StartupTimeline) -> Details:
+    texts = d.get("_texts") or ""
+    cause = ("zmq.error.Again: the 5 s receive timeout ran out" if "zmq.error.Again" in texts or "Resource temporarily "
+             "unavailable" in texts else "the log does not show the socket's own error")
+    request = d.get("nixl_request")
+    return {"nixl_cause": cause, "request_text_nixl": f" (request {request})" if request else ""}
+
+
 def _hub(d: Details, tl: StartupTimeline) -> Details:
     repo = d.get("repo") or (tl.model if tl.model and "/" in tl.model and not tl.model.startswith("/") else None)
     out: Details = {"repo_or_model": repo or "the model", "status": d.get("status") or "401"}
@@ -447,6 +480,7 @@ DERIVE: dict[str, Callable[[Details, StartupTimeline], Details | None]] = {
     "no_memory_for_kv_blocks": _util,
     "kv_tokens_below_max_len": _kv_len,
     "request_over_server_limit": _request_limit,
+    "nixl_handshake_failed": _nixl,
     "hub_access_denied": _hub,
     "hub_unreachable": _host,
     "worker_stopped_answering": _timeout,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from dsv4ctl.catalogue.signatures import BY_ID
 from dsv4ctl.diagnosis.analyzer import Hit, StartAnalyzer, window_of
+from dsv4ctl.diagnosis.answers import answer_scoped
 from dsv4ctl.diagnosis.checklist import checklist
 from dsv4ctl.diagnosis.dsv4 import is_dsv4
 from dsv4ctl.diagnosis.evidence import evidence_of, fill, line_of, make_finding, ref_evidence
@@ -182,8 +183,10 @@ def _failed_phase(a: StartAnalyzer, tl: StartupTimeline, w: _Windows) -> tuple[s
     if not tl.ready:
         startup_sigs = [sid for sid in w.hits["startup"] if BY_ID[sid].role in ("cause", "symptom")
                         and BY_ID[sid].severity == "critical" and not BY_ID[sid].context]
-        # An ERROR line in words of its own names a cause once a failure is certain; it does not make one.
-        if startup_sigs or any(not r.weak for r in w.live_startup):
+        # An error record of a shape no grammar knows (an ERROR line in words of its own, a C++ component's E/F record)
+        # is a failure dsv4ctl cannot explain, never "no failure seen"; an NCCL WARN line or an error body a client
+        # received is not (NCCL prints benign warnings; the server answered the client).
+        if startup_sigs or any(not r.weak or r.kind == "log_error" for r in w.live_startup):
             phase = "startup"
             # No ready line in the excerpt: the words of the errors say when it died.
             wrapper_hits = [h for sid in ("engine_core_failed", "shutdown_noise") for h in w.hits["startup"].get(sid, [])]
@@ -230,7 +233,7 @@ def _findings(
     elif tl.ready:
         findings += serving_warnings(a, tl, log, w.hits["serving"], w.records["serving"])
     if phase is None and w.survived:
-        findings += survived_warnings(a, w.survived, findings)
+        findings += survived_warnings(a, w.survived, findings, tl, log)
     if w.noise:
         findings.append(make_finding(BY_ID["shutdown_noise"], w.noise, {"count": len(w.noise)}))
     if dsv4 and tl.kv_cache_dtype == "auto" and not tl.uses_fp8_ds_mla and tl.available_kv_gib is not None:
@@ -242,6 +245,11 @@ def _findings(
 
 
 _SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
+
+
+def facts_log(sources: list[str]) -> str:
+    """The log's path as the answers use it in commands: one file's name, else "<log>"."""
+    return sources[0] if len(sources) == 1 and sources[0] not in ("-", "<stream>") else "<log>"
 
 
 def conclude_start(a: StartAnalyzer, sources: list[str]) -> Diagnosis:
@@ -269,12 +277,17 @@ def conclude_start(a: StartAnalyzer, sources: list[str]) -> Diagnosis:
         before = f"; the last request before the error: {more['request_before']}" if "request_before" in more else ""
         root.meaning += (f" The server answered {more['answered']} after it (line {more['answered_line']}, "
                          f"{more['answers_5xx']} such answer(s) and none of another status after them){before}.")
+    if root is not None and root.role == "request":
+        # The answer found the root error to be one request's (a limit a request passed, its own input): its scope
+        # decides, and the server was up to answer it.
+        root.severity = "warning"
+        phase, root = None, None
     phase, basis, root, stuck = _waits_and_shortages(a, tl, w, findings, phase, basis, root)
     if phase is None and not tl.ready and a.rerun is not None:
         phase, basis, root = _rerun(a, findings)
     for r in w.request_records[:2]:
         if not any(e.source == r.line.source and e.line == r.line.lineno for f in findings for e in f.evidence):
-            findings.append(request_finding(r, a))
+            findings.append(answer_scoped(request_finding(r, a), r, tl, facts_log(sources)))
     if (refused := client_finding(a)) is not None:
         findings.append(refused)
     if root is not None and phase is not None and BY_ID[root.id].phase:
@@ -283,7 +296,8 @@ def conclude_start(a: StartAnalyzer, sources: list[str]) -> Diagnosis:
     # request, shows no failure: healthy, with the warning.
     autofit_only = tl.autofit is not None and tl.last_phase == "kv_cache" and "engine_waiting" not in w.hits["startup"]
     answers = any(r.kind == "http_error" for r in w.survived)
-    up = tl.ready or bool(w.answered) or bool(w.request_hits) or autofit_only or answers or bool(w.request_records)
+    request_root = any(f.role == "request" and f.details.get("answered_from") for f in findings)
+    up = tl.ready or request_root or bool(w.answered) or bool(w.request_hits) or autofit_only or answers or bool(w.request_records)
     if phase and stuck is None:
         verdict = "failed"
     elif stuck is not None and stuck.role != "note":

@@ -86,6 +86,19 @@ def _stale(d: dict[str, Any], msgs: list[str], hits: list[Hit], a: StartAnalyzer
         )
     elif tl.max_concurrency_tokens:
         _fits(d, a, tl.max_concurrency_tokens)
+    if af is None:
+        # The assertion is in the log, the reduction that makes the length stale is not: a check to make, and the
+        # workaround that holds either way (a length set explicitly is never changed by auto-fit).
+        d["premise_text"] = (" This log does not show the auto-fit reduction itself (vLLM logs \"reduced max_model_len "
+                             "from A to B\" before capture), so that cause is to be confirmed.")
+        d["premise_check"] = ("Confirm auto-fit ran: look for \"reduced max_model_len\" (or \"max_model_len: reduced\") "
+                              "in the full log of this start")
+        fit = (f"; this computes one: dsv4ctl fit-length {d['model']}{d.get('_fit_flags', '')}" if d.get("model") else
+               " (dsv4ctl's fit-length computes one for the model)")
+        d["length_action"] = ("Set an explicit --max-model-len that fits, so auto-fit never changes it (--enforce-eager "
+                              f"also avoids the capture that trips the assertion){fit}")
+    else:
+        d["premise_text"] = ""
 
 
 _KV_NUMBERS = (
@@ -145,6 +158,11 @@ def _free_memory(d: dict[str, Any], msgs: list[str], hits: list[Hit], a: StartAn
     free, total, util, wanted = (float(x) for x in m.groups())
     d.update(free_gib=free, total_gib=total, requested_utilization=util, requested_gib=wanted)
     d["free_text"] = f"{free} GiB free of {total} GiB, {wanted} GiB requested at {util}"
+    # What the message's own numbers show: what was in use before vLLM asked, and by how much it fell short.
+    in_use, short = round(total - free, 2), round(wanted - free, 2)
+    d.update(in_use_gib=in_use, short_gib=short)
+    d["in_use_text"] = (f"{total} − {free} = {in_use:.2f} GiB of the device was already in use at startup, and the request "
+                        f"fell short by {wanted} − {free} = {short:.2f} GiB")
     if total > 0:
         d["suggested_util"] = round(max(0.01, int(free / total * 100) / 100 - 0.01), 2)
 
@@ -160,7 +178,19 @@ def _worker_died(d: dict[str, Any], msgs: list[str], hits: list[Hit], a: StartAn
         d["exit_text"] = f"exit code {codes[0]}"
 
 
+_BIND_RE = re_cache.compile(r"bind on address \('(?P<host>[^']*)', (?P<port>[0-9]+)\)")
+
+
+def _address_in_use(d: dict[str, Any], msgs: list[str], hits: list[Hit], a: StartAnalyzer, tl: StartupTimeline) -> None:
+    m = _BIND_RE.search(" ".join(msgs))
+    port = m.group("port") if m else None
+    d["port_text"] = f"{m.group('host')}:{port} " if m else ""
+    d["bind_text"] = f"{m.group('host')}:{port}" if m else "the message does not name the address"
+    d["ss_command"] = f"ss -ltnp 'sport = :{port}'" if port else "ss -ltnp"
+
+
 _DERIVE = {
+    "address_in_use": _address_in_use,
     "stale_max_model_len": _stale,
     "kv_cache_insufficient": _kv_insufficient,
     "cuda_oom": _cuda_oom,

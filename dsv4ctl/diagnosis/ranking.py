@@ -72,6 +72,10 @@ def lookup(record: ErrorRecord, quote: ErrorRecord | None) -> Any:
     if quote is not None and quote.quoted:
         candidates.append((quote.quoted, None))
     if origin is not None and not record.is_wrapper:
+        if origin.detail is not None:
+            # pydantic's "Value error, <message> [type=…]" under a config class's ValidationError: the validator's own
+            # message, the one the index knows.
+            candidates.append((origin.detail.message, None))
         if origin.support is not None:
             candidates.append((origin.support.message, None))
         if origin.shown_by != "frame" and origin.message and origin.type not in ("error", "traceback"):
@@ -122,6 +126,7 @@ def indexed_finding(record: ErrorRecord, quote: ErrorRecord | None, tl: StartupT
         "template": entry.template,
         "flags": list(entry.flags),
         "flags_text": ", ".join(flags),
+        "_entry": entry,  # the index's entry itself, for the answer from its raise site (not in the JSON)
     }
     if tl.vllm_version and entry.package == "vllm" and tl.vllm_version.split("+")[0] not in releases:
         details["note"] = (f"This log's vLLM is {tl.vllm_version}; the index holds the message for vLLM {span}, "
@@ -150,6 +155,10 @@ def unrecognized_finding(record: ErrorRecord, quote: ErrorRecord | None = None) 
     whose own line the log lacks."""
     origin = record.origin
     message = (quote.quoted if quote else None) or record.quoted or (origin.text if origin else record.text)
+    if quote is None and origin is not None and origin.detail is not None and origin.detail.message.startswith(
+            ("Value error, ", "Assertion failed, ")):
+        # A config class's validator refused a value: its message is what the ValidationError says.
+        message = origin.detail.message.split(", ", 1)[1].split(" [type=", 1)[0]
     exception = record.type
     if quote is not None and quote.quoted:
         exception = quote.quoted.split(":", 1)[0].strip() or exception

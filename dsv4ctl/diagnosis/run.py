@@ -85,8 +85,10 @@ class LogPass:
             i = j + 1
 
     def _quiet(self, source: str) -> bool:
+        """Whether lines of `source` are held rather than parsed: the current start serves quietly there, and the source
+        is not a paste read in full (whose every error is read: a request's traceback is what it was pasted for)."""
         a = self.analyzers.get(self.splitter.current)
-        return a is not None and a.quiet_serving and source == a.ready_source
+        return a is not None and a.quiet_serving and source == a.ready_source and source not in self.full
 
     def feed_raw(
         self, raw: str, source: str, lineno: int, parsed: LogLine | None = None, kind: int | None = None,
@@ -102,7 +104,7 @@ class LogPass:
         a = self.analyzers.get(self.splitter.current)
         # Only in the file that showed the start ready: another file of the same launch (the engine's own
         # log after the API server's) still has its startup lines to tell.
-        if a is not None and a.quiet_serving and source == a.ready_source:
+        if self._quiet(source):
             if kind is None:
                 kind = SERVING_SORTER.sort(raw)
             if kind == LineSorter.ALERT:

@@ -44,8 +44,14 @@ _REQUEST_ID_RE = re_cache.compile(r"\b((?:chatcmpl|cmpl|resp|embd)-[0-9A-Za-z_-]
 _REQUEST_LINE_RE = re_cache.compile(r'"(?P<request>[A-Z]+ \S* HTTP/[0-9.]+)" (?P<status>[0-9]{3})')
 
 
+# An error payload with a server error's code inside a request's traceback ("input_value={'error': {'message': 'En…',
+# …, 'code': 500}}"): the server itself failed that request, not the client (vLLM's ErrorInfo.code, vllm==0.33.0
+# vllm/entrypoints/serve/engine/protocol.py:79-87).
+_SERVER_ERROR_CODE_RE = re_cache.compile(r"""['"]code['"]: ?5[0-9]{2}\b""")
+
+
 def _says_engine_died(text: str) -> bool:
-    return "CUDA error" in text or bool(DEATH_RE.search(text))
+    return "CUDA error" in text or bool(DEATH_RE.search(text)) or _SERVER_ERROR_CODE_RE.search(text) is not None
 
 
 # uvicorn's line before the traceback of a request whose handler raised (uvicorn==0.54.0
@@ -58,15 +64,40 @@ def asgi_lines(records: list[ErrorRecord]) -> frozenset[tuple[str, int]]:
     return frozenset((r.line.source, r.line.lineno) for r in records if r.kind == "log_error" and ASGI_ERROR in r.text)
 
 
+# Where vLLM's code for one request lives (vllm==0.33.0): the OpenAI server's handlers (entrypoints/openai/
+# chat_completion/, completion/, responses/; older releases entrypoints/openai/serving_*.py) and the exception handlers
+# that turn a request's error into an answer (entrypoints/serve/exception_handling/). The parsers and the chat template's
+# rendering run at startup too (their constructors, --chat-template's check): their request functions name them
+# (REQUEST_FUNCTIONS), not their files.
+REQUEST_PATHS = re_cache.compile(
+    r"vllm/entrypoints/openai/(?:chat_completion|completion|responses)/|vllm/entrypoints/openai/serving_"
+    r"|vllm/entrypoints/serve/exception_handling/")
+# The same files as vLLM's log record names them ("[hermes_tool_parser.py:123]", "[serving.py:952]"): a record logged
+# there in words of its own is about one request. serving.py is the name of the handlers' module in every release that
+# splits them by endpoint (entrypoints/openai/chat_completion/serving.py, completion/serving.py, responses/serving.py).
+REQUEST_LOGGERS = re_cache.compile(r"^(?:\w+_tool_parser|abstract_tool_parser|\w*reasoning_parser|serving(?:_\w+)?"
+                                   r"|chat_utils|message_assembly)\.py:[0-9]+$")
+
+
 def in_request_path(rec: ErrorRecord, asgi: frozenset[tuple[str, int]] = frozenset()) -> bool:
-    """Whether a Python error was raised while handling one request and says nothing of the engine dying (an
-    EngineDeadError met in a handler is the engine's failure, not the request's). `asgi`: `asgi_lines`."""
+    """Whether an error was raised or logged while handling one request and says nothing of the engine dying (an
+    EngineDeadError met in a handler is the engine's failure, not the request's): a traceback through a request's
+    functions or files, after uvicorn's "Exception in ASGI application", or an ERROR record a request's module logged.
+    `asgi`: `asgi_lines`."""
     first = rec.first or rec.line
     asgi_here = (rec.headline is not None and ASGI_ERROR in rec.headline.message) or (
         (first.source, first.lineno - 1) in asgi)
-    if rec.kind != "python" or rec.is_wrapper or not (asgi_here or rec.functions & REQUEST_FUNCTIONS):
+    said = rec.text + (" " + rec.headline.message if rec.headline is not None else "") + "".join(
+        " " + e.detail.message for e in rec.exceptions if e.detail is not None)
+    if rec.kind == "log_error":
+        info = rec.line.fileinfo or ""
+        return REQUEST_LOGGERS.match(info) is not None and not _says_engine_died(said)
+    if rec.kind != "python" or rec.is_wrapper:
         return False
-    said = rec.text + (" " + rec.headline.message if rec.headline is not None else "")
+    by_file = any(REQUEST_PATHS.search(fr.file) for fr in rec.frames)
+    logged_there = REQUEST_LOGGERS.match((rec.headline or rec.line).fileinfo or "") is not None
+    if not (asgi_here or rec.functions & REQUEST_FUNCTIONS or by_file or logged_there):
+        return False
     return not _says_engine_died(said) and not (rec.functions & STEP_FUNCTIONS)
 
 

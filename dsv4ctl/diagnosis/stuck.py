@@ -193,9 +193,10 @@ def _groups(line) -> dict[str, str]:
 
 
 def _last_wait(a: StartAnalyzer, serving: bool) -> WaitRun | None:
-    # While starting, the broadcast's line alone is printed during long compilations too: a wait once it repeats.
+    # While starting, the broadcast's line alone is printed during long compilations too: a wait once one process repeats
+    # it (each worker prints its own).
     runs = [r for r in a.waits.values() if r.last_seq > a.progress_seq
-            and (r.kind != "engine_waiting" or r.count > 1 or serving)
+            and (r.kind != "engine_waiting" or r.most_by_one > 1 or serving)
             and (r.kind != "wait_download" or _unfinished(r.last))]
     if a.nccl_last is not None and a.nccl_last[0] > a.progress_seq and a.nccl_complete_seq != a.nccl_last[0]:
         first = a.nccl_first or a.nccl_last
@@ -231,7 +232,7 @@ def stuck_finding(a: StartAnalyzer, tl: StartupTimeline) -> Finding | None:
     t0, t1 = seconds(run.first.timestamp), seconds(run.last.timestamp)
     stated = None
     if run.kind == "engine_waiting" and run.seconds:
-        stated = run.seconds * run.count  # once per interval
+        stated = run.seconds * run.most_by_one  # once per interval, on each process's own clock
     elif run.kind == "wait_download":
         stated = _elapsed(_download(run.last).get("elapsed"))
     elif run.seconds:
@@ -247,7 +248,8 @@ def stuck_finding(a: StartAnalyzer, tl: StartupTimeline) -> Finding | None:
         parts.append(f"({details['clock_seconds']} s by the log's clock)")
     if stated:
         parts.append(f"; the wait's own lines say {stated} s" if run.kind != "engine_waiting"
-                     else f"; at least {stated} s by the broadcast's own count (once per {run.seconds} s)")
+                     else f"; at least {stated} s by the broadcast's own count (once per {run.seconds} s, "
+                          f"{run.most_by_one} time(s) by one process)")
     details["since_text"] = " ".join(parts).replace(" ;", ";") + "."
     silent, went_on = _silent(a, run)
     details["silent"] = [_tag(ln.process, ln.pid) for _, ln in silent]

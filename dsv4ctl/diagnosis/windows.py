@@ -7,7 +7,7 @@ from typing import Any
 
 from dsv4ctl.catalogue.signatures import BY_ID
 from dsv4ctl.diagnosis.analyzer import Hit, StartAnalyzer, window_of
-from dsv4ctl.diagnosis.answers import answer
+from dsv4ctl.diagnosis.answers import answer, answer_scoped
 from dsv4ctl.diagnosis.derive import derive
 from dsv4ctl.diagnosis.dsv4 import full_capture, is_metadata_kernel, parse_version
 from dsv4ctl.diagnosis.evidence import dedupe_frames, evidence_of, line_of, make_finding
@@ -59,7 +59,9 @@ def window_findings(
             f = make_finding(sig, sig_hits, derive(sid, sig_hits, a, tl, log))
         if sig.role == "request":
             f.severity = "warning"
-        f = answer(f, None, tl, log)  # a general signature's advice, refined by its family where one reads the values
+        # A general signature's advice, refined by its family where one reads the values, or by the error it carries.
+        record = next((r for r in records if any(r.spans(h.line) for h in sig_hits)), None)
+        f = answer(f, record, tl, log)
         findings.append(f)
 
     causes = [f for f in findings if f.role == "cause" and f.severity == "critical"]
@@ -104,6 +106,13 @@ def _metadata_fault(
         return None
     details = derive("deepgemm_metadata_oob", fault_hits, a, tl, log)
     details["attribution"] = "traced" if traced else "attributable"
+    in_capture = first_fault is not None and full_capture(tl, first_fault)
+    details["when_text"] = (
+        "FULL CUDA-graph capture feeds it exactly that (dummy decode batches have seq_len 1, the indexer divides by "
+        "compress_ratio 4, 1 // 4 = 0, and capture sizes are multiples of 32), and this fault came during FULL capture."
+        if in_capture else
+        "This log does not show what ran the batch that met it: the warm-up of FULL CUDA graphs makes such batches, and "
+        "a decode step while serving can too.")
     details["masked_by_nccl"] = masked
     if dumps:
         details["kernel"] = dumps[0].details["kernel"]
@@ -163,7 +172,7 @@ def serving_warnings(
         f = make_finding(BY_ID["error_after_startup"], [], details, extra=[origin.line] + extra)
         f.evidence.sort(key=lambda e: (e.source, e.line) != (origin.line.source, origin.line.lineno))
         f.order = origin.order
-        findings.append(f)
+        findings.append(answer_scoped(f, origin, tl, log))
     return findings
 
 def is_request_error(record: ErrorRecord, by_id: dict[str, list[Hit]]) -> bool:
@@ -180,7 +189,8 @@ def takes_down(a: StartAnalyzer, h: Hit) -> bool:
         return False
     return sig.id != "engine_core_failed" or bool(DEATH_RE.search(h.line.message))
 
-def survived_warnings(a: StartAnalyzer, survived: list[ErrorRecord], findings: list[Finding]) -> list[Finding]:
+def survived_warnings(a: StartAnalyzer, survived: list[ErrorRecord], findings: list[Finding], tl: StartupTimeline,
+                      log: str) -> list[Finding]:
     """The originating error of those the server answered requests after (it stayed up): a warning, named
     from the index where it knows the message; nothing when a finding already quotes that line."""
     origin = originating(survived, survived=True)
@@ -203,4 +213,4 @@ def survived_warnings(a: StartAnalyzer, survived: list[ErrorRecord], findings: l
         f.meaning += f" The message is {entry.package}'s, from {entry.function} ({entry.cite})."
     f.evidence.sort(key=lambda e: (e.source, e.line) != (origin.line.source, origin.line.lineno))
     f.order = origin.order
-    return [f]
+    return [answer_scoped(f, origin, tl, log)]

@@ -34,6 +34,9 @@ EXC_RE = re_cache.compile(
     r"^((?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*" + _EXC_SUFFIX + r"|Exception|BaseException|StopIteration|GeneratorExit"
     r"|OutOfResources)(?:\([\w.]+\))?"
     r"|(?:[A-Za-z_]\w*\.)*(?:exc|errors?|exceptions)\.[A-Z]\w*"
+    # any class of a dotted module path with a message (huggingface_hub.utils._errors.OfflineModeIsEnabled: …): a Python
+    # exception as the interpreter prints one, whatever its name ends in
+    r"|(?:[a-z_][a-z0-9_]*\.){2,}[A-Z][A-Za-z0-9]+(?=: \S)"
     # C modules' own lower-case classes: socket.gaierror, socket.herror
     r"|(?:[A-Za-z_]\w*\.)+[a-z]\w*error)(?::\s?(.*))?$"
 )
@@ -77,7 +80,11 @@ QUOTED_RE = re_cache.compile(r"Worker failed with error '(.*)', please check the
 # Words that say the engine died (vllm==0.33.0 v1/engine/core.py:1586 "EngineCore encountered a fatal error.",
 # v1/engine/exceptions.py EngineDeadError, v1/engine/async_llm.py:943 "AsyncLLM output_handler failed.",
 # v1/executor/multiproc_executor.py "Worker proc %s died unexpectedly").
-DEATH_RE = re_cache.compile(r"EngineCore encountered a fatal error|EngineDeadError|output_handler failed|died unexpectedly")
+# The V0 API server's last words when its engine is gone (vllm==0.6.3 vllm/entrypoints/launcher.py:72, 88, 99:
+# "AsyncLLMEngine has failed, terminating server process", "AsyncLLMEngine is already dead, terminating server process",
+# "MQLLMEngine is already dead, terminating server process").
+DEATH_RE = re_cache.compile(r"EngineCore encountered a fatal error|EngineDeadError|output_handler failed|died unexpectedly"
+                            r"|(?:is already dead|has failed), terminating server process")
 # The engine's step, the model running in it (vllm==0.32.0 v1/engine/core.py run_busy_loop/step,
 # v1/worker/gpu_worker.py execute_model/sample_tokens; torch's Module call): an error there ends the engine.
 STEP_FUNCTIONS = frozenset({
@@ -320,6 +327,17 @@ def raised(code: str) -> tuple[str, str] | None:
             value = lit[1:-1]
         parts.append(value if isinstance(value, str) else "")
     return m.group(1), "".join(parts).strip()
+
+
+# The line jq prints before an error body's message: vLLM's ErrorResponse (vllm==0.33.0
+# vllm/entrypoints/serve/engine/protocol.py:79-87: {"error": {"message", "type", "param", "code"}}) and the older flat
+# one (vllm==0.6.3 vllm/entrypoints/openai/protocol.py ErrorResponse: "object": "error" first).
+_ERROR_BODY_OPEN_RE = re_cache.compile(r'^"error":\s*\{\s*$|^"object":\s*"error",?\s*$|^\{\s*"error":')
+
+
+def opens_error_body(prev: LogLine | None) -> bool:
+    """Whether `prev` is the line before an error body's `"message": …` (so that line is a server's answer)."""
+    return prev is not None and _ERROR_BODY_OPEN_RE.search(prev.message) is not None
 
 
 def is_gap(msg: str) -> bool:

@@ -63,6 +63,7 @@ from dsv4ctl.logs.grammars import (
     exception_line,
     generic_words,
     is_gap,
+    opens_error_body,
     raised,
 )
 from dsv4ctl.logs.reader import LogLine
@@ -134,6 +135,8 @@ class ErrorRecord:
             return bool(self.functions & STEP_FUNCTIONS)
         if self.kind == "nccl":
             return "collective" in self.details  # the watchdog's time-out; a WARN line alone can be benign
+        if self.kind == "log_error":
+            return bool(DEATH_RE.search(self.text))  # the API server's own words that its engine is gone
         return self.kind in ("coredump", "cuda", "killed", "crash", "cpp", "npu", "hip")
 
     @property
@@ -324,6 +327,9 @@ class ErrorAssembler:
             rec.seq, rec.order = seq, order
             return out + [rec]
         rec = generic_error(line)
+        if rec is not None and rec.kind == "http_error" and msg.startswith('"message"') and not opens_error_body(
+                self._prev.get(key)):
+            rec = None  # a `"message": …` line of some other JSON document (a log record pretty-printed), not an answer
         if rec is None and cur is not None:
             if cur.in_traceback or cur.chained:
                 if line.level is None or cur.first is None or line.level == cur.first.level:

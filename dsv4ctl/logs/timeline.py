@@ -29,10 +29,10 @@ def _gib_in(text: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
-# A server answering: uvicorn's access line (uvicorn==0.54.0 uvicorn/config.py:94, '%(levelprefix)s
-# %(client_addr)s - "%(request_line)s" %(status_code)s') and vLLM's throughput line (vllm==0.33.0
-# vllm/v1/metrics/loggers.py:283, 0.27.1 :263). `status` is the access line's (None for the throughput line).
-ANSWERED_RE = re_cache.compile(r'- "[A-Z]+ \S* HTTP/[0-9.]+" (?P<status>[0-9]{3})\b|Engine [0-9]+: Avg prompt throughput: ')
+# A server answering: uvicorn's access line (uvicorn==0.54.0 uvicorn/config.py:94) and vLLM's throughput line (vllm==0.33.0
+# v1/metrics/loggers.py:283, 0.27.1 :263; V0's vllm==0.6.3 engine/metrics.py:346). `status` is the access line's.
+ANSWERED_RE = re_cache.compile(r'- "[A-Z]+ \S* HTTP/[0-9.]+" (?P<status>[0-9]{3})\b|Engine [0-9]+: Avg prompt throughput: '
+                               r'|^Avg prompt throughput: [0-9.]+ tokens/s, Avg generation throughput: [0-9.]+ tokens/s, Running: ')
 
 # Line rules. Each regex contains a prefilter keyword literally (tests check the tracker gives the
 # same timeline on the whole log and on prefiltered lines).

@@ -121,7 +121,7 @@ def test_attention_backends():
     assert vf.first_release("attention_backend", "FLASHMLA_SPARSE_DSV41") == "0.30.0"
     # AttentionConfig.validate_backend_before looks names up upper-cased (0.32.0 config/attention.py:192)
     assert vf.first_release("--attention-backend", "flash_attn") == "0.27.1"
-    assert vf.nearest("attention_backend", "flash-attn") == "FLASH_ATTN"
+    assert vf.as_spelled("attention_backend", "flash-attn") == "FLASH_ATTN"
 
 
 def test_quantization_and_tokenizer_modes():
@@ -136,13 +136,16 @@ def test_quantization_and_tokenizer_modes():
 
 
 def test_nearest_names():
-    assert vf.nearest("tool_call_parser", "deepseek-v4") == "deepseek_v4"
-    assert vf.nearest("--kv-cache-dtype", "fp8-e4m3") == "fp8_e4m3"
-    assert vf.nearest("--kv-cache-dtype", "auto") == "auto"
-    assert vf.nearest("--kv-cache-dtype", "zzzzzz") is None
-    assert vf.nearest_flag("--max-lora-ranks") == "--max-lora-rank"
-    assert vf.nearest_flag("--tensor-parallel-size") == "--tensor-parallel-size"
-    assert vf.nearest_flag("--zzzzzzzzzz") is None
+    assert vf.as_spelled("tool_call_parser", "deepseek-v4") == "deepseek_v4"
+    assert vf.as_spelled("--kv-cache-dtype", "fp8-e4m3") == "fp8_e4m3"
+    assert vf.as_spelled("--kv-cache-dtype", "auto") == "auto"
+    assert vf.as_spelled("--kv-cache-dtype", "zzzzzz") is None
+    # A near name is no evidence: a letter off is not the same name.
+    assert vf.as_spelled("--kv-cache-dtype", "fp8_e4m3fnuz") is None
+    # The flags that hold the words of a misspelt one: a lookup by words, not by distance.
+    assert "--max-lora-rank" in vf.flags_with_words("--max-lora-ranks") or vf.flags_with_words("--max-lora-ranks") == ()
+    assert "--gpu-memory-utilization" in vf.flags_with_words("--gpu-memory-utilisation")
+    assert vf.flags_with_words("--zzzzzzzzzz") == ()
 
 
 def test_first_release_of_a_flag():
@@ -182,7 +185,7 @@ def test_a_missing_or_corrupt_table_gives_none(tmp_path):
     assert vf.flag("--max-lora-rank") is None and vf.flag_for_field("max_lora_rank") is None
     assert vf.choices("tool_call_parser") == () and vf.releases() == ()
     assert vf.first_release("tool_call_parser", "deepseek_v4") is None
-    assert vf.nearest("tool_call_parser", "deepseek_v4") is None and vf.resolved_release("0.32.0") is None
+    assert vf.as_spelled("tool_call_parser", "deepseek_v4") is None and vf.resolved_release("0.32.0") is None
     other = tmp_path / "schema.json.gz"
     other.write_bytes(gzip.compress(json.dumps({"schema": 99}).encode()))
     vf.reset(other)
@@ -196,5 +199,6 @@ def test_odd_input_never_raises():
         assert vf.flag(bad) is None  # type: ignore[arg-type]
         assert vf.flag_for_field(bad) is None  # type: ignore[arg-type]
         assert vf.choices(bad) == ()  # type: ignore[arg-type]
-        assert vf.nearest("tool_call_parser", bad) in (None, "")  # type: ignore[arg-type]
+        assert vf.as_spelled("tool_call_parser", bad) in (None, "")  # type: ignore[arg-type]
+        assert vf.flags_with_words(bad) == ()  # type: ignore[arg-type]
     assert vf.first_release(None) is None  # type: ignore[arg-type]

@@ -26,14 +26,14 @@ def test_flash_at_9_81_gib_margin_cost_and_knobs(cli):
     knobs = {k["flags"]: k["safe_max_model_len"] for k in safe["knobs"]}
     assert knobs["--max-num-batched-tokens 4096"] == 1_048_576
     assert knobs["--no-async-scheduling"] == 1_048_576
-    assert "costs 137,728 tokens (14%)" in safe["line"]
+    assert "costs 137,728 tokens of the 979,456 --max-model-len auto would pick (14%)" in safe["line"]
     assert "--max-num-batched-tokens 4096 gives 1,048,576, the full context" in safe["cliff_line"]
 
 
 def test_pro_at_9_81_gib_the_58_percent_cliff_is_said(cli):
     safe = _fit(cli, PRO)["safe_length"]
     assert (safe["autofit_max_model_len"], safe["safe_max_model_len"]) == (166_912, 70_656)
-    assert "costs 96,256 tokens (58%)" in safe["line"]
+    assert "costs 96,256 tokens of the 166,912 --max-model-len auto would pick (58%)" in safe["line"]
     assert safe["knobs"][0]["flags"] == "--max-num-batched-tokens 2048"
     assert safe["knobs"][0]["safe_max_model_len"] == 1_048_576
 
@@ -46,7 +46,8 @@ def test_far_from_the_cliff_no_knobs(cli):
 
 def test_human_output_explains_the_rule_in_one_line(cli):
     out = cli("fit-length", FLASH, "--kv-cache-memory", "9.81GiB").stdout
-    assert "safe length 841,728: a 0.50 GiB margin [5% of KV memory (at least 0.50 GiB)] below the auto-fit 979,456" in out
+    assert ("safe length 841,728: 0.50 GiB of KV memory held back [5% of KV memory (at least 0.50 GiB)] costs 137,728 "
+            "tokens of the 979,456 --max-model-len auto would pick (14%)") in " ".join(out.split())
     assert "the margin costs 14% of the context" in out
 
 
@@ -78,7 +79,7 @@ def test_serve_dry_run_uses_the_same_length_and_says_what_it_costs(cli):
     result = cli("serve", FLASH, "--kv-cache-memory-bytes", "10533407294", "--dry-run", "--json")
     decision = json.loads(result.stdout)["serve_preflight"]
     text = json.dumps(decision)
-    assert "841728" in text.replace(",", "") and "costs 137,728 tokens (14%)" in text
+    assert "841728" in text.replace(",", "") and "costs 137,728 tokens of the 979,456" in text
 
 
 def test_library_entry_for_diagnose():

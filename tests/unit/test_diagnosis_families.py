@@ -250,17 +250,27 @@ def test_every_command_a_family_prints_parses_with_vllms_parser(vllm_available):
     assert seen >= 5
 
 
-def test_an_indexed_message_later_releases_dropped_says_so():
-    """--use-replayssm requires --mamba-backend triton: in the index for vLLM 0.27.1-0.29.0 only."""
+def test_what_later_releases_do_with_an_indexed_check_decides_an_upgrade():
+    """An upgrade is an answer only where the index shows the check itself gone from later releases; a check reworded
+    (the same condition, other words) is no reason to upgrade."""
     from dsv4ctl.catalogue import message_index
 
-    entry = message_index.lookup("ValueError: --use-replayssm requires --mamba-backend triton")
-    assert entry is not None and entry.releases[-1] == "0.29.0"
-    f = _finding("ValueError: --use-replayssm requires --mamba-backend triton")
-    f.id = "indexed_error"
-    f.details.update(package="vllm", releases=list(entry.releases), cite=entry.cite)
-    g = answer(f, None, _timeline(), "<log>")
-    assert g.actions[0].startswith("vLLM 0.30.0 and later no longer print this message")
+    def answered(text: str):
+        entry = message_index.lookup(text)
+        f = _finding(text)
+        f.id = "indexed_error"
+        f.details.update(package="vllm", releases=list(entry.releases), cite=entry.cite, _entry=entry)
+        return entry, answer(f, None, _timeline(), "<log>")
+
+    # --use-replayssm requires --mamba-backend triton: 0.27.1-0.29.0; 0.30.0 words the same check differently.
+    entry, g = answered("ValueError: --use-replayssm requires --mamba-backend triton")
+    assert entry.releases[-1] == "0.29.0" and "reworded" in entry.later
+    assert not any("newer vLLM" in a or "try it with vLLM" in a for a in g.actions)
+    assert g.details["reworded_in"] == entry.later["reworded"]
+    # --use-replayssm does not support speculative decoding: its check is gone from 0.29.0 on.
+    entry, g = answered("ValueError: --use-replayssm does not support speculative decoding")
+    assert entry.later == {"check_gone": "0.29.0"}
+    assert any(a.startswith("The check behind this message is in vLLM") and "from 0.29.0 on" in a for a in g.actions)
 
 
 # Classes a blind held-out set (tests/fixtures/advice_holdout) found answered generically or wrongly.
@@ -277,7 +287,11 @@ HOLDOUT_CLASSES = [
     ("AttributeError: '_OpNamespace' '_C' object has no attribute 'rms_norm'", "vllm_ops_not_loaded", "import vllm._C"),
     ("NotImplementedError: DeepSeek V4 MegaMoE currently requires expert parallel. Enable it with --enable-expert-parallel, "
      "or pick a different moe backend.", "feature_not_supported", "add --enable-expert-parallel"),
-    ("vllm: error: unrecognized arguments: --max-lora-ranks 32", "flag_unknown", "use --max-lora-rank"),
+    ("vllm: error: unrecognized arguments: --max-lora-ranks 32", "flag_unknown", "--max-lora-rank "),
+    # vllm==0.33.0 vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py:1377-1379 ("NIXL transfer failure: %s |
+    # Context: %s"), failure_type "handshake_failed" (:1472)
+    ("NIXL transfer failure: handshake_failed | Context: {'failure_type': 'handshake_failed', 'request_id': "
+     "'chatcmpl-3f9d', 'engine_id': 'decode-0'}", "nixl_handshake_failed", "VLLM_NIXL_SIDE_CHANNEL_HOST"),
 ]
 
 
@@ -289,13 +303,17 @@ def test_holdout_classes_are_answered(line, rule, words):
     assert not any(a.startswith("Start without --enable-expert-parallel") for a in f.actions)
 
 
-def test_an_argparse_refusal_gets_the_nearest_choice_and_the_flag_it_meant(tmp_path):
+def test_an_argparse_refusal_lists_the_choices_and_the_flags_with_its_words(tmp_path):
     log = tmp_path / "argparse.log"
     log.write_text("vllm serve: error: argument --kv-cache-dtype: invalid choice: 'fp8_e4m3fnuz' (choose from 'auto', "
                    "'bfloat16', 'fp8', 'fp8_e4m3', 'fp8_e5m2')\n")
     d = diagnose([log])
     assert d.root_cause.id == "cli_arguments_rejected" and d.root_cause.details["refined_by"] == "value_unknown_choice"
-    assert any("'fp8_e4m3'" in a for a in d.root_cause.actions)
+    # No name is picked by string distance: fp8_e4m3fnuz is not fp8_e4m3. The release's own names are listed.
+    assert not any("Use 'fp8_e4m3'" in a for a in d.root_cause.actions)
+    assert any(a.startswith("The names this release accepts: auto, bfloat16, fp8, fp8_e4m3") for a in d.root_cause.actions)
     log.write_text("vllm serve: error: unrecognized arguments: --max-lora-ranks 32\n")
     d = diagnose([log])
-    assert d.root_cause.details["refined_by"] == "flag_unknown" and any("--max-lora-rank" in a for a in d.root_cause.actions)
+    assert d.root_cause.details["refined_by"] == "flag_unknown"
+    # The flags that hold its words, a lookup in the flag table, offered as a check of the spelling.
+    assert any(a.startswith("Check the spelling") and "--max-lora-rank " in a for a in d.root_cause.actions)

@@ -364,7 +364,12 @@ def test_the_flags_that_feed_an_indexed_check_carry_this_launchs_values():
     assert root.id == "indexed_error"
     assert set(root.details["flags"]) == {"--data-parallel-size", "--elastic-ep-max-dp-size"}
     assert "--data-parallel-size (4 in this launch)" in root.details["flags_text"]
-    assert any(a.startswith("Check the settings this check reads (--") for a in root.actions)
+    # Answered from the raise site: the check, this start's values (the launch's flag, the message's number), the
+    # flag to change and the value that passes, each with the launch's own command.
+    assert root.details["check"] == "if self.elastic_ep_max_dp_size < self.data_parallel_size"
+    assert root.details["check_values"] == {"elastic_ep_max_dp_size": "2", "data_parallel_size": "4"}
+    assert root.actions[0] == ("Set --elastic-ep-max-dp-size at least 4: vllm serve m --data-parallel-size 4 "
+                               "--elastic-ep-max-dp-size 4")
 
 
 def test_the_same_words_raised_elsewhere_are_not_the_indexed_message():
@@ -532,11 +537,11 @@ def test_a_lowercase_dotted_exception_type_is_an_exception():
 def test_argparse_rejecting_a_flag_is_the_cause():
     d = run("usage: vllm serve [model_tag] [options]\n"
             "vllm serve: error: unrecognized arguments: --gpu-memory-utilisation 0.92\n")
-    # The argparse signature, refined by the family that reads the flag: the one it meant.
+    # The argparse signature, refined by the family that reads the flag: this release's flags with its words.
     assert (d.verdict, d.root_cause.id, d.phase) == ("failed", "cli_arguments_rejected", "startup")
     assert d.root_cause.details["refined_by"] == "flag_unknown"
     assert "--gpu-memory-utilisation" in root_texts(d)[0]
-    assert any("use --gpu-memory-utilization" in a for a in d.root_cause.actions)
+    assert any(a.startswith("Check the spelling") and "--gpu-memory-utilization" in a for a in d.root_cause.actions)
 
 
 def test_kubectl_describe_oomkilled_names_the_container_limit():

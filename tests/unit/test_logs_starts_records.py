@@ -361,8 +361,13 @@ def test_an_error_record_in_its_own_words_names_the_cause_when_only_wrappers_fol
     d = diagnose([log])
     assert d.verdict == "failed" and d.root_cause.id == "unrecognized_error"
     assert d.root_cause.evidence[0].text == "Could not reserve the workspace on cuda:0"
-    # Alone, such a line does not fail a start that is still loading.
+    # Alone, such a line is a failure dsv4ctl cannot explain, never "no failure seen": the start ends on it.
     log.write_text("\n".join(log.read_text().splitlines()[:2]) + "\n")
+    d = diagnose([log])
+    assert (d.verdict, d.root_cause.id) == ("failed", "unrecognized_error")
+    # The same line with the process going on after it did not end the start.
+    log.write_text(log.read_text() + "(EngineCore_DP0 pid=2) INFO 10-21 09:00:06 [gpu_model_runner.py:1] Model loading "
+                   "took 10.00 GiB memory and 20.0 seconds\n")
     assert diagnose([log]).verdict == "inconclusive"
 
 
@@ -414,7 +419,9 @@ def test_every_fatal_signature_line_wakes_a_quietly_serving_start():
                 assert kind != core.LineSorter.SKIP, (path.name, line.lineno)
 
 
-def test_a_quietly_serving_start_analyses_only_what_can_matter(tmp_path):
+def test_a_quietly_serving_start_analyses_only_what_can_matter(tmp_path, monkeypatch):
+    from dsv4ctl.diagnosis import run as run_module
+
     ready = (FIXTURES / "request_error_while_serving.log").read_text()
     noise = "".join(
         f"(EngineCore pid=5090) ERROR 10-21 09:30:{i % 60:02d} [scheduler.py:2189] Unexpected: grammar rejected tokens [1] for request r{i}. Terminating request.\n"
@@ -422,6 +429,10 @@ def test_a_quietly_serving_start_analyses_only_what_can_matter(tmp_path):
     )
     log = tmp_path / "serving.log"
     log.write_text(ready + noise)
+    # A paste is read in full: every error while serving is read (a request's traceback is what it was pasted for).
+    assert diagnose([log]).lines_examined > 500
+    # A log read through the prefilter holds what cannot matter while the start serves quietly.
+    monkeypatch.setattr(run_module, "FULL_READ_BYTES", 0)
     d = diagnose([log])
     assert d.verdict == "healthy" and d.lines_examined < 100
     assert any(f.id == "prompt_too_long" for f in d.findings)

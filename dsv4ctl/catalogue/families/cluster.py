@@ -64,10 +64,46 @@ FAMILIES: tuple[Signature, ...] = (
         ),
         patterns=(r"Failed to register worker (?:\S+ )?to Raylet", r"Unable to register worker with raylet"),
         actions=(
+            "Start the server on a Ray node, in the same container as that node's `ray start`: a worker registers with the "
+            "raylet through the session's socket under /tmp/ray, which another container or host does not see",
             "On one node, use vLLM's own multiprocessing instead of Ray: --distributed-executor-backend mp",
             "Look at the raylet's own log on that node: /tmp/ray/session_latest/logs/raylet.out; check df -h /tmp and ray status",
         ),
         source="Ray core_worker.cc (C++, glog); advice: vllm-project/vllm#5495, intel/ipex-llm#12965",
+    ),
+    Signature(
+        id="nixl_handshake_failed",
+        severity="critical",
+        tier=1,
+        title="The NIXL handshake with the remote instance failed{request_text_nixl}",
+        meaning=(
+            "Before it reads a request's KV cache from the remote (prefill) instance, the NIXL connector asks that "
+            "instance's side channel for its metadata: a ZMQ socket at the remote's VLLM_NIXL_SIDE_CHANNEL_HOST:"
+            "VLLM_NIXL_SIDE_CHANNEL_PORT (vllm/envs.py: localhost and 5600 unless set), with a 5-second wait for the "
+            "reply. The reply did not come ({nixl_cause}): the remote instance was down, restarting, or not reachable at "
+            "the address it advertised. With kv_load_failure_policy \"fail\" (the default) the request fails; "
+            "\"recompute\" computes its KV here instead."
+        ),
+        patterns=(
+            # vllm==0.33.0 vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py:1377-1379 "NIXL transfer
+            # failure: %s | Context: %s" with failure_type="handshake_failed" (:1472)
+            r"NIXL transfer failure: (?P<nixl_failure>\w*handshake\w*)(?: \| Context: \{'failure_type': '\w+', "
+            r"'request_id': '(?P<nixl_request>[^']+)')?",
+            # the handshake's own frames (base_worker.py:1164 sock.recv_multipart() under zmq.RCVTIMEO 5000)
+            r"frame: \S*nixl/\S+ in _nixl_handshake",
+        ),
+        actions=(
+            "Check the remote instance is up and its side channel reachable from this node: the address it advertises "
+            "(VLLM_NIXL_SIDE_CHANNEL_HOST must be one this node reaches, not localhost across nodes) and port "
+            "(VLLM_NIXL_SIDE_CHANNEL_PORT): nc -vz HOST PORT",
+            "To compute such requests' KV locally instead of failing them: --kv-transfer-config with "
+            "\"kv_load_failure_policy\": \"recompute\"",
+        ),
+        source=(
+            "vllm==0.33.0 vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py:1161-1164,1377,1472; "
+            "vllm/envs.py:232-233,1721; vllm/config/kv_transfer.py:88 (kv_load_failure_policy: recompute | fail, "
+            "default fail)"
+        ),
     ),
     Signature(
         id="ray_resources_unavailable",

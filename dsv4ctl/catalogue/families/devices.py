@@ -69,8 +69,8 @@ FAMILIES: tuple[Signature, ...] = (
         id="cuda_error_code",
         severity="critical",
         tier=1,
-        title="CUDA error: {cuda_text} ({cuda_name})",
-        meaning="{cuda_meaning}",
+        title="{runtime} error: {cuda_text} ({cuda_name})",
+        meaning="{cuda_meaning} The code's name and text are the {runtime} runtime's own{cuda_cite}.",
         patterns=(
             # torch==2.13.0 c10/cuda/CUDAFunctions.cpp: "Unexpected error from cudaGetDeviceCount(). … Error 804: …"
             r"Error (?P<code>[0-9]+): (?P<cuda_text>[a-z][^.\n]*)",
@@ -84,8 +84,9 @@ FAMILIES: tuple[Signature, ...] = (
         ),
         actions=("{cuda_action}", "{cuda_action_2}", "{cuda_action_3}"),
         source=(
-            "CUDA runtime 13.0.96 cudaGetErrorString (the message index); torch==2.13.0 c10/cuda/CUDAFunctions.cpp; "
-            "advice per code in dsv4ctl/diagnosis/answers.py, each with its threads"
+            "the code's name and text: nvidia-cuda-runtime==13.0.96 include/driver_types.h and cudaGetErrorString "
+            "(catalogue/gpu_errors); torch==2.13.0 c10/cuda/CUDAFunctions.cpp; advice per code in "
+            "dsv4ctl/diagnosis/answers_world.py, each with its threads"
         ),
     ),
     Signature(

@@ -93,8 +93,8 @@ FAMILIES: tuple[Signature, ...] = (
             r"Supported (?:values|options) are|Available (?:options|backends) are)[: ]+(?P<choices>[^\n]+)",
             r"Unsupported (?P<what>connector type): (?P<value>[\w.-]+)",
         ),
-        actions=("Use {nearest_q}, the nearest name this release knows: {serve_choice}", "Use {nearest_q}, the nearest name "
-                 "this release knows", "{first_release_sentence}", "The names this release accepts: {choices_short}"),
+        actions=("Use {nearest_q}, {pick_reason}: {serve_choice}", "Use {nearest_q}, {pick_reason}",
+                 "{first_release_sentence}", "The names this release accepts: {choices_short}"),
         source="Python argparse (invalid choice); vllm==0.32.0 vllm/tokenizers/registry.py:81, vllm/entrypoints/openai/cli_args.py",
     ),
     Signature(

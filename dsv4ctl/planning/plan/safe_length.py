@@ -84,16 +84,18 @@ class SafeLength:
 
     def line(self) -> str:
         """One line: the length, the margin, and what the margin costs in tokens."""
-        margin = f"a {format_gib(self.margin_bytes)} margin [{self.margin_rule}]" if self.margin_bytes else f"a margin of {self.margin_rule}"
+        margin = (f"{format_gib(self.margin_bytes)} of KV memory held back [{self.margin_rule}]" if self.margin_bytes
+                  else f"the margin [{self.margin_rule}]")
         if self.ceiling <= 0:
             return "no safe length: not one token of KV cache fits"
         if self.length <= 0:
-            return f"no safe length: nothing of the auto-fit {format_tokens(self.ceiling)} survives {margin}"
+            return (f"no safe length: of the {format_tokens(self.ceiling)} tokens --max-model-len auto would pick, none "
+                    f"survives {margin}")
         if self.length >= self.model_max:
             return f"safe length {format_tokens(self.length)}, the full context, holds with {margin} to spare"
         return (
-            f"safe length {format_tokens(self.length)}: {margin} below the auto-fit {format_tokens(self.ceiling)} "
-            f"costs {format_tokens(self.cost_tokens)} tokens ({self.cost_fraction:.0%})"
+            f"safe length {format_tokens(self.length)}: {margin} costs {format_tokens(self.cost_tokens)} tokens of the "
+            f"{format_tokens(self.ceiling)} --max-model-len auto would pick ({self.cost_fraction:.0%})"
         )
 
     def cliff_line(self) -> str | None:
