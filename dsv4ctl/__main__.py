@@ -104,12 +104,16 @@ def main(argv: list[str] | None = None) -> int:
             from dsv4ctl.diagnosis.run import prestart
             from dsv4ctl.group.detect import is_group
 
+            # Before the fork: from the first child on, a signal stops diagnose as diagnose's own handlers would (the
+            # children set theirs back to the default themselves).
+            before = {sig: signal.signal(sig, raise_stopped) for sig in STOP_SIGNALS}
             try:
-                if not is_group([early]) and prestart(early):  # a bundle is read otherwise: nothing would adopt it
-                    for sig in STOP_SIGNALS:  # the CLI's own handlers are not in place yet
-                        signal.signal(sig, raise_stopped)
+                started = not is_group([early]) and prestart(early)  # a bundle is read otherwise: nothing would adopt it
             except Exception:  # noqa: BLE001 - only a head start: diagnose's own scan reports what is wrong
-                pass
+                started = False
+            if not started:
+                for sig, handler in before.items():
+                    signal.signal(sig, handler)
         from dsv4ctl.cli import main as cli_main
 
         code = cli_main(argv)

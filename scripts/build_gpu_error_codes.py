@@ -361,9 +361,34 @@ def build_hip(wheels: Path) -> dict:
             "codes": {str(k): codes[k] for k in sorted(codes)}}
 
 
+# ------------------------------------------------------------------------------------ Ascend ACL codes
+TORCH_NPU = Package("torch-npu", "2.14.0", "torch_npu/include/torch_npu/csrc/core/npu")
+_ACL_ROW = re.compile(r'\{(\d+),\s*"((?:[^"\\]|\\.)*)"\}', re.DOTALL)
+
+
+def build_acl(wheels: Path) -> dict:
+    """torch_npu's table of ACL error codes and their texts (the text its checks end with, `[Error]: <text>`):
+    `error_code_map` of NPUErrorCodes.h, each code with its first sentence (what failed) and the rest (what to check)."""
+    pkg = TORCH_NPU
+    header = f"{pkg.include}/NPUErrorCodes.h"
+    text = (unpack(wheels, pkg, [header]) / header).read_text()
+    codes: dict[str, dict] = {}
+    for m in _ACL_ROW.finditer(text):
+        body = m.group(2).replace("\\\n", "").replace("\\n", "\n")
+        body = re.sub(r"\\(.)", r"\1", body)
+        lines = [" ".join(ln.split()) for ln in body.split("\n") if ln.strip()]
+        if not lines:
+            continue
+        codes[m.group(1)] = {"name": f"ACL {m.group(1)}", "text": lines[0], "doc": " ".join(lines[1:]) or None,
+                             "line": text.count("\n", 0, m.start()) + 1}
+    return {"source": _cite(pkg, "NPUErrorCodes.h").replace(pkg.include + "/", "torch_npu/include/torch_npu/csrc/core/npu/"),
+            "codes": dict(sorted(codes.items(), key=lambda kv: int(kv[0])))}
+
+
 def build(wheels: Path) -> dict:
     runtime, driver = build_cuda(wheels)
-    return {"schema": SCHEMA, "cuda_runtime": runtime, "cuda_driver": driver, "hip": build_hip(wheels)}
+    return {"schema": SCHEMA, "cuda_runtime": runtime, "cuda_driver": driver, "hip": build_hip(wheels),
+            "acl": build_acl(wheels)}
 
 
 def render(data: dict) -> str:
@@ -384,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     args.output.write_text(text)
     d = json.loads(text)
     print(f"wrote {args.output} ({len(text.encode())} bytes): "
-          + ", ".join(f"{k} {len(d[k]['codes'])} codes" for k in ("cuda_runtime", "cuda_driver", "hip")))
+          + ", ".join(f"{k} {len(d[k]['codes'])} codes" for k in ("cuda_runtime", "cuda_driver", "hip", "acl")))
     return 0
 
 

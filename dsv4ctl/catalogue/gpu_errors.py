@@ -10,6 +10,7 @@ scripts/build_gpu_error_codes.py from PyPI wheels:
   live in libcuda.so, which no wheel ships).
 - hip: `hipError_t` of hip/hip_runtime_api.h as Triton's wheel ships it for its AMD backend; no text
   (hipGetErrorString's strings are compiled into libamdhip64).
+- acl: Ascend's ACL error codes with torch_npu's texts (torch-npu==2.14.0 NPUErrorCodes.h, `error_code_map`).
 `doc` is the first sentence or two of the header's comment for the code; `cite` is package==version file:line.
 
     from dsv4ctl.catalogue import gpu_errors
@@ -32,11 +33,11 @@ from typing import Any
 
 from dsv4ctl.catalogue.data_file import LazyData
 
-__all__ = ["GpuError", "available", "cuda", "cuda_by_text", "hip", "load_error", "reset"]
+__all__ = ["GpuError", "acl", "available", "cuda", "cuda_by_text", "hip", "load_error", "reset"]
 
 DATA = Path(__file__).with_name("gpu_error_codes.json")
 SCHEMA = 1
-APIS = ("cuda_runtime", "cuda_driver", "hip")
+APIS = ("cuda_runtime", "cuda_driver", "hip", "acl")
 
 
 @dataclass(frozen=True)
@@ -184,5 +185,16 @@ def hip(code_or_name: Any) -> GpuError | None:
             return None
         s = code_or_name.strip()
         return t.by_name["hip"].get(s) or t.by_name_folded["hip"].get(s.lower())
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def acl(code: Any) -> GpuError | None:
+    """The Ascend ACL error for a code (507011 or "507011"), as torch_npu's table names it: `text` its first sentence
+    (what failed), `doc` the rest (what to check). None when unknown."""
+    try:
+        t = _DATA.get()
+        c = _as_int(code)
+        return t.by_code["acl"].get(c) if t is not None and c is not None else None
     except Exception:  # noqa: BLE001
         return None

@@ -123,7 +123,7 @@ CATALOGUE: tuple[Signature, ...] = (
             "{knob_action}",
             "Let vLLM choose the largest length that fits: --max-model-len auto",
             "Store the KV cache in fp8, half the memory of bf16: --kv-cache-dtype fp8",
-            "Give the KV cache more memory: raise --gpu-memory-utilization, or add GPUs (tensor/pipeline parallel)",
+            "Give the KV cache more memory: {more_memory_text}",
         ),
         source="vllm/v1/core/kv_cache_utils.py _check_enough_kv_cache_memory / _auto_fit_max_model_len",
         next_command="dsv4ctl fit-length {model} --from-log {log}{_fit_flags}",
@@ -442,9 +442,9 @@ CATALOGUE: tuple[Signature, ...] = (
         ),
         patterns=(r"No available shared memory broadcast block found in (?P<seconds>[0-9]+) seconds",),
         actions=(
-            "Find the process that stopped progressing: the last lines of each Worker/EngineCore before this one",
-            "If a compile or capture was running, give it time; if it repeats for many minutes, rerun with "
-            "--enforce-eager to rule out compilation and CUDA-graph capture",
+            "Find the process that stopped progressing: the last lines of each Worker/EngineCore before this one, and "
+            "where each stands now: py-spy dump --pid PID of each vLLM process",
+            "{compile_action}",
         ),
         source="vllm==0.32.0 vllm/distributed/device_communicators/shm_broadcast.py:109; "
         "vllm==0.27.1 vllm/distributed/device_communicators/shm_broadcast.py:105",

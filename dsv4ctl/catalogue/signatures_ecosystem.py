@@ -188,15 +188,18 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(
         id="eco_worker_sigbus",
         severity="critical",
-        title="A vLLM process was killed by SIGBUS (exit code -7): shared memory exhausted",
+        title="A vLLM process was killed by SIGBUS: shared memory exhausted",
         meaning=(
-            "A vLLM process ended with signal 7 (SIGBUS). vLLM's processes exchange data through /dev/shm; "
-            "when it is full, touching a page of a shared segment raises SIGBUS, so this almost always means "
-            "/dev/shm is too small (containers get 64 MiB by default)."
+            "A vLLM process got signal 7 (SIGBUS, a bus error). vLLM's, NCCL's and Ray's processes exchange data "
+            "through /dev/shm; when it is full, touching a page of a shared segment raises SIGBUS, so this almost "
+            "always means /dev/shm is too small (containers get 64 MiB by default)."
         ),
         patterns=(
             r"died unexpectedly \(exit code: -7\)",
             r"Failed core proc\(s\): \{[^}]*: -7[,}]",
+            # abseil's failure signal handler, as Ray's processes print it (ray==2.60.0 ray/core/src/ray/raylet/raylet:
+            # "*** %s received at time=%ld%s ***")
+            r"\*\*\* SIGBUS received at time=",
         ),
         actions=(
             "Give the container the host's IPC namespace or a bigger /dev/shm: docker run --ipc=host … "

@@ -503,6 +503,9 @@ SIGNATURES: tuple[Signature, ...] = (
             r"This model's maximum context length is (?P<max_len>[0-9]+) tokens\. However, ",
             r"The decoder prompt \(length (?P<prompt_len>[0-9]+)\) (?:plus the number of requested output tokens "
             r"\(at least 1\) )?is longer than the maximum model length of (?P<max_len>[0-9]+)",
+            # the V0 scheduler, which drops such a request (vllm==0.6.3 vllm/core/scheduler.py:897; the limit is
+            # max_model_len, or min(max_model_len, max_num_batched_tokens) without chunked prefill: :756-762)
+            r"Input prompt \((?P<prompt_len>[0-9]+) tokens\) is too long and exceeds limit of (?P<max_len>[0-9]+)",
         ),
         actions=(
             "Shorten the prompt or ask for fewer output tokens (max_tokens) in the client",

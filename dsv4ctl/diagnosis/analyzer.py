@@ -163,6 +163,7 @@ class StartAnalyzer:
         # A V0 engine's config lines printed again by the same process after its engine began: the main module ran
         # again (a spawned child importing an unguarded script); (the first line, the repeat).
         self._pre_engine: dict[str, LogLine] | None = {}
+        self._compiling: dict[tuple[str, str | None], LogLine] = {}  # torch.compile's suffix line, per process
         self.rerun: tuple[LogLine, LogLine] | None = None
 
     @property
@@ -232,6 +233,8 @@ class StartAnalyzer:
         # An access line proves the API server answered, not that the process that logged an error went on: the
         # answers decide that separately (`_answered`).
         self._records_of(line, seq, order, not answer_line and any(ev.phase not in ("failed", "shutdown") for ev in events))
+        if "TORCHDYNAMO_VERBOSE=1" in msg:
+            self._compile_suffix(line)
         if (kernel := kernel_of(msg, coredump=line.process == "coredump")) is not None:
             dumps = [r for r in self.records if r.kind == "coredump" and "kernel" not in r.details]
             if dumps:
@@ -265,6 +268,16 @@ class StartAnalyzer:
                 pending = self._unsettled.get((line.source, line.process))
                 if pending and rec in pending:
                     pending.remove(rec)
+
+    def _compile_suffix(self, line: LogLine) -> None:
+        """torch.compile's own words after the error it failed on (torch==2.14.1 torch/_dynamo/exc.py: "Set
+        TORCHDYNAMO_VERBOSE=1 for the internal stack trace …", the end of a BackendCompilerFailed message): the error
+        just above it in the same process was raised while compiling."""
+        for rec in reversed(self.records[-8:]):
+            if _near_end(rec, line):
+                rec.details["compiling"] = True
+                return
+        self._compiling[(line.source, line.process)] = line  # the record is still being assembled
 
     def _answered(self, status: str | None, msg: str, line: LogLine, seq: int, progress_before: int) -> None:
         """The server answered (an access line with its status, or the throughput line; one that reports no tokens
@@ -319,6 +332,9 @@ class StartAnalyzer:
     def _add_record(self, rec: ErrorRecord) -> None:
         if rec.line.level not in _ERROR_LEVELS:
             return  # a traceback logged at INFO/WARNING level: vLLM handled it
+        suffix = self._compiling.pop((rec.line.source, rec.line.process), None)
+        if suffix is not None and _near_end(rec, suffix):
+            rec.details["compiling"] = True
         self.evidence_seen = True
         # Weak records (ERROR lines in words of their own) have a cap of their own: a log full of them
         # never crowds out the traceback that holds the cause.
@@ -361,6 +377,12 @@ class StartAnalyzer:
 
     def occurrences(self, sig_id: str) -> int:
         return sum(n for (sid, _, _), n in self.hit_counts.items() if sid == sig_id)
+
+
+def _near_end(rec: ErrorRecord, line: LogLine) -> bool:
+    """Whether `line` is the end of `rec` or within three lines after it, in the same process."""
+    end = rec.end or rec.line
+    return end.source == line.source and end.process == line.process and 0 <= line.lineno - end.lineno <= 3
 
 
 def window_of(a: StartAnalyzer, seq: int) -> str:

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from dsv4ctl.catalogue.signature import Signature
+from dsv4ctl.diagnosis.answers_devices import DERIVE as _DEVICES
 from dsv4ctl.diagnosis.answers_values import DERIVE as _VALUES
 from dsv4ctl.diagnosis.answers_world import DERIVE as _WORLD
 from dsv4ctl.diagnosis.evidence import command_parts, fill
@@ -24,7 +25,7 @@ from dsv4ctl.logs.records import ErrorRecord
 from dsv4ctl.logs.timeline import StartupTimeline
 
 Derive = Callable[[dict[str, Any], StartupTimeline], "dict[str, Any] | None"]
-DERIVE: dict[str, Derive] = {**_VALUES, **_WORLD}
+DERIVE: dict[str, Derive] = {**_VALUES, **_WORLD, **_DEVICES}
 
 ANSWERED = ("indexed_error", "unrecognized_error")
 # Signatures whose own advice is general (check the flag list): a family that reads the message's values says more.
@@ -73,7 +74,7 @@ def answer(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, log: str
                 continue
             answered = _apply(rule, m.groupdict(), f, record, tl, log, FAMILY_OF.get(rule.id, ""))
             if answered is not None:
-                return answered
+                return _with_check(answered, tl)
             break
     if f.id in REFINED:
         return f
@@ -115,6 +116,23 @@ def answer_scoped(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, l
     return replace(out, id=f.id, role=f.role, severity=f.severity,
                    tier=f.tier, meaning=meaning, actions=_dedupe(out.actions + [a for a in f.actions if a not in out.actions]),
                    details=details, title=f"{f.title}: {out.title}" if out.title and out.title not in f.title else f.title)
+
+
+def _with_check(f: Finding, tl: StartupTimeline) -> Finding:
+    """A family's answer to an indexed message, with what its check reads where the index knows the helpers the check
+    calls (`self.draft_model_config.uses_mrope` -> what uses_mrope reads of the model's config)."""
+    entry = f.details.get("_entry")
+    if entry is None or not entry.check or entry.package != "vllm":
+        return f
+    from dsv4ctl.catalogue import message_index
+    from dsv4ctl.diagnosis import raise_site
+
+    ex = raise_site.explain(entry.check, entry.template, str(f.details.get("message") or ""), tl, message_index.helper)
+    if ex is None or not ex.helpers:
+        return f
+    reads = " ".join(f"`{n}`: {t}." for n, t in ex.helpers)
+    return replace(f, meaning=f"{f.meaning} The check where it is raised: `{entry.check}`. {reads}",
+                   details={**f.details, "check": entry.check, "check_helpers": [f"{n}: {t}" for n, t in ex.helpers]})
 
 
 def _from_raise_site(f: Finding, tl: StartupTimeline) -> Finding | None:

@@ -8,6 +8,7 @@ import shlex
 from dataclasses import replace
 
 from dsv4ctl.diagnosis import reading
+from dsv4ctl.diagnosis.answers_parts import part_of
 from dsv4ctl.diagnosis.answers_reading import frames_of, where_of
 from dsv4ctl.diagnosis.model import Finding
 from dsv4ctl.logs.records import ErrorRecord
@@ -52,7 +53,10 @@ def plain(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, log: str)
     packages = list(dict.fromkeys(p for p in (reading.package_of(fr.file) for fr in frames) if p))
     fr = frames[-1] if frames else None
     parts = []
-    if meaning_of:
+    cpp = reading.cpp_meaning(message)
+    if cpp:
+        parts.append(f"This is a C++ library's message: {cpp}.")
+    elif meaning_of:
         parts.append(f"{short}: {meaning_of}.")
     if fr is not None:
         owner = reading.package_of(fr.file)
@@ -61,6 +65,10 @@ def plain(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, log: str)
         parts.append(f"The message is {f.details.get('package', 'vllm')}'s ({f.details['cite']}).")
     parts.append("No rule of dsv4ctl's covers this message; what the log shows of it is quoted below.")
     actions: list[str] = []
+    part = part_of([fr.file for fr in frames])
+    if part is not None:
+        parts.insert(-1, f"It came from {part.name}. {part.sentence}")
+        actions += part.actions
     lead = f.evidence[0] if f.evidence else None
     if lead is not None and log not in ("<log>", "-", "") and lead.line > 1:
         start = max(1, lead.line - 40)
@@ -74,7 +82,7 @@ def plain(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, log: str)
     advice = reading.advice_of(message)
     if advice:
         actions.insert(0, f"The message's own advice: {advice}")
-    details = {"reading": "plain", "packages": packages, **(details_lines if lead is not None and log not in (
+    details = {"reading": "plain", "packages": packages, **({"part": part.name} if part else {}), **(details_lines if lead is not None and log not in (
         "<log>", "-", "") and lead.line > 1 else {})}
     next_look = next((a.split(": ", 1)[1] for a in actions if a.startswith(("Read what", "See the versions"))), None)
     if next_look:

@@ -123,8 +123,8 @@ def answer(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, texts: l
     if inner is not None and exception and inner[0] != exception:
         # A wrapper (InductorError, BackendCompilerFailed, a worker's re-raise) carries the error that happened.
         exception, message = inner
-    for build in (_ipc_removed, _safetensors, _tool_call_json, _shortage, _os_error, _api_mismatch, _loader_key,
-                  _foreign_check):
+    for build in (_ipc_removed, _safetensors, _tool_call_json, _json_in_config, _shortage, _os_error, _api_mismatch,
+                  _loader_key, _foreign_check):
         out = build(f, record, tl, texts, exception, message)
         if out is not None:
             return _with_advice(out, message)
@@ -185,7 +185,7 @@ def _shortage(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, texts
     numbers = f": {found.numbers_text}" if found.numbers_text else ""
     title = f"{found.what[0].upper()}{found.what[1:]} ran out{numbers}"
     if found.resource == "gpu_shared_memory":
-        title = f"A kernel needs more of the GPU's shared memory than it has{numbers}"
+        title = f"A kernel asks for more than this GPU's shared memory limit per thread block{numbers}"
     arithmetic = f" ({found.arithmetic})" if found.arithmetic else ""
     kernel = _innermost_of(record)
     where = f" The innermost frame: {kernel.function} in {kernel.file.rsplit('/', 1)[-1]}:{kernel.lineno}." if kernel else ""
@@ -262,12 +262,16 @@ def _tool_call_json(f: Finding, record: ErrorRecord | None, tl: StartupTimeline,
                     message: str) -> Finding | None:
     if not exception.endswith("JSONDecodeError") or record is None:
         return None
-    parser = next((m.group("parser") for fr in record.frames if (m := _TOOL_PARSER_RE.search(fr.file))), None)
+    # The parser from its frames, else from the file vLLM's log record names ("[hermes_tool_parser.py:111]").
+    files = [fr.file for fr in record.frames] + ["tool_parsers/" + (ln.fileinfo or "").split(":")[0]
+                                                 for ln in (record.line, record.headline) if ln is not None]
+    parser = next((m.group("parser") for f in files if (m := _TOOL_PARSER_RE.search(f)) and m.group("parser") != "abstract"),
+                  None)
     if parser is None:
         return None
     logged = record.headline is not None and "Error in extracting tool call" in record.headline.message
     title = f"The model's tool call is not valid JSON ({parser} tool parser)"
-    meaning = (f"vLLM's {parser} tool parser read a tool call the model wrote and its JSON is invalid ({message}): "
+    meaning = (f"vLLM's {parser} tool parser read a tool call in the model's output and its JSON is invalid ({message}): "
                "malformed, or cut short.")
     if logged:
         meaning += (" The parser logs this and answers with the model's text as the message content, without a tool "
@@ -279,6 +283,38 @@ def _tool_call_json(f: Finding, record: ErrorRecord | None, tl: StartupTimeline,
         "format reads its output as malformed",
     ]
     return _finish(f, title, meaning, actions, {"reading": "tool_call_json", "parser": parser})
+
+
+# CPython's JSON decoder's messages (Lib/json/decoder.py, scanner): what the text was not.
+_JSON_MESSAGE_RE = re_cache.compile(
+    r"(?P<what>Expecting value|Expecting property name enclosed in double quotes|Expecting '[,:]' delimiter|Extra data"
+    r"|Unterminated string starting at|Invalid control character at|Invalid \\escape): line (?P<line>[0-9]+) column "
+    r"(?P<col>[0-9]+) \(char (?P<char>[0-9]+)\)")
+_CONFIG_VALIDATION_RE = re_cache.compile(r"validation errors? for (?P<cls>\w*Config)\b")
+
+
+def _json_in_config(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, texts: list[str], exception: str,
+                    message: str) -> Finding | None:
+    """A JSON decoder's message as a config class's validation error: a JSON file read while building the
+    configuration (the model directory's config.json and the other *.json files) is not valid JSON."""
+    m = _JSON_MESSAGE_RE.search(message)
+    cls = next((c.group("cls") for t in [message, *texts] if (c := _CONFIG_VALIDATION_RE.search(t))), None)
+    if m is None or cls is None:
+        return None
+    empty = m.group("char") == "0"
+    model = tl.model if tl.model and tl.model.startswith("/") else None
+    title = f"A JSON file read for {cls} is not valid JSON ({m.group(0)})"
+    meaning = (f"Building vLLM's {cls} read a file as JSON and Python's JSON decoder refused it: {m.group(0)}."
+               + (" At line 1 column 1 (char 0) the text is empty or does not start as JSON at all: an empty file, a Git "
+                  "LFS pointer, or an HTML page saved in its place." if empty else "") +
+               " The files read there are the model directory's JSON files (config.json, generation_config.json, "
+               "preprocessor_config.json, tokenizer_config.json) and a JSON value given on the command line.")
+    where = shlex.quote(model) if model else "MODEL_DIR"
+    actions = [f"Find the file that is not JSON: for f in {where}/*.json; do python3 -m json.tool \"$f\" >/dev/null || "
+               "echo \"$f\"; done" if model else
+               "Find the file that is not JSON: run python3 -m json.tool on each *.json of the model directory",
+               "Download that file again whole (git lfs pull in a git clone, or hf download REPO FILE)"]
+    return _finish(f, title, meaning, actions, {"reading": "json_in_config", "config_class": cls})
 
 
 def _os_error(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, texts: list[str], exception: str,
@@ -414,9 +450,13 @@ def _loader_key(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, tex
                 message: str) -> Finding | None:
     """A KeyError in a model's weight loader: the checkpoint names a tensor the model code does not have (or the
     reverse): checkpoint and model implementation are out of step."""
-    if not exception.endswith("KeyError") or record is None or not (record.functions & _LOADER_FUNCTIONS):
+    if not exception.endswith("KeyError") or record is None:
         return None
     key = message.split(":", 1)[-1].strip() if ":" in message else message
+    # A key named like a checkpoint's tensor (a dotted path ending in .weight, .bias, a scale) is a weight, frames or not.
+    weight_named = re.fullmatch(r"['\"]?[\w.]+\.(?:weight|bias|\w*scale\w*|qweight|qzeros|scales|zeros|g_idx)['\"]?", key)
+    if not (record.functions & _LOADER_FUNCTIONS) and not weight_named:
+        return None
     fr = next((x for x in reversed(record.frames) if x.function in _LOADER_FUNCTIONS), None)
     where = f" in {where_of(fr)}" if fr else ""
     package = reading.package_of(fr.file) if fr else None
@@ -429,5 +469,12 @@ def _loader_key(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, tex
                f"{reading.DISTRIBUTION.get(package or 'vllm', package or 'vllm')}",
                "Check the checkpoint's files are the release the card describes (config.json's architectures and "
                "quantization_config; the shard index model.safetensors.index.json lists every tensor name)"]
+    if re.search(r"\bmtp\b|mtp_|\.mtp\.|nextn|draft", key, re.I):
+        # A weight of a speculative (draft) head: the launch asked for a draft method whose weights the checkpoint does
+        # not have under that name.
+        meaning += (" The name is a speculative-decoding head's (MTP / draft): the method --speculative-config asked for "
+                    "expects weights this checkpoint does not ship under that name.")
+        actions.insert(0, "Check --speculative-config's method against the draft weights the checkpoint ships (its "
+                          "config.json and model card name them: an MTP head, or a separate drafter)")
     return _finish(f, title, meaning, actions, {"reading": "loader_key", "key": key[:200]},
                    f"pip show {reading.DISTRIBUTION.get(package or 'vllm', package or 'vllm')}")

@@ -227,9 +227,17 @@ def _unknown_choice(d: Details, tl: StartupTimeline) -> Details | None:
                        or any(_fold(c) == _fold(value) for c in vllm_flags.choices(registry, r))]
             d = {**d, "_holding": holding}
     platform = _platform(d)
+    from_message = bool(_split_choices(d.get("choices")))
+    release_known = bool(tl.vllm_version) and registry is not None and vllm_flags.resolved_release(tl.vllm_version) is not None \
+        and vllm_flags.resolved_release(tl.vllm_version).exact
+    if not from_message and not release_known:
+        # The release that refused it is not in the log: another release's names would be offered as this build's.
+        choices = []
     offered = [c for c in choices if c != value and _of_platform(c, platform)]
     out: Details = {"what": what.replace("Invalid ", ""), "value_q": f"'{value}'"}
-    out["choice_sentence"] = f"The launch asked for {what} '{value}', which this vLLM does not have."
+    out["choice_sentence"] = (f"The launch asked for {out['what']} '{value}', which this vLLM build does not have: the "
+                              "recipe, image or launcher that asked for it was written for another build (another "
+                              "release, or a fork), or the name is mistyped.")
     if choices:
         out["choices_short"] = ", ".join(choices[:24]) + (" …" if len(choices) > 24 else "")
     same = next((c for c in offered if _fold(c) == _fold(value)), None)
@@ -245,14 +253,26 @@ def _unknown_choice(d: Details, tl: StartupTimeline) -> Details | None:
                 out["serve_choice"] = cmd
     holding = d.get("_holding") or []
     if first and holding:
+        from dsv4ctl.catalogue import vllm_flags  # (loaded above when `first` was found)
+
         span = holding[0] if len(holding) == 1 else f"{holding[0]}–{holding[-1]}"
-        running = f"this vLLM ({tl.vllm_version})" if tl.vllm_version else "the running vLLM"
+        indexed = vllm_flags.releases()
+        if indexed and holding[-1] == indexed[-1] and holding[0] == indexed[0]:
+            # Every release indexed registers it, and this build refused it: a build where it was renamed or dropped.
+            out["first_release_sentence"] = (
+                f"'{value}' is registered in every vLLM release dsv4ctl indexed ({span}), and this build refused it: "
+                "this build is one where it was renamed or dropped (a development build or a fork); its own names are "
+                "in vllm serve --help=all, or run a release that registers it")
+        else:
+            running = f"this vLLM ({tl.vllm_version})" if tl.vllm_version else "the running vLLM"
+            out["first_release_sentence"] = (
+                f"'{value}' is a {out['what']} of vLLM {span} (of the releases dsv4ctl indexed), not of {running}: the "
+                "recipe, image or launcher that asked for it and this vLLM build are from different releases; use the "
+                "vLLM release it was written for, or the name this release has for it")
+    elif not first:
         out["first_release_sentence"] = (
-            f"'{value}' is a {out['what']} of vLLM {span} (of the releases dsv4ctl indexed), not of {running}: the recipe, "
-            "image or launcher that asked for it and this vLLM build are from different releases; use the vLLM release "
-            "it was written for, or the name this release has for it")
-    if not choices and not first:
-        return None
+            f"No vLLM release dsv4ctl indexed has {out['what']} '{value}': the recipe or launcher is out of step with this "
+            "image; bring the two to matching versions (update the recipe or pull the image it was written for)")
     return out
 
 
@@ -322,6 +342,14 @@ def _missing(d: Details, tl: StartupTimeline) -> Details | None:
     if not path or path.startswith("/dev/"):
         return None
     kind, sentence, action = _path_kind(path if not d.get("kind_hint") else path + "/lora-adapter")
+    if not path.startswith("/"):
+        # A relative path resolves against the process's working directory; the message's own "Tried:" list says where
+        # else it looked (the package's own folder, for a chat template).
+        tried = f" It looked in: {d['tried']}." if d.get("tried") else ""
+        sentence = (f"{path} is a relative path: it resolves against the working directory of the server process, which "
+                    f"does not have it.{tried} A path such as examples/… of a recipe points into vLLM's source "
+                    "repository, which the installed package does not include: download the file (or git clone the "
+                    "repository) and pass its absolute path.")
     parent = posixpath.dirname(path.rstrip("/")) or "/"
     return {"path_kind": kind, "path_sentence": sentence, "path_action": action, "parent_q": shlex.quote(parent),
             "mount_action": ("In a container, the path must be inside a mounted volume: docker inspect -f '{{json .Mounts}}' "

@@ -12,130 +12,6 @@ from dsv4ctl.logs.timeline import StartupTimeline
 
 Details = dict[str, Any]
 
-# What CUDA runtime error codes mean in a vLLM deployment, by code, with the threads behind the fix. The code's name and
-# text are not written here: they come from the CUDA runtime's own headers and cudaGetErrorString
-# (catalogue/gpu_errors, generated from nvidia-cuda-runtime's wheel).
-CUDA_CODES: dict[int, tuple[str, tuple[str, ...]]] = {
-    1: ("A CUDA call got an argument it refuses. In vLLM this is usually a collective or kernel set-up on a topology it does "
-        "not support (custom all-reduce, DeepEP), or a kernel given an empty or oversized shape.",
-        ("Rerun with CUDA_LAUNCH_BLOCKING=1 so the failing call raises at its own line",
-         "If the frames are in all-reduce or communicator set-up: --disable-custom-all-reduce (vllm-project/vllm#5613)")),
-    2: ("The GPU had no memory left for an allocation outside PyTorch's caching allocator (a kernel workspace, NCCL, a CUDA graph).",
-        ("Leave more memory outside the KV cache: a lower --gpu-memory-utilization",
-         "Or capture fewer CUDA graphs: --enforce-eager to confirm, then a smaller --max-cudagraph-capture-size")),
-    3: ("CUDA could not initialise in this process: the driver is not loaded, or CUDA was initialised in a parent before fork.",
-        ("Check the driver on the node: nvidia-smi", "Start workers with spawn: VLLM_WORKER_MULTIPROC_METHOD=spawn")),
-    35: ("The installed NVIDIA driver is older than the CUDA runtime this torch/vLLM build ships.",
-         ("Upgrade the host driver to one that supports the build's CUDA (nvidia-smi shows the driver's CUDA; python -c "
-          "'import torch; print(torch.version.cuda)' the build's)", "Or install a torch/vLLM build for the driver's CUDA "
-          "(nagadomi/nunif#702)")),
-    100: ("This process sees no GPU at all: the container was started without GPUs, or CUDA_VISIBLE_DEVICES is empty or wrong.",
-          ("Give the container its GPUs: docker run --gpus all (on Kubernetes a nvidia.com/gpu limit and the NVIDIA runtime class)",
-           "Check inside the container: nvidia-smi -L; echo $CUDA_VISIBLE_DEVICES")),
-    101: ("A process asked for a GPU index this node does not have: more ranks than visible GPUs, or CUDA_VISIBLE_DEVICES lists fewer.",
-          ("Make TP × PP (× local DP) equal the GPUs visible on the node: nvidia-smi -L; echo $CUDA_VISIBLE_DEVICES",)),
-    209: ("The build has no kernels compiled for this GPU's architecture.",
-          ("Use a vLLM/torch build whose TORCH_CUDA_ARCH_LIST includes this GPU (nvidia-smi --query-gpu=compute_cap --format=csv)",)),
-    400: ("A CUDA handle (a stream, event or IPC memory handle) was not valid in this process: IPC across containers or nodes, "
-          "or a communicator (DeepEP/NVSHMEM) set up for another fabric.",
-          ("If the frames are DeepEP's: another --all2all-backend, or enable IBGDA / the MNNVL fabric API for it (vllm-project/vllm#39925)",
-           "Rerun with CUDA_LAUNCH_BLOCKING=1 so the failing call raises at its own line")),
-    719: ("A kernel faulted (often an Xid error in the kernel log): the GPU's state is lost for this process.",
-          ("Look for Xid errors on the node: dmesg | grep -i xid", "Reset or drain the GPU if they repeat: nvidia-smi -q -d ECC,PAGE_RETIREMENT")),
-    802: ("On NVSwitch systems (HGX H100/H200/B200) CUDA waits for the fabric manager, which is not running or not the driver's version.",
-          ("Start the fabric manager of the same version as the driver: systemctl enable --now nvidia-fabricmanager "
-           "(gpustack/gpustack#1254)", "Check its state: systemctl status nvidia-fabricmanager; nvidia-smi -q | grep -i fabric")),
-    803: ("The CUDA driver library this process loaded (libcuda.so.1) does not match the kernel driver: in a container, the "
-          "image's CUDA forward-compatibility library (cuda-compat) was loaded over the host driver's.",
-          ("Let the host driver's libcuda win: remove the compat path from the loader (rm -f /etc/ld.so.conf.d/cuda-compat.conf && "
-           "ldconfig in the image), or VLLM_ENABLE_CUDA_COMPATIBILITY=0 where the image supports it (vllm-project/vllm#33992)",)),
-    804: ("CUDA forward compatibility works only on datacenter GPUs; on this GPU the image's CUDA needs a newer host driver.",
-          ("Upgrade the host driver to one that supports the image's CUDA natively, or use an image for an older CUDA "
-           "(gpustack/gpustack#1254, vllm-project/vllm#4940)",)),
-    999: ("CUDA could not talk to the driver: usually the nvidia_uvm module is missing or broken (after a suspend, or /dev/nvidia-uvm "
-          "not passed into the container).",
-          ("Reload the UVM module with no GPU process running: sudo modprobe -r nvidia_uvm && sudo modprobe nvidia_uvm (pytorch/pytorch#49081)",
-           "In a container, check /dev/nvidia-uvm exists: ls -l /dev/nvidia-uvm*")),
-}
-
-
-# A ROCm log: torch's HIP build prints HIP's errors (and, where hipify kept the word, "CUDA error: "); its codes are
-# HIP's, named by HIP's own enum, not NVIDIA's.
-_ROCM_RE = re.compile(r"\bHIP error\b|hipError\w+|\bROCm\b|/opt/rocm|\bamdgpu\b|\bgfx9[0-9a-f]{2}\b|torch\.version\.hip")
-
-
-def _cuda(d: Details, tl: StartupTimeline) -> Details | None:
-    from dsv4ctl.catalogue import gpu_errors  # the CUDA runtime's own names and texts: loaded by the answers that ask
-
-    if _ROCM_RE.search(d.get("_texts") or ""):
-        code = d.get("code")
-        found = gpu_errors.hip(int(code)) if code else gpu_errors.hip(str(d.get("cuda_name") or ""))
-        if found is None:
-            return None
-        return {"runtime": "HIP", "cuda_name": f"{found.name}, {found.code}", "cuda_text": d.get("cuda_text") or found.name,
-                "cuda_meaning": (found.doc or f"HIP reported {found.name}.") + " This is a ROCm (AMD) log: the code is "
-                "HIP's, not the CUDA runtime's.", "cuda_cite": f" ({found.cite})" if found.cite else "",
-                "cuda_action": "Check the GPU is one this ROCm build supports: rocminfo | grep gfx, and python -c 'import "
-                "torch; print(torch.version.hip)'"}
-    found = None
-    for key in ("code", "cuda_name", "cuda_text"):
-        value = d.get(key)
-        if value:
-            found = gpu_errors.cuda(int(value) if key == "code" else str(value).strip())
-            if found is not None:
-                break
-    if found is None or found.code not in CUDA_CODES:
-        return None
-    meaning, actions = CUDA_CODES[found.code]
-    cite = f" ({found.cite})" if found.cite else ""
-    out: Details = {"runtime": "CUDA", "cuda_name": f"{found.name}, {found.code}",
-                    "cuda_text": found.text or found.doc or found.name, "cuda_meaning": meaning, "cuda_cite": cite}
-    for key, action in zip(("cuda_action", "cuda_action_2", "cuda_action_3"), actions):
-        out[key] = action
-    return out
-
-
-def _custom_ar(d: Details, tl: StartupTimeline) -> Details:
-    return with_command("serve_disable_car", serve_with(tl, {"disable_custom_all_reduce": True}))
-
-
-def _deepep(d: Details, tl: StartupTimeline) -> Details:
-    now = arg(tl, "all2all_backend")
-    other = "allgather_reducescatter" if now != "allgather_reducescatter" else "naive"
-    cmd = serve_with(tl, {"all2all_backend": other})
-    return {"a2a_other": cmd or f"--all2all-backend {other}"}
-
-
-_NPU = {
-    "NPU out of memory": ("The NPU ran out of memory ({code} more was asked for).",
-                          "Leave more NPU memory free: a lower --gpu-memory-utilization, --max-num-seqs or --max-model-len",
-                          "Reduce fragmentation: PYTORCH_NPU_ALLOC_CONF=expandable_segments:True"),
-    "EI0006": ("HCCL timed out waiting for a socket from another rank: that rank is stuck or unreachable.",
-               "Find the rank that did not arrive (its own log); raise HCCL_CONNECT_TIMEOUT only if it was merely slow",
-               "Check the ranks reach each other on the HCCL interface (HCCL_SOCKET_IFNAME)"),
-    "Invalid device id": ("The process asked for an NPU index the visible devices do not have.",
-                          "Use a contiguous ASCEND_RT_VISIBLE_DEVICES range, so that logical ids start at 0",
-                          "With Ray: RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES=1 and ASCEND_RT_VISIBLE_DEVICES on each node"),
-    "undefined symbol": ("torch_npu, CANN and vllm-ascend are not the combination they were built for.",
-                         "Install the torch_npu / CANN / vllm-ascend versions the vllm-ascend release documents (or its image)",
-                         "Install vllm first, then vllm-ascend, so that vllm-ascend's pinned torch wins"),
-}
-
-
-def _npu(d: Details, tl: StartupTimeline) -> Details | None:
-    kind = d.get("npu_kind") or ""
-    code = d.get("npu_code") or ""
-    key = kind or ("EI0006" if code == "EI0006" else "")
-    if key in _NPU:
-        meaning, a1, a2 = _NPU[key]
-        return {"npu_code": code or kind, "npu_meaning": meaning.format(code=code), "npu_action": a1, "npu_action_2": a2}
-    if code.startswith("5070") or re.match(r"E[0-9A-Z][0-9]{4}", code):
-        return {"npu_code": code, "npu_meaning": f"The CANN runtime reported {code}: an operator failed on the NPU.",
-                "npu_action": "Rerun with ASCEND_LAUNCH_BLOCKING=1 to name the failing operator (then unset it: it is slow)",
-                "npu_action_2": "Read the device log (plog, under ~/ascend/log) for the code behind it"}
-    return None
-
-
 # Top-level modules operators find missing, with the distribution that provides each, as its wheel's metadata names it
 # (pip download <dist> --no-deps: mooncake-transfer-engine 0.3.13.post1 ships `mooncake`, nixl 1.5.2 `nixl`, lmcache
 # 0.5.6 `lmcache`, flashinfer-python 0.7.4 `flashinfer`, hf_transfer 0.1.9, ray 2.60.0, triton 3.9.0, torch-npu 2.14.0
@@ -187,10 +63,11 @@ def _module(d: Details, tl: StartupTimeline) -> Details | None:
     if importer is not None and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", top):
         dist = reading.DISTRIBUTION.get(importer, importer)
         return {"module_sentence": f"{module} is imported by {importer}'s code and is not installed in this Python environment. "
-                "No package dsv4ctl knows provides it, and a module's name does not say which package does (it may be a part "
-                f"that {importer} builds itself).",
+                "No package dsv4ctl knows provides it, and a module's name does not say which package does: it may be a "
+                f"compiled part of {importer} (an extension its own build makes).",
                 "module_action": f"See whether {importer} ships it: pip show -f {dist} | grep -i {top} (if it should and does not, "
-                f"{importer}'s installation is incomplete: reinstall {importer} built for this platform)",
+                f"{importer}'s installation is incomplete: rebuild or reinstall {importer} for this platform, or use an "
+                "image that ships it)",
                 "module_action_2": f"Else install what {importer}'s requirements name for it; then check: python -c 'import {top}'"}
     if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", top):
         return {"module_sentence": f"{module} is not installed in the Python environment vLLM runs in. No package dsv4ctl knows "
@@ -338,7 +215,7 @@ def _seqs(d: Details, tl: StartupTimeline) -> Details:
 
 def _util(d: Details, tl: StartupTimeline) -> Details:
     now = arg(tl, "gpu_memory_utilization")
-    return {"util_hint": f" (this launch: {now})" if now else " (the default is 0.9)"}
+    return {"util_hint": f" (this launch: {now})" if now else " (the log does not show it; vLLM 0.27.1-0.33.0 default to 0.92)"}
 
 
 def _kv_len(d: Details, tl: StartupTimeline) -> Details:
@@ -366,6 +243,9 @@ def _nixl(d: Details, tl: StartupTimeline) -> Details:
     texts = d.get("_texts") or ""
     cause = ("zmq.error.Again: the 5 s receive timeout ran out" if "zmq.error.Again" in texts or "Resource temporarily "
              "unavailable" in texts else "the log does not show the socket's own error")
+    if "engine ID mismatch" in texts:
+        cause = ("a reply came, from another engine than the request's: the side channel address reached a different "
+                 "vLLM instance, as when VLLM_NIXL_SIDE_CHANNEL_HOST is left at localhost with several instances there")
     request = d.get("nixl_request")
     return {"nixl_cause": cause, "request_text_nixl": f" (request {request})" if request else ""}
 
@@ -460,10 +340,6 @@ def _pip(d: Details, tl: StartupTimeline) -> Details | None:
 
 
 DERIVE: dict[str, Callable[[Details, StartupTimeline], Details | None]] = {
-    "cuda_error_code": _cuda,
-    "custom_all_reduce_cuda_error": _custom_ar,
-    "deepep_cuda_error": _deepep,
-    "ascend_npu_error": _npu,
     "module_not_installed": _module,
     "extension_abi_mismatch": _abi,
     "shared_library_missing": _shared_lib,

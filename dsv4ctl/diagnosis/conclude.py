@@ -54,7 +54,7 @@ SERVER_START_FUNCTIONS = APP_BUILD_FUNCTIONS | {"launch_core_engines", "wait_for
 
 SERVING_FUNCTIONS = frozenset({
     "run_busy_loop", "_process_engine_step", "step", "step_with_batch_queue", "_process_input_queue",
-    "execute_model", "sample_tokens", "execute_dummy_batch",
+    "execute_model", "sample_tokens", "execute_dummy_batch", "run_engine_loop", "engine_step",
 })
 
 STARTUP_FUNCTIONS = frozenset({
@@ -194,7 +194,7 @@ def _failed_phase(a: StartAnalyzer, tl: StartupTimeline, w: _Windows) -> tuple[s
             phase = worded or phase
     elif any(takes_down(a, h) for hs in w.hits["serving"].values() for h in hs) or any(
         r.fatal and not is_request_error(r, w.hits["serving"]) for r in w.records["serving"]
-    ):
+    ) or _death_before_answers(a, w):
         phase = "serving"
         basis = PhaseBasis("ready_line", ref_evidence(tl.ready_ref))
     if tl.ready and not tl.answering:
@@ -206,6 +206,14 @@ def _failed_phase(a: StartAnalyzer, tl: StartupTimeline, w: _Windows) -> tuple[s
             word = sorted(building.functions & SERVER_START_FUNCTIONS)[0]
             phase, basis = "startup", PhaseBasis("words", evidence_of(building.line), f"in {word}")
     return phase, basis
+
+
+def _death_before_answers(a: StartAnalyzer, w: _Windows) -> bool:
+    """The API server said its engine is gone ("… is already dead, terminating server process") before the answer that
+    is this start's only sign of ready, and nothing was answered successfully after it: the server was going down."""
+    if a.alive_seq is not None:
+        return False
+    return any(r.kind == "log_error" and r.fatal for r in w.records["startup"])
 
 
 def _findings(
@@ -306,6 +314,11 @@ def conclude_start(a: StartAnalyzer, sources: list[str]) -> Diagnosis:
         verdict = "healthy" if up else "inconclusive"
     if root is not None:
         root.is_root_cause = True
+        if verdict == "failed" and phase == "serving" and tl.ready_ref is not None and "while serving" not in root.meaning:
+            # What the root cause cost: a server that was up, not a start.
+            root.meaning += f" It came while serving: the server was up (line {tl.ready_ref.line}) before it."
+        if verdict == "failed" and phase == "serving":
+            _requests_just_before(root, findings)
     findings.sort(key=lambda f: (not f.is_root_cause, _SEVERITY_RANK.get(f.severity, 3), f.order or (0, 0)))
     pre_records = w.live_startup if not tl.ready else []
     answers = checklist(a, tl, findings, pre_records) if (dsv4 or tl.autofit is not None or tl.autofit_full_fit) else []
@@ -321,6 +334,22 @@ def conclude_start(a: StartAnalyzer, sources: list[str]) -> Diagnosis:
         phase_basis=basis if phase else None,
         facts={"log": log, "stale_fix_active": a.stale_fix_active, "dsv4": dsv4},
     )
+
+
+def _requests_just_before(root: Finding, findings: list[Finding]) -> None:
+    """Requests refused just before a serving failure (within ten lines of it): the requests the engine met last, named
+    in the root cause with what their own finding says to do."""
+    if not root.evidence:
+        return
+    lead = root.evidence[0]
+    near = [f for f in findings if f.role == "request" and f.evidence and f.evidence[0].source == lead.source
+            and 0 < lead.line - f.evidence[0].line <= 10]
+    if not near:
+        return
+    first = near[0].evidence[0]
+    root.meaning += (f" Just before it the server refused requests as {near[0].title.lower()} (line {first.line}: "
+                     f"{first.text[:120]}): the engine failed on the requests around them.")
+    root.actions = [*root.actions, *(a for a in near[0].actions if a not in root.actions)]
 
 
 def _waits_and_shortages(
@@ -416,7 +445,9 @@ def _only_wraps(root: Finding) -> bool:
     text = root.evidence[0].text
     # A process killed by SIGBUS touched a shared segment that had no room: the shortage explains it.
     bus = root.details.get("kind") in ("crash", "killed") and ("Bus error" in text or "SIGBUS" in text)
-    return bus or root.details.get("kind") == "native" or bool(WRAPPER_RE.search(text))
+    # frames alone, the exception line cut off: it says where, not what; a shortage the log's numbers show says what
+    fragment = root.details.get("shown_by") == "frame"
+    return bus or fragment or root.details.get("kind") == "native" or bool(WRAPPER_RE.search(text))
 
 
 def _replace(findings: list[Finding], f: Finding) -> Finding:

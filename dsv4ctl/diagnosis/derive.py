@@ -128,6 +128,19 @@ def _kv_insufficient(d: dict[str, Any], msgs: list[str], hits: list[Hit], a: Sta
     elif "reason" in d:
         clause = f" ({d['reason']})"
     d["needed_clause"] = clause
+    # Raising --gpu-memory-utilization is an answer only where the launch's value shows room: the log names it below
+    # 0.95. Where the log does not name it, it is a check to make (vllm==0.27.1-0.33.0 vllm/config/cache.py:
+    # gpu_memory_utilization default 0.92).
+    util = (tl.serve_args or {}).get("gpu_memory_utilization")
+    if isinstance(util, (int, float)) and util < 0.95:
+        d["more_memory_text"] = (f"a higher --gpu-memory-utilization (this launch: {util}), or more GPUs (tensor/pipeline "
+                                 "parallel)")
+    elif util is not None:
+        d["more_memory_text"] = f"more GPUs (tensor/pipeline parallel), or GPUs with more memory (this launch: {util})"
+    else:
+        d["more_memory_text"] = ("more GPUs (tensor/pipeline parallel); and check this launch's --gpu-memory-utilization, "
+                                 "which the log does not show (vLLM's default is 0.92): a lower value leaves the KV cache "
+                                 "less, and so does memory something else holds on the GPU (nvidia-smi)")
 
 
 def _cuda_oom(d: dict[str, Any], msgs: list[str], hits: list[Hit], a: StartAnalyzer, tl: StartupTimeline) -> None:
@@ -189,7 +202,16 @@ def _address_in_use(d: dict[str, Any], msgs: list[str], hits: list[Hit], a: Star
     d["ss_command"] = f"ss -ltnp 'sport = :{port}'" if port else "ss -ltnp"
 
 
+def _waiting(d: dict[str, Any], msgs: list[str], hits: list[Hit], a: StartAnalyzer, tl: StartupTimeline) -> None:
+    # vLLM's message names compilation as a cause it prints this during: a check to make where the log shows a compile
+    # or a capture running, not otherwise.
+    if tl.last_phase == "capturing" or tl.capture is not None:
+        d["compile_action"] = ("A compile or CUDA-graph capture was running: give it time; if it repeats for many "
+                               "minutes, rerun with --enforce-eager to rule them out")
+
+
 _DERIVE = {
+    "engine_waiting": _waiting,
     "address_in_use": _address_in_use,
     "stale_max_model_len": _stale,
     "kv_cache_insufficient": _kv_insufficient,

@@ -46,7 +46,7 @@ class Explanation:
         if flags:
             parts.append(f"The flags that set them: {flags}.")
         for name, text in self.helpers:
-            parts.append(f"`{name}` is {text}.")
+            parts.append(f"`{name}`: {text}.")
         return " ".join(parts)
 
 
@@ -164,20 +164,73 @@ def explain(check: str, template: str, message: str, tl: StartupTimeline, helper
     if helper is not None:
         for node in ast.walk(tree):
             name = _key(node.func) if isinstance(node, ast.Call) else _key(node) if isinstance(node, ast.Attribute) else None
-            if name and name not in ex.flags and len(ex.helpers) < 2:
-                text = helper(name)
+            if name and name not in ex.flags and len(ex.helpers) < 2 and all(n != name for n, _ in ex.helpers):
+                text = _helper_text(name, helper)
                 if text:
-                    ex.helpers.append((name, _helper_text(text)))
+                    ex.helpers.append((name, text))
     return ex
 
 
-def _helper_text(source: str) -> str:
-    """A helper's definition in one line: its citation and its body's return (the lines a reader needs)."""
-    lines = [ln.strip() for ln in source.splitlines() if ln.strip()]
-    cite = lines[0].lstrip("# ").strip() if lines and lines[0].startswith("#") else ""
-    body = [ln for ln in lines[1:] if not ln.startswith(("@", "def ", '"""', "#"))]
-    shown = "; ".join(body[:4])
-    return f"`{shown}`" + (f" ({cite})" if cite else "")
+_CONFIG_KEY_RE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+")  # a config.json key: snake_case with an underscore
+
+
+def _definitions(source: str) -> list[tuple[str, ast.AST]]:
+    """(citation, parsed definition) of each definition `message_index.helper` returned."""
+    out: list[tuple[str, ast.AST]] = []
+    for block in source.split("\n\n# "):
+        block = block if block.startswith("# ") else "# " + block
+        cite, _, code = block.partition("\n")
+        try:
+            tree = ast.parse(_dedent(code))
+        except SyntaxError:
+            continue
+        out.append((cite.lstrip("# ").strip(), tree))
+    return out
+
+
+def _dedent(code: str) -> str:
+    import textwrap
+
+    return textwrap.dedent(code)
+
+
+def _reads(name: str, helper: Any, depth: int = 0, seen: set[str] | None = None) -> tuple[list[str], list[str], str]:
+    """What a helper reads, following the helpers it calls (depth 3): the config keys named as strings in them, the
+    chain of names, and the first definition's citation."""
+    seen = seen if seen is not None else set()
+    if depth > 3 or name in seen:
+        return [], [], ""
+    seen.add(name)
+    source = helper(name)
+    if not source:
+        return [], [], ""
+    keys: list[str] = []
+    chain = [name]
+    cite = ""
+    for c, tree in _definitions(source):
+        cite = cite or c
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and _CONFIG_KEY_RE.fullmatch(node.value):
+                keys.append(node.value)
+            elif isinstance(node, ast.Call):
+                callee = _key(node.func)
+                if callee and callee != name:
+                    k, ch, _ = _reads(callee, helper, depth + 1, seen)
+                    if k or len(ch) > 0:
+                        keys += k
+                        if ch and ch[0] not in chain:
+                            chain += ch
+    return list(dict.fromkeys(keys)), chain, cite
+
+
+def _helper_text(name: str, helper: Any) -> str | None:
+    """A helper in one line: the config keys it reads (through the helpers it calls) and its citation."""
+    keys, chain, cite = _reads(name, helper)
+    if not chain or not cite:
+        return None
+    path = " → ".join(chain[:5])
+    read = f"it reads the model config's {', '.join(keys[:4])}" if keys else "its definition"
+    return f"{read} ({path}; {cite})"
 
 
 def _num(text: str | None) -> float | None:

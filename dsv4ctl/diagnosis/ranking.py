@@ -36,10 +36,44 @@ def originating(records: list[ErrorRecord], *, survived: bool = False) -> ErrorR
             earlier = [r for r in quoting if r.order < best.order]
             if earlier:
                 return min(earlier, key=lambda r: r.order)
-        return best
+        return _deeper(best, own)
     if quoting:
         return min(quoting, key=lambda r: r.order)
     return min(live, key=lambda r: (r.weak, r.order)) if live else None
+
+# The words of a record that only reports that something below it failed: a subprocess's exit (CPython
+# subprocess.py:502 "Command %r returned non-zero exit status %d."), an NPU call that failed with a code (torch_npu's
+# check, "… function error: call X failed, error code is N"; "ERR00100 PTA call acl api failed"; CANN's "EZ9999: Inner
+# Error!"), whose cause the lines after it print: the child's own traceback, CANN's detail for the code.
+_REPORTS_BELOW = re_cache.compile(r"returned non-zero exit status|function error: |PTA call acl api failed|Inner Error!?\s*$"
+                                  r"|The Inner error is reported as above")
+_NEAR = 40  # lines: how far below the report its cause may be printed
+
+def _deeper(best: ErrorRecord, own: list[ErrorRecord]) -> ErrorRecord:
+    """`best`, or the error printed just below it that it only reports (see `_REPORTS_BELOW`); and a fragment of frames
+    alone when the complete record of the same traceback starts right after it (a paste that lost a line's prefix)."""
+    after = sorted((r for r in own if r is not best and r.line.source == best.line.source and r.order > best.order),
+                   key=lambda r: r.order)
+    end = (best.end or best.line).lineno
+    if best.origin is not None and best.origin.shown_by == "frame":
+        follow = next((r for r in after if r.complete and (r.first or r.line).lineno - end <= 3), None)
+        if follow is not None:
+            return follow
+    said = best.origin.text if best.origin is not None else best.text
+    if _REPORTS_BELOW.search(said):
+        subprocess_exit = "returned non-zero exit status" in said
+        for r in after:
+            if r.line.lineno - end > _NEAR:
+                break
+            text = r.origin.text if r.origin is not None else r.text
+            if _REPORTS_BELOW.search(text):
+                continue
+            # A child's own traceback below a subprocess's exit; CANN's account of the code below an NPU call's failure.
+            if (subprocess_exit and r.kind == "python") or (not subprocess_exit and r.kind == "npu" and (
+                    "cann_code" in r.details or "cann_message" in r.details)):
+                return r
+    return best
+
 
 def _is_frontend(record: ErrorRecord) -> bool:
     """An error of the API server process, which at startup only reacts to the engine's."""
@@ -169,7 +203,8 @@ def unrecognized_finding(record: ErrorRecord, quote: ErrorRecord | None = None) 
         details["chain"] = [e.text for e in record.exceptions]
     details.update({k: v for k, v in record.details.items() if isinstance(v, (str, int, float))})
     compile_frame = next((f for f in reversed(record.frames) if COMPILE_FRAME_RE.search(f.file)), None)
-    sig = BY_ID["compile_error"] if compile_frame is not None else BY_ID["unrecognized_error"]
+    compiling = compile_frame is not None or bool(record.details.get("compiling"))
+    sig = BY_ID["compile_error"] if compiling else BY_ID["unrecognized_error"]
     if compile_frame is not None:
         details["frame"] = f"{compile_frame.file}:{compile_frame.lineno} in {compile_frame.function}"
     # The line that states the error first (the wrapper's quote when the exception line is cut off), then

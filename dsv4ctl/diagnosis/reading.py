@@ -228,3 +228,23 @@ def advice_of(message: str) -> str | None:
         return None
     sentence = " ".join(m.group("s").split()).rstrip()
     return sentence if sentence.endswith((".", "!", "?")) else sentence + "."
+
+
+# ------------------------------------------------------------------------------------------------ C++'s own words
+# libstdc++'s messages, as its library prints them (Debian's libstdc++6 12.2.0 libstdc++.so.6, string table): a C++
+# exception's what() that names what the C++ code did, not what the program meant.
+_CPP_WHAT = (
+    (re_cache.compile(r"basic_string::_S_construct null not valid|basic_string: construction from null is not valid"),
+     "a C++ std::string was built from a null pointer (a char* that was nullptr): C++ code read a value that was not set "
+     "(an environment variable, a setting, a field it expected) as a C string"),
+    (re_cache.compile(r"\bvector::_M_range_check\b|\bvector::at\b"), "a C++ vector was read past its end"),
+    (re_cache.compile(r"\bstd::bad_alloc\b"), "a C++ allocation failed: the host's memory"),
+)
+
+
+def cpp_meaning(text: str) -> str | None:
+    """What a C++ library message says happened, in plain words, or None."""
+    for rx, meaning in _CPP_WHAT:
+        if rx.search(text):
+            return meaning
+    return None

@@ -41,6 +41,10 @@ REQUEST_FUNCTIONS = frozenset({
 # A request id as vLLM logs it ("Received request chatcmpl-…", "Added request cmpl-…").
 _REQUEST_ID_RE = re_cache.compile(r"\b((?:chatcmpl|cmpl|resp|embd)-[0-9A-Za-z_-]{6,})")
 
+# An ERROR record in words of its own that names the one request it is about ("Handshake failed for request chatcmpl-…",
+# "… request_id=cmpl-…"): that request's error.
+_ONE_REQUEST_RE = re_cache.compile(r"\bfor request (?:id )?\S+|\brequest[_ ]id[=:] ?\S+|\b(?:chatcmpl|cmpl|resp|embd)-[0-9A-Za-z_-]{6,}")
+
 _REQUEST_LINE_RE = re_cache.compile(r'"(?P<request>[A-Z]+ \S* HTTP/[0-9.]+)" (?P<status>[0-9]{3})')
 
 
@@ -91,14 +95,26 @@ def in_request_path(rec: ErrorRecord, asgi: frozenset[tuple[str, int]] = frozens
         " " + e.detail.message for e in rec.exceptions if e.detail is not None)
     if rec.kind == "log_error":
         info = rec.line.fileinfo or ""
-        return REQUEST_LOGGERS.match(info) is not None and not _says_engine_died(said)
+        names_one = _ONE_REQUEST_RE.search(rec.text) is not None
+        return (REQUEST_LOGGERS.match(info) is not None or names_one or _raised_for_a_request(rec)) and \
+            not _says_engine_died(said)
     if rec.kind != "python" or rec.is_wrapper:
         return False
     by_file = any(REQUEST_PATHS.search(fr.file) for fr in rec.frames)
     logged_there = REQUEST_LOGGERS.match((rec.headline or rec.line).fileinfo or "") is not None
-    if not (asgi_here or rec.functions & REQUEST_FUNCTIONS or by_file or logged_there):
+    if not (asgi_here or rec.functions & REQUEST_FUNCTIONS or by_file or logged_there
+            or (not rec.frames and _raised_for_a_request(rec))):
         return False
     return not _says_engine_died(said) and not (rec.functions & STEP_FUNCTIONS)
+
+
+def _raised_for_a_request(rec: ErrorRecord) -> bool:
+    """Whether the message index places an error the log shows without frames in a function of one request's path (the
+    NIXL handshake of one request, a request handler): the raise site says the scope."""
+    from dsv4ctl.diagnosis.ranking import lookup  # the index, read only for an error the log shows without its frames
+
+    entry = lookup(rec, None)
+    return entry is not None and entry.function.rsplit(".", 1)[-1] in REQUEST_FUNCTIONS
 
 
 def _request_named(rec_seq: int, a: StartAnalyzer, rec: ErrorRecord | None = None) -> str | None:

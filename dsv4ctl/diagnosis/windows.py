@@ -3,6 +3,7 @@ errors the server survived."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from dsv4ctl.catalogue.signatures import BY_ID
@@ -77,6 +78,7 @@ def window_findings(
             if f.id == "unrecognized_error" and (entry := lookup(origin, quote)) is not None:
                 f = indexed_finding(origin, quote, tl, entry)
             f = answer(f, origin, tl, log)
+            _same_error_elsewhere(f, origin, records)
             findings.append(f)
             causes.append(f)
 
@@ -88,6 +90,23 @@ def window_findings(
         # that died first, else the earliest).
         root = min(symptoms, key=lambda f: (f.id != "worker_died", f.order))
     return findings, root
+
+def _same_error_elsewhere(f: Finding, origin: ErrorRecord, records: list[ErrorRecord]) -> None:
+    """The same error (the same exception type, an OS error of the same errno) raised again by the same process on
+    another object (PermissionError on /.config, then on /.triton): quoted beside the first, the answer covers both."""
+    if origin.kind != "python" or origin.origin is None or not origin.type.endswith(("Error", "Exception")):
+        return
+    errno = re.search(r"\[Errno [0-9]+\]", origin.origin.message)
+    seen = {(e.source, e.line) for e in f.evidence}
+    for r in records:
+        if r is origin or r.process != origin.process or r.origin is None or len(f.evidence) >= MAX_EVIDENCE:
+            continue
+        text = r.origin.text if r.origin.message else r.text
+        if (errno is not None and errno.group(0) in text and origin.type.rsplit(".", 1)[-1] in text) and \
+                (r.line.source, r.line.lineno) not in seen:
+            f.evidence.append(evidence_of(r.line))
+            f.details.setdefault("same_error_lines", []).append(r.line.lineno)
+
 
 def _metadata_fault(
     a: StartAnalyzer, tl: StartupTimeline, log: str, records: list[ErrorRecord], dsv4: bool, window: str,

@@ -325,8 +325,12 @@ def _document(text: str) -> Iterator[str]:
         try:
             doc, i = decoder.raw_decode(text, i)
         except ValueError:
-            # what does not parse is kept as text (lines printed outside the logger), up to the next record
+            # what does not parse is kept as text (lines printed outside the logger), up to the next record; a record cut
+            # short at the end of a paste is read as far as it goes
             nxt = text.find("\n{", i)
+            if nxt < 0 and text[i] == "{" and (cut := _cut_short(text[i:])) is not None:
+                docs.append(cut)
+                break
             nxt = n if nxt < 0 else nxt + 1
             docs.append(text[i:nxt].rstrip("\n"))
             i = nxt
@@ -336,6 +340,31 @@ def _document(text: str) -> Iterator[str]:
         yield from text.split("\n")  # JSON of no shape of ours (an error body a client printed): the text as it is
         return
     yield from _unwrap_items(iter(docs))
+
+
+def _cut_short(text: str) -> dict | None:
+    """A JSON record a paste cut off before its end, read as far as it goes: the open string, lists and objects closed
+    where the text stops (a dangling key or comma dropped). None when that is not a record of a shape this reads."""
+    stack: list[str] = []
+    in_string = escaped = False
+    for c in text:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (c == "\\", c != '"')
+        elif c == '"':
+            in_string = True
+        elif c in "{[":
+            stack.append("}" if c == "{" else "]")
+        elif c in "}]" and stack:
+            stack.pop()
+    tail = text + ('"' if in_string else "")
+    tail = tail.rstrip().rstrip(",")
+    if tail.endswith(":"):
+        tail += " null"
+    try:
+        obj = json.loads(tail + "".join(reversed(stack)))
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) and record_fields(obj) is not None else None
 
 
 def _timed_text(text: str) -> Iterator[str]:

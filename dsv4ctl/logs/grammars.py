@@ -90,6 +90,8 @@ DEATH_RE = re_cache.compile(r"EngineCore encountered a fatal error|EngineDeadErr
 STEP_FUNCTIONS = frozenset({
     "run_busy_loop", "_process_engine_step", "step", "step_with_batch_queue", "execute_model", "sample_tokens",
     "execute_dummy_batch", "_call_impl", "forward",
+    # the V0 engine's loop (vllm==0.6.3 vllm/engine/multiprocessing/engine.py: run_engine_loop, engine_step)
+    "run_engine_loop", "engine_step",
 })
 
 
@@ -195,18 +197,21 @@ GENERIC: tuple[tuple[str, re.Pattern[str]], ...] = (
     # ../shared/field-guide/guide.jsonl ascend_hccl_ei0006_socket_timeout, ascend_e69999_quant_matmul_310p:
     # "EI0006: [PID: 1292363] … Getting socket times out. …", "Communication_Error_Get_Socket(EI0006): …",
     # "… failed, detail:E69999: Inner Error!"; the checks append it: NPUException.h c10_npu_get_error_message()).
-    ("npu", re_cache.compile(r"(?<![A-Za-z0-9])(?P<cann_code>E[0-9A-Z][0-9]{4})\)?: ?(?P<cann_error>\S.*)")),
+    ("npu", re_cache.compile(r"(?<![A-Za-z0-9])(?P<cann_code>E[0-9A-Z][0-9]{4})\)?:\s*(?P<cann_error>\S.*)")),
     # The CANN runtime's own report of a failed call with its ACL code (torch_npu==2.14.0
     # torch_npu/include/acl/error_codes/rt_error_codes.h: 1xxxxx parameter, 2xxxxx resource, 5xxxxx internal errors),
     # as logged (guide.jsonl ascend_invalid_device_id_visible_devices, ascend_acl_inner_error_async):
     # "rtSetDevice:ErrCode=107001, desc=[device id error], …", "rtKernelLaunchWithHandleV2 failed: 507035",
     # and "call aclnnQuantMatmulWeightNz failed, detail: …".
     ("npu", re_cache.compile(r"\b(?P<rt_call>(?:rt|aclrt|acl|aclnn|Hccl|hccl)[A-Z]\w*)\b[^\n]{0,160}?"
-                             r"(?:ErrCode=|error code(?: is)? |failed: |ret(?:Code)?=|, )(?P<acl_code>[125]0[0-9]{4})\b")),
+                             r"(?:ErrCode=|error code(?: is)? |failed: |ret(?:Code)?(?:=| is )|, )(?P<acl_code>[125]0[0-9]{4})\b")),
     ("npu", re_cache.compile(r"\bcall (?P<rt_call>aclnn\w+|acl\w+) failed\b")),
     # torch_npu's own error code after its messages (NPUException.h:79 formatErrorCode: "ERR<module><code> <MODULE>
     # <text>", libtorch_npu.so: "call acl api failed", "call hccl api failed"), e.g. "ERR00100 PTA call acl api failed".
     ("npu", re_cache.compile(r"\b(?P<pta_code>ERR[0-9]{5}) (?P<pta_module>PTA|OPS|DIST|GRAPH|PROF) (?P<pta_error>\S.*)")),
+    # CANN's error messages carry their source in tags ("… reason=the model stream execute failed[FUNC:FuncErrorReason]
+    # [FILE:error_message_manage.cc][LINE:65]", as vllm-ascend 0.23.0.post1 docs/source/faqs.md:160 shows one).
+    ("npu", re_cache.compile(r"^(?P<cann_message>\S.*?)\[FUNC:(?P<cann_func>\w+)\]\[FILE:(?P<cann_file>[\w.]+)\]")),
     # torch_npu's last words when a task failed on the device (torch_npu==2.14.0 libtorch_npu.so string table).
     ("npu", re_cache.compile(r"^The Inner error is reported as above\.")),
     # ROCm: torch's HIP check ("HIP error: " + hipGetErrorString: torch==2.13.0 torch/include/ATen/miopen/Exceptions.h:37;
@@ -291,7 +296,7 @@ GENERIC_WORDS = ("CUDBG_EXCEPTION", "CUDA Exception", "CUDA error", "Cuda error"
                   "Fatal Python error", "Segmentation fault", "Aborted", "Bus error", "Error: ", "FATAL: ",
                   "Fatal error: ", ": error: ", '"message": "', '"message":"',
                   "function error: ", "ErrCode=", " failed: ", "call acl", "Inner error", "HIP error", "hipError",
-                  "what():", "segfault at", " ip:", "RIP: ", "RAX: ", "pc : ", "ERR0")
+                  "what():", "segfault at", " ip:", "RIP: ", "RAX: ", "pc : ", "ERR0", "retCode", "[FUNC:")
 # CANN's codes ("EZ9999: ", "(EI0006): ") hold no fixed word.
 _CANN_CODE = r"(?<![A-Za-z0-9])E[0-9A-Z][0-9]{4}\)?:"
 # The words as one trie-shaped pattern, and the codes: one search of a line instead of a test per word.

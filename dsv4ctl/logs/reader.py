@@ -172,6 +172,8 @@ def printable(raw: str) -> str:
     if "\r" in text:
         parts = [p for p in text.split("\r") if p.strip()]
         text = parts[-1] if parts else ""
+    if text.endswith("^M"):
+        text = text[:-2]  # a carriage return a copy rendered as text (an editor's or a terminal's "^M")
     return text.rstrip("\n")
 
 
@@ -188,6 +190,8 @@ def clean(raw: str) -> str:
     if "\r" in text:
         parts = [p for p in text.split("\r") if p.strip()]
         text = parts[-1] if parts else ""
+    if text.endswith("^M"):
+        text = text[:-2]  # a carriage return a copy rendered as text (an editor's or a terminal's "^M")
     return text.rstrip("\n")
 
 

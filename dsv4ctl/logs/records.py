@@ -31,6 +31,10 @@ and `quoted` holds the error text a wrapper quotes, the best evidence when the w
 traceback is not in the log.
 
 Every wording here is copied from the source that prints it (cited next to each pattern).
+
+Kept whole: the record, the assembler and its open records are one state machine fed every selected line; the joins
+across lines (a traceback's chain, a pydantic detail, libstdc++'s what(), CANN's report, a wrapped message) read and
+change the same per-process state, and split across modules each would reach into the others'.
 """
 
 from __future__ import annotations
@@ -93,6 +97,7 @@ class ErrorRecord:
     headline: LogLine | None = None  # the line logged just before its traceback
     frames: tuple[Frame, ...] = ()
     functions: frozenset[str] = frozenset()  # every function its frames name, outermost to innermost, all chained
+    also: list[LogLine] = field(default_factory=list)  # the lines of one report joined to it (CANN's, line after line)
 
     def spans(self, line: LogLine) -> bool:
         """Whether `line` is one of this record's lines (same file and process, within its span)."""
@@ -176,7 +181,7 @@ class ErrorRecord:
             out.append(self.frames_line)
         if isinstance(self.details.get("terminate_line"), LogLine):
             out.append(self.details["terminate_line"])
-        return out
+        return out + self.also
 
 
 # The source file of a C++ component's record (glog, c10 and Ray's C++ core: "core_worker.cc:496",
@@ -213,6 +218,8 @@ class ErrorAssembler:
         self._open: dict[tuple[str, str | None], _Open] = {}
         self._prev: dict[tuple[str, str | None], LogLine] = {}  # the last line of each process
         self._terminate: dict[tuple[str, str | None], ErrorRecord] = {}  # libstdc++'s terminate line, for its what()
+        self._npu: dict[tuple[str, str | None], ErrorRecord] = {}  # the last NPU record, for the lines of its report
+        self._last: LogLine | None = None  # the last line of any process (a wrapped message goes on there)
 
     def inside(self, line: LogLine) -> bool:
         """Whether `line` is part of a traceback being assembled (a frame, code or exception line)."""
@@ -220,10 +227,30 @@ class ErrorAssembler:
         return cur is not None and (cur.in_traceback or cur.chained)
 
     def feed(self, line: LogLine, seq: int, order: tuple = ()) -> list[ErrorRecord]:
+        if self._wrapped(line):
+            return []
         out = self._feed(line, seq, order)
         if line.message:
             self._prev[(line.source, line.process)] = line
+            self._last = line
         return out
+
+    def _wrapped(self, line: LogLine) -> bool:
+        """A line that only continues the exception line just before it (a paste wrapped the message: a bare line that
+        goes on from a message ending in "," "-" or ":", or that starts with "-"): joined to that exception's message."""
+        last = self._last
+        msg = line.message
+        if last is None or not msg or line.level is not None or line.indent or last.source != line.source:
+            return False
+        cur = self._open.get((last.source, last.process))
+        if cur is None or cur.in_traceback or not cur.exceptions or cur.exceptions[-1].line is not last:
+            return False
+        exc = cur.exceptions[-1]
+        if not (exc.message.endswith((",", "-", ":")) or msg.startswith("-")) or exception_line(msg) or is_gap(msg):
+            return False
+        exc.message += msg if msg.startswith("-") or exc.message.endswith("-") else " " + msg
+        self._last = line
+        return True
 
     def _feed(self, line: LogLine, seq: int, order: tuple) -> list[ErrorRecord]:
         """One line into the open record of its process: the assembler's state machine (see the module docstring).
@@ -352,10 +379,21 @@ class ErrorAssembler:
                 term.details.update(what=rec.details["what"], terminate_line=term.line)
                 term.line, term.end, term.text = line, line, rec.details["what"]
                 return out
+            if rec.kind == "npu" and (last := self._npu.get(key)) is not None and last.end is self._prev.get(key):
+                # CANN reports one error over several lines (the call that failed, its code, "EZ9999: Inner Error!",
+                # its own account with [FUNC:][FILE:]): the next line of the same report joins the record.
+                last.text += " | " + rec.text
+                for k, v in rec.details.items():
+                    last.details.setdefault(k, v)
+                last.end = line
+                last.also.append(line)
+                return out
             rec.first = rec.end = line
             rec.seq, rec.order = seq, order
             if "cpp_type" in rec.details:
                 self._terminate[key] = rec
+            if rec.kind == "npu":
+                self._npu[key] = rec
             out.append(rec)
         return out
 

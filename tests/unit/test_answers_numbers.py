@@ -84,7 +84,7 @@ def made_up(finding, log_text: str, path: str) -> list[str]:
     from_log = _numbers(log_text) | _numbers(path) | {m.replace(",", "") for m in _NUM.findall(log_text)}
     derived = _numbers(json.dumps(finding.to_json()["details"], default=str))
     known = from_log | derived | _signature_numbers(finding.id) | _answer_literals()
-    for key in ("answered_from", "refined_by", "classified_as"):
+    for key in ("answered_from", "answered_as", "refined_by", "classified_as"):
         if isinstance(finding.details.get(key), str):
             known |= _signature_numbers(finding.details[key])
     text = "\n".join([finding.title, finding.meaning, *finding.actions])

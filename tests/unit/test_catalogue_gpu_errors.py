@@ -33,7 +33,7 @@ def test_the_table_loads_and_is_small():
     assert ge.available(), ge.load_error()
     assert ge.DATA.stat().st_size < 200_000
     data = json.loads(ge.DATA.read_text())
-    assert data["schema"] == 1 and set(data) == {"schema", "cuda_runtime", "cuda_driver", "hip"}
+    assert data["schema"] == 1 and set(data) == {"schema", "cuda_runtime", "cuda_driver", "hip", "acl"}
     assert len(data["cuda_runtime"]["codes"]) == 134 and len(data["hip"]["codes"]) == 76
 
 
@@ -131,3 +131,11 @@ def test_every_runtime_row_matches_the_header():
     for code, row in data.items():
         m = re.match(r"\s*,?\s*(\w+)\s*=\s*(\d+)", lines[row["line"] - 1])
         assert m and (m.group(1), int(m.group(2))) == (row["name"], int(code)), (code, row)
+
+
+def test_ascend_acl_codes_are_torch_npus_own_texts():
+    # torch-npu==2.14.0 torch_npu/include/torch_npu/csrc/core/npu/NPUErrorCodes.h: {507011, "Model execution failed.\n…"}
+    e = ge.acl(507011)
+    assert (e.text, e.cite.rsplit(":", 1)[1]) == ("Model execution failed.", "424")
+    assert ge.acl("207008").text == "Stream resources are insufficient."
+    assert ge.acl(424242) is None and ge.acl(None) is None

@@ -395,7 +395,7 @@ def test_helpers_from_the_config_sources():
     for name, defs in mi._load().packed.helpers().items():
         for cite, src in defs:
             assert re.fullmatch(r"vllm==0\.\d+\.\d+ vllm/(config|transformers_utils)/\w+\.py:\d+-\d+", cite), name
-            assert src.count("\n") < 12 and src.lstrip().startswith(("@", "def ", "async def ")), name
+            assert src.count("\n") < 30 and src.lstrip().startswith(("@", "def ", "async def ")), name
 
 
 def test_pydantic_wrapped_config_errors():

@@ -292,6 +292,12 @@ HOLDOUT_CLASSES = [
     # Context: %s"), failure_type "handshake_failed" (:1472)
     ("NIXL transfer failure: handshake_failed | Context: {'failure_type': 'handshake_failed', 'request_id': "
      "'chatcmpl-3f9d', 'engine_id': 'decode-0'}", "nixl_handshake_failed", "VLLM_NIXL_SIDE_CHANNEL_HOST"),
+    # vllm==0.33.0 vllm/lora/utils.py:233 f"{name} is unsupported LoRA weight"
+    ("ValueError: base_model.model.lm_head.weight is unsupported LoRA weight", "lora_weight_unsupported",
+     "modules_to_save"),
+    # vllm==0.33.0 vllm/platforms/cuda.py:443-446
+    ("ValueError: Selected backend AttentionBackendEnum.CUTLASS_MLA is not valid for this configuration. Reason: "
+     "['sparse not supported']", "attention_backend_refused", "--attention-backend"),
 ]
 
 

@@ -91,6 +91,9 @@ FAMILIES: tuple[Signature, ...] = (
             r"'request_id': '(?P<nixl_request>[^']+)')?",
             # the handshake's own frames (base_worker.py:1164 sock.recv_multipart() under zmq.RCVTIMEO 5000)
             r"frame: \S*nixl/\S+ in _nixl_handshake",
+            # the side channel answered for another engine than the request's (vllm==0.33.0 base_worker.py
+            # _nixl_handshake: "Remote NIXL agent engine ID mismatch. Expected {expected}, received {received}.")
+            r"(?P<nixl_failure>Remote NIXL agent engine ID mismatch)",
         ),
         actions=(
             "Check the remote instance is up and its side channel reachable from this node: the address it advertises "

@@ -133,7 +133,9 @@ FAMILIES: tuple[Signature, ...] = (
             r"(?P<npu_code>EI0006)[: ].*?socket times out",
             r"(?P<npu_kind>Invalid device id)",
             r"error code is (?P<npu_code>5070[0-9]{2})",
-            r"(?P<npu_code>E[EZHL][0-9]{4})[: ]",
+            # an ACL code a CANN call reports (torch_npu's table names it: NPUErrorCodes.h)
+            r"(?:error code is |retCode is |ErrCode=|retCode=)(?P<npu_code>[1-5][0-9]{5})\b",
+            r"(?P<npu_code>E[EZHL][0-9]{4})[: \[)]",
             r"detail:(?P<npu_code>E[0-9A-Z][0-9]{4}): Inner Error",
             r"(?P<npu_kind>undefined symbol)[^\n]*(?:torch_npu|atb|libtbe|Ascend)",
         ),

@@ -68,6 +68,10 @@ FAMILIES: tuple[Signature, ...] = (
             r"Loading (?P<kind_hint>lora) (?P<lora_name>\S+) failed: No adapter found for (?P<path>\S+)",
             r"(?:The )?(?:path|file|directory|folder|chat template|template)[^'\n]{0,40}?'(?P<path>/[^']+)' (?:does not exist|not found|is not a (?:file|directory))",
             r"(?P<path>/[\w./@+-]+) (?:does not exist|is not a directory|not found)",
+            # vllm==0.33.0 vllm/renderers/chat_utils/chat_template.py:44: "The supplied chat template string (<path>) appears
+            # path-like, but doesn't exist! Tried: <path> and <the package's chat_templates/<path>>"
+            r"The supplied (?P<kind_hint_t>chat template) string \((?P<path>[^)]+)\) appears path-like, but doesn't exist!"
+            r"(?: Tried: (?P<tried>[^\n]+))?",
         ),
         actions=(
             "{path_action}",

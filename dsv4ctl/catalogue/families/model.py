@@ -123,6 +123,42 @@ FAMILIES: tuple[Signature, ...] = (
         source="vllm==0.32.0 vllm/platforms/cuda.py:471, vllm/v1/attention/backends/mla/common.py (validate_head_size)",
     ),
     Signature(
+        id="attention_backend_refused",
+        severity="critical",
+        tier=1,
+        title="The attention backend {backend} refuses this configuration ({reasons})",
+        meaning=(
+            "vLLM checked the attention backend it was to use, {backend}, against this model and GPU and the backend "
+            "refused: {reasons}. {chosen_text}{platform_text}"
+        ),
+        patterns=(
+            # vllm==0.33.0 vllm/platforms/cuda.py:443-446 (validate_configuration's reasons of the selected backend)
+            r"Selected backend (?:AttentionBackendEnum\.)?(?P<backend>\w+) is not valid for this configuration\. "
+            r"Reason: \[?(?P<reasons>[^\]\n]*)\]?",
+        ),
+        actions=("{backend_pick}", "{backend_drop}"),
+        source="vllm==0.33.0 vllm/platforms/cuda.py:443-446; the backends per release: catalogue/vllm_flags",
+    ),
+    Signature(
+        id="lora_weight_unsupported",
+        severity="critical",
+        tier=1,
+        title="The LoRA adapter has a weight vLLM's LoRA does not load: {weight}",
+        meaning=(
+            "vLLM's LoRA loader takes an adapter's lora_A and lora_B weights (and lora_embedding_A/B, and a classifier's "
+            "score or classifier weight) and refuses any other tensor (vllm==0.33.0 vllm/lora/utils.py:219-233). "
+            "{weight} is a whole module's weight, not a LoRA pair: PEFT saves the modules listed in modules_to_save so, "
+            "fully."
+        ),
+        patterns=(r"(?P<weight>[\w.]+) is unsupported LoRA weight",),
+        actions=(
+            "Check the adapter's adapter_config.json: modules_to_save lists the fully saved modules",
+            "Export or retrain the adapter without modules_to_save (that module as a LoRA target instead), or merge the "
+            "adapter into the base model and serve the merged weights",
+        ),
+        source="vllm==0.33.0 vllm/lora/utils.py:219-233 (parse_fine_tuned_lora_name)",
+    ),
+    Signature(
         id="quantized_shape_tp",
         severity="critical",
         tier=1,

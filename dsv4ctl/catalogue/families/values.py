@@ -77,7 +77,7 @@ FAMILIES: tuple[Signature, ...] = (
         id="value_unknown_choice",
         severity="critical",
         tier=1,
-        title="{value_q} is not a {what} this vLLM knows",
+        title="This vLLM build has no {what} {value_q}",
         meaning="{choice_sentence}",
         patterns=(
             # Python's argparse: "argument %(flag)s: invalid choice: %(value)r (choose from %(choices)s)"
