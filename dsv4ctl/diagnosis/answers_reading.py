@@ -222,6 +222,9 @@ _SAFETENSORS_KINDS = (
     ("invalid JSON in header", "the header is not valid JSON: the file is damaged, or not a safetensors file"),
     ("invalid UTF-8 in header", "the header is not text: the file is damaged, or not a safetensors file"),
 )
+_SAFETENSORS_VARIANTS = {"HeaderTooLarge": "header too large", "MetadataIncompleteBuffer": "incomplete metadata, file not "
+                         "fully covered", "HeaderTooSmall": "header too small", "InvalidHeaderLength": "invalid header length",
+                         "InvalidHeaderDeserialization": "invalid JSON in header", "InvalidHeader": "invalid UTF-8 in header"}
 _SAFETENSORS_RE = re_cache.compile(r"Error while deserializing header: (?P<kind>[^:\n]+)"
                                    r"|SafetensorError: (?!Error while)(?P<kind2>[^:\n]+)")
 
@@ -231,7 +234,9 @@ def _safetensors(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, te
     m = next((x for x in (_SAFETENSORS_RE.search(t) for t in [message, *texts]) if x), None)
     if m is None:
         return None
-    kind = (m.group("kind") or m.group("kind2")).strip().lower()
+    kind = (m.group("kind") or m.group("kind2")).strip()
+    # Older safetensors print the kind's variant name (its Debug form: "MetadataIncompleteBuffer"), newer its text.
+    kind = _SAFETENSORS_VARIANTS.get(kind.split("(")[0], kind).lower()
     meaning_of = next((text for k, text in _SAFETENSORS_KINDS if kind.startswith(k.lower())), None)
     if meaning_of is None:
         return None
@@ -246,8 +251,9 @@ def _safetensors(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, te
         "Download that shard again whole: git lfs pull in a git clone, or hf download REPO FILE --local-dir DIR",
     ]
     if model is None:
-        actions[0] = ("Find the shard that is not one: ls -l MODEL_DIR/*.safetensors (the sizes against the checkpoint's "
-                      "model.safetensors.index.json and the Hub's file list); head -c 120 on a small one shows a Git LFS pointer")
+        actions[0] = ("Find the shard that is not one: list the model directory's *.safetensors with their sizes and compare "
+                      "them with the checkpoint's model.safetensors.index.json and the Hub's file list; the first bytes of a "
+                      "small one (head -c 120) show a Git LFS pointer")
     return _finish(f, title, meaning, actions, {"reading": "safetensors", "safetensors_kind": kind},
                    f"ls -l {where}/*.safetensors" if model else None)
 

@@ -83,8 +83,8 @@ def _abi(d: Details, tl: StartupTimeline) -> Details | None:
     pkg = next((p for p in ("vllm", "flash_attn", "torch_npu", "xformers", "deep_gemm", "flashinfer", "mooncake") if f"/{p}" in lib), None)
     out: Details = {"lib_name": name, "symbol_short": d.get("symbol", "")[:60], "package_hint": pkg or "the package that ships it"}
     if pkg == "vllm":
-        out["vllm_c_action"] = ("vLLM's own extension: reinstall vLLM with the torch it pins (pip install vllm==X installs it), "
-                                "never a torch upgraded by hand")
+        out["vllm_c_action"] = ("vLLM's own extension: reinstall this vLLM with the torch it pins, never a torch upgraded "
+                                "by hand: pip install --force-reinstall \"vllm==$(pip show vllm | sed -n 's/^Version: //p')\"")
     return out
 
 

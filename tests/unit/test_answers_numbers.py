@@ -115,3 +115,70 @@ def test_a_number_from_nowhere_is_caught(tmp_path):
     assert made_up(root, log.read_text(), str(log)) == []
     root.meaning += " At 37.5 GiB it would fit 4,194,304 tokens."
     assert made_up(root, log.read_text(), str(log)) == ["37.5", "4194304"]
+
+
+# ------------------------------------------------------------------------------------ packages and platforms
+_PIP_INSTALL = re.compile(r"pip install (?P<rest>[^\n]*)")
+
+
+def _installed_names(rest: str) -> list[str]:
+    """The distributions a `pip install …` names: its arguments up to the end of the command (a comma, a semicolon,
+    a closing parenthesis of the sentence), options left out."""
+    import shlex
+
+    try:
+        tokens = shlex.split(rest)
+    except ValueError:
+        tokens = rest.split()
+    names = []
+    prose = {"in", "the", "to", "and", "or", "then", "with", "for", "of", "when", "if", "so", "into", "where"}
+    for tok in tokens:
+        if tok in prose:
+            break  # the sentence goes on after the command
+        end = tok[-1:] in (",", ";", ")")
+        tok = tok.rstrip(",;)")
+        if tok and not tok.startswith("-") and tok not in (".", "&&", "|"):
+            names.append(re.split(r"[<>=!~\[]", tok)[0].lower().replace("_", "-"))
+        if end or tok in ("&&", "|"):
+            break
+    return [n for n in names if n]
+
+
+_BACKEND = re.compile(r"--attention-backend (?P<name>[A-Z][A-Z0-9_]+)")
+_PLATFORM_PREFIX = {"ROCM_": "ROCm", "XPU_": "XPU", "CPU_": "CPU"}
+
+
+def _known_distributions() -> set[str]:
+    """The distributions an answer may tell to install: those whose metadata dsv4ctl's tables cite, and the packages
+    vLLM itself installs beside it."""
+    from dsv4ctl.diagnosis import answers_world, reading
+
+    names = {pip for pip, _ in answers_world._PACKAGES.values() if pip} | set(reading.DISTRIBUTION.values())
+    return names | {"vllm", "torch", "transformers", "huggingface_hub", "huggingface-hub", "triton", "ray", "safetensors",
+                    "flashinfer-python", "nvidia-nccl-cu12", "nvidia-nccl-cu13", "numpy", "hf_transfer"}
+
+
+@pytest.mark.skipif(not LOGS, reason="no log corpus next to the checkout")
+def test_no_answer_names_a_package_without_evidence_or_a_backend_of_another_platform():
+    known = {n.lower().replace("_", "-") for n in _known_distributions()}
+    for path in LOGS:
+        d = diagnose([str(path)])
+        log = path.read_text(encoding="utf-8", errors="replace")
+        for f in d.findings:
+            text = "\n".join([f.title, f.meaning, *f.actions])
+            for m in _PIP_INSTALL.finditer(text):
+                for base in _installed_names(m.group("rest")):
+                    # a package the log's own message names to install (a model's remote code's requirements) is evidence
+                    assert base in known or base in log.lower().replace("_", "-"), (path.name, f.id, base)
+            for m in _BACKEND.finditer(text):
+                platform = next((p for prefix, p in _PLATFORM_PREFIX.items() if m.group("name").startswith(prefix)), None)
+                if platform is not None:
+                    assert platform.lower() in log.lower(), (path.name, f.id, m.group("name"))
+
+
+def test_a_guessed_package_name_is_caught():
+    # vllm-ascend's compiled custom_ops is not a PyPI package: a name guessed from the module would be caught.
+    assert _installed_names("custom-ops into vLLM's environment") == ["custom-ops"]
+    assert "custom-ops" not in {n.lower().replace("_", "-") for n in _known_distributions()}
+    assert _installed_names('--force-reinstall "vllm==$(pip show vllm | sed -n \'s/^Version: //p\')"') == ["vllm"]
+    assert _installed_names("-e . in the vLLM checkout") == []

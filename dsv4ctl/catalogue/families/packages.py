@@ -140,8 +140,8 @@ FAMILIES: tuple[Signature, ...] = (
         ),
         patterns=(r"'_OpNamespace' '(?P<namespace>_C\w*)' object has no attribute '(?P<op>\w+)'",),
         actions=("Check that the extension loads: python -c 'import vllm._C'",
-                 "Reinstall vLLM with the torch it pins (pip install vllm==VERSION reinstalls the matching torch); never "
-                 "upgrade torch alone under vLLM"),
+                 "Reinstall this vLLM with the torch it pins, and never upgrade torch alone under vLLM: pip install "
+                 "--force-reinstall \"vllm==$(pip show vllm | sed -n 's/^Version: //p')\""),
         source="torch._ops._OpNamespace.__getattr__ (torch==2.13.0 torch/_ops.py); vllm _custom_ops.py (the import warning)",
     ),
 )
