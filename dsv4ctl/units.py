@@ -153,6 +153,14 @@ def format_tokens(n: int) -> str:
     return f"{n:,}"
 
 
+def read_number(text: object) -> float | None:
+    """A number as a message writes it ('1,024', '0.92', '3e9'); None when the text is not one."""
+    try:
+        return float(str(text).replace(",", ""))
+    except (TypeError, ValueError):
+        return None
+
+
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 

@@ -363,24 +363,26 @@ def build_hip(wheels: Path) -> dict:
 
 # ------------------------------------------------------------------------------------ Ascend ACL codes
 TORCH_NPU = Package("torch-npu", "2.14.0", "torch_npu/include/torch_npu/csrc/core/npu")
-_ACL_ROW = re.compile(r'\{(\d+),\s*"((?:[^"\\]|\\.)*)"\}', re.DOTALL)
 
 
 def build_acl(wheels: Path) -> dict:
     """torch_npu's table of ACL error codes and their texts (the text its checks end with, `[Error]: <text>`):
-    `error_code_map` of NPUErrorCodes.h, each code with its first sentence (what failed) and the rest (what to check)."""
+    `error_code_map` of NPUErrorCodes.h, each code with its first sentence (what failed) and the rest (what to check),
+    read by the message index's own reader of that table (build_message_index.acl_error_codes)."""
+    from build_message_index import acl_error_codes  # scripts/: one C-table reader for both files
+
     pkg = TORCH_NPU
     header = f"{pkg.include}/NPUErrorCodes.h"
-    text = (unpack(wheels, pkg, [header]) / header).read_text()
+    path = unpack(wheels, pkg, [header]) / header
+    text = path.read_text()
     codes: dict[str, dict] = {}
-    for m in _ACL_ROW.finditer(text):
-        body = m.group(2).replace("\\\n", "").replace("\\n", "\n")
-        body = re.sub(r"\\(.)", r"\1", body)
+    for code, body in acl_error_codes(path):
         lines = [" ".join(ln.split()) for ln in body.split("\n") if ln.strip()]
-        if not lines:
+        row = re.search(r"\{\s*" + str(code) + r"\s*,", text)
+        if not lines or row is None:
             continue
-        codes[m.group(1)] = {"name": f"ACL {m.group(1)}", "text": lines[0], "doc": " ".join(lines[1:]) or None,
-                             "line": text.count("\n", 0, m.start()) + 1}
+        codes[str(code)] = {"name": f"ACL {code}", "text": lines[0], "doc": " ".join(lines[1:]) or None,
+                            "line": text.count("\n", 0, row.start()) + 1}
     return {"source": _cite(pkg, "NPUErrorCodes.h").replace(pkg.include + "/", "torch_npu/include/torch_npu/csrc/core/npu/"),
             "codes": dict(sorted(codes.items(), key=lambda kv: int(kv[0])))}
 

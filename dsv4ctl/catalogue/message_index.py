@@ -423,16 +423,16 @@ def header() -> dict[str, Any]:
     return dict(idx.header) if idx is not None else {}
 
 
-def helper(name: str) -> str | None:
+def helper(name: str) -> tuple[tuple[str, str], ...] | None:
     """The source of a function or property that vLLM's checks name (`self.uses_mrope`, `uses_mrope(cfg)`), from
     the newest indexed release that defines it in vllm/config/ or vllm/transformers_utils/: by bare name (every
-    definition of that name there) or "Class.name" for a property ("ModelConfig.uses_mrope"). Each definition
-    follows a comment line with its citation ("# vllm==0.33.0 vllm/config/model.py:1986-1988"), a blank line
-    between two. None when the index has no such name (nor definitions over 12 lines) or is not loaded."""
+    definition of that name there) or "Class.name" for a property ("ModelConfig.uses_mrope"). Each definition as
+    (its citation, its source): ("vllm==0.33.0 vllm/config/model.py:1986-1988", "@property\ndef uses_mrope…").
+    None when the index has no such name (nor definitions over 12 lines) or is not loaded."""
     try:
         idx = _load()
         defs = idx.packed.helpers().get(name) if idx is not None and isinstance(name, str) else None
-        return "\n\n".join(f"# {cite}\n{src}" for cite, src in defs) if defs else None
+        return tuple((str(cite), str(src)) for cite, src in defs) if defs else None
     except Exception:  # noqa: BLE001 - never raises
         return None
 

@@ -33,7 +33,7 @@ from dsv4ctl.catalogue.data_file import LazyData
 
 __all__ = ["FlagInfo", "ReleaseMatch", "available", "choices", "first_release", "flag", "flag_for_field",
            "load_error", "load_seconds", "as_spelled", "flags_with_words", "registries", "releases", "reset",
-           "resolved_release"]
+           "resolved_release", "same_name"]
 
 DATA = Path(__file__).with_name("vllm_flags.json.gz")
 SCHEMA = 1
@@ -211,7 +211,12 @@ def _ordered(vals: list) -> tuple[str, ...]:
 
 
 def _norm(value: str) -> str:
-    return value.strip().lower().replace("-", "_")
+    return re.sub(r"[^a-z0-9]", "", value.lower())
+
+
+def same_name(a: str, b: str) -> bool:
+    """Whether two names are one name spelt two ways: case, '-', '_' and '.' aside ('deepseek-v4' is 'deepseek_v4')."""
+    return _norm(a) == _norm(b)
 
 
 def _read(path: Path) -> _Table:

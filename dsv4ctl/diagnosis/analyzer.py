@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dsv4ctl import re_cache
 from dsv4ctl.catalogue.signature import Signature
@@ -114,7 +114,7 @@ class WaitRun:
     seconds: int | None = None  # the largest wait the lines state themselves ("for 70 seconds")
     # How many times each process logged it: a wait's own count is one process's clock (four workers that each log
     # the 60-second line once have waited 60 s, not 240 s).
-    per_process: dict[tuple[str, str | None, int | None], int] | None = None
+    per_process: dict[tuple[str, str | None, int | None], int] = field(default_factory=dict)
 
     @property
     def most_by_one(self) -> int:
@@ -319,11 +319,11 @@ class StartAnalyzer:
         run = self.waits.get(kind)
         stated = m.groupdict().get("seconds")
         if run is None:
-            run = self.waits[kind] = WaitRun(kind, line, seq, line, seq, per_process={})
+            run = self.waits[kind] = WaitRun(kind, line, seq, line, seq)
         else:
             run.last, run.last_seq = line, seq
             run.count += 1
-        if run.per_process is not None and len(run.per_process) < 4096:
+        if len(run.per_process) < 4096:
             who = (line.source, line.process, line.pid)
             run.per_process[who] = run.per_process.get(who, 0) + 1
         if stated is not None:

@@ -64,18 +64,10 @@ def answer(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, log: str
         return _inner(f, record, tl, log)
     if f.id not in ANSWERED and f.id not in REFINED:
         return f
-    from dsv4ctl.catalogue.families import FAMILIES, FAMILY_OF  # compiled at the first failure no signature explains
-
     texts = texts_of(f, record)
-    for rule in FAMILIES:
-        for text in texts:
-            m = rule.match(text)
-            if m is None:
-                continue
-            answered = _apply(rule, m.groupdict(), f, record, tl, log, FAMILY_OF.get(rule.id, ""))
-            if answered is not None:
-                return _with_check(answered, tl)
-            break
+    answered = _by_family(f, record, texts, tl, log)
+    if answered is not None:
+        return _with_check(answered, tl)
     if f.id in REFINED:
         return f
     from dsv4ctl.diagnosis import answers_reading  # the words' own reading: only for an error no rule covers
@@ -89,6 +81,22 @@ def answer(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, log: str
     from dsv4ctl.diagnosis import answers_plain
 
     return _releases_differ(answers_plain.plain(replace(f, title=headline(f)), record, tl, log), tl)
+
+
+def _by_family(f: Finding, record: ErrorRecord | None, texts: list[str], tl: StartupTimeline, log: str,
+               skip: tuple[str, ...] = ()) -> Finding | None:
+    """`f` answered by the first family rule that matches one of `texts` and takes it (a rule may decline what it
+    matched: the next rule is asked), or None."""
+    from dsv4ctl.catalogue.families import FAMILIES, FAMILY_OF  # compiled at the first failure no signature explains
+
+    for rule in FAMILIES:
+        if rule.id in skip:
+            continue
+        m = next((m for m in map(rule.match, texts) if m is not None), None)
+        if m is not None and (answered := _apply(rule, m.groupdict(), f, record, tl, log,
+                                                 FAMILY_OF.get(rule.id, ""))) is not None:
+            return answered
+    return None
 
 
 # Findings of an error the server survived or of one request: answered like an originating error, their scope kept.
@@ -169,7 +177,6 @@ def _from_raise_site(f: Finding, tl: StartupTimeline) -> Finding | None:
 
 def _inner(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, log: str) -> Finding:
     """A signature of a wrapping class answered by what it carries (see `WRAPPING`)."""
-    from dsv4ctl.catalogue.families import FAMILIES, FAMILY_OF
     from dsv4ctl.diagnosis import answers_reading, reading
 
     texts = texts_of(f, record)
@@ -177,17 +184,10 @@ def _inner(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, log: str
                   or (f.evidence[0].text if f.evidence else ""))
     probe = replace(f, details={**f.details, "message": message, "exception": record.type if record else ""})
     if reading.inner_error(message) is not None or f.id != "compile_error":
-        for rule in FAMILIES:
-            if rule.id in ("value_unknown_choice",):
-                continue
-            for text in texts:
-                m = rule.match(text)
-                if m is not None:
-                    answered = _apply(rule, m.groupdict(), replace(probe, id="unrecognized_error"), record, tl, log,
-                                      FAMILY_OF.get(rule.id, ""))
-                    if answered is not None:
-                        return replace(answered, details={**answered.details, "answered_from": f.id})
-                    break
+        answered = _by_family(replace(probe, id="unrecognized_error"), record, texts, tl, log,
+                              skip=("value_unknown_choice",))
+        if answered is not None:
+            return replace(answered, details={**answered.details, "answered_from": f.id})
         read = answers_reading.answer(probe, record, tl, texts)
         if read is not None:
             return replace(read, id=f.id if f.id != "compile_error" else read.id)

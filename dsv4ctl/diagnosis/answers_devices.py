@@ -7,7 +7,9 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from dsv4ctl.diagnosis.answers_common import arg, serve_with, with_command
+from dsv4ctl.diagnosis.answers_common import (
+    PLATFORM_NAMES, arg, backend_on, platform_file, platform_of, serve_with, with_command,
+)
 from dsv4ctl.logs.timeline import StartupTimeline
 
 Details = dict[str, Any]
@@ -59,15 +61,12 @@ CUDA_CODES: dict[int, tuple[str, tuple[str, ...]]] = {
 }
 
 
-# A ROCm log: torch's HIP build prints HIP's errors (and, where hipify kept the word, "CUDA error: "); its codes are
-# HIP's, named by HIP's own enum, not NVIDIA's.
-_ROCM_RE = re.compile(r"\bHIP error\b|hipError\w+|\bROCm\b|/opt/rocm|\bamdgpu\b|\bgfx9[0-9a-f]{2}\b|torch\.version\.hip")
-
-
 def _cuda(d: Details, tl: StartupTimeline) -> Details | None:
     from dsv4ctl.catalogue import gpu_errors  # the CUDA runtime's own names and texts: loaded by the answers that ask
 
-    if _ROCM_RE.search(d.get("_texts") or ""):
+    # A ROCm log: torch's HIP build prints HIP's errors (and, where hipify kept the word, "CUDA error: "); its codes are
+    # HIP's, named by HIP's own enum, not NVIDIA's.
+    if platform_of(d.get("_texts") or "") == "ROCM":
         code = d.get("code")
         found = gpu_errors.hip(int(code)) if code else gpu_errors.hip(str(d.get("cuda_name") or ""))
         if found is None:
@@ -171,11 +170,6 @@ def _npu(d: Details, tl: StartupTimeline) -> Details | None:
 
 
 
-_PLATFORM_FILES = (("CUDA", "platforms/cuda.py"), ("ROCm", "platforms/rocm.py"), ("XPU", "platforms/xpu.py"),
-                   ("CPU", "platforms/cpu.py"))
-_PLATFORM_PREFIXES = {"ROCm": ("ROCM_",), "XPU": ("XPU_",), "CPU": ("CPU_", "AMX_")}
-
-
 def _backend_refused(d: Details, tl: StartupTimeline) -> Details:
     """What the refusal's reasons and the platform the frames show say of the backend, and the names that answer a
     reason (the backends of this platform whose names say they do sparse attention, for 'sparse not supported')."""
@@ -183,23 +177,22 @@ def _backend_refused(d: Details, tl: StartupTimeline) -> Details:
 
     backend, reasons = d.get("backend") or "", (d.get("reasons") or "").replace("'", "")
     texts = d.get("_texts") or ""
-    platform = next((name for name, f in _PLATFORM_FILES if f in texts), None)
-    others = tuple(p for name, ps in _PLATFORM_PREFIXES.items() if name != platform for p in ps)
+    platform = platform_of(texts, words=False)
     chosen = arg(tl, "attention_backend")
     out: Details = {"reasons": reasons, "platform_text": ""}
     out["chosen_text"] = (f"This launch asked for it (--attention-backend {chosen})." if chosen else
                           "The log does not show the launch asking for it: --attention-backend or VLLM_ATTENTION_BACKEND "
                           "names it when set, and vLLM's own selection picks it when neither is.")
-    if platform and backend.startswith(others):
-        out["platform_text"] = (f" {backend} is a backend of another platform than this start's ({platform}: its frames "
-                                f"are in vllm/{dict(_PLATFORM_FILES)[platform]}).")
+    if platform and not backend_on(backend, platform):
+        out["platform_text"] = (f" {backend} is a backend of another platform than this start's "
+                                f"({PLATFORM_NAMES[platform]}: its frames are in vllm/{platform_file(platform)}).")
     release = vllm_flags.resolved_release(tl.vllm_version)
-    names = [n for n in vllm_flags.choices("attention_backend", tl.vllm_version) if not n.startswith(others)] \
+    names = [n for n in vllm_flags.choices("attention_backend", tl.vllm_version) if backend_on(n, platform)] \
         if platform else []
     if "sparse" in reasons.lower() and names:
         sparse = [n for n in names if "SPARSE" in n and n != backend]
         rel = release.release if release else "the newest release indexed"
-        out["backend_pick"] = (f"Name a backend that does sparse attention on {platform}: --attention-backend NAME "
+        out["backend_pick"] = (f"Name a backend that does sparse attention on {PLATFORM_NAMES[platform]}: --attention-backend NAME "
                                f"(vLLM {rel} has {', '.join(sparse[:10])})")
     else:
         out["backend_pick"] = "Name a backend that takes this configuration: --attention-backend NAME (vllm serve --help=all)"

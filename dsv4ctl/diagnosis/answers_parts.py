@@ -22,7 +22,6 @@ class Part:
     name: str  # plain words: "vLLM's torch.compile integration"
     sentence: str  # what that means for this error
     actions: tuple[str, ...]
-    flag: str | None = None  # the vLLM flag that chooses it, where one does
 
 
 # vllm==0.33.0 vllm/compilation/backends.py:1096 (VLLM_CACHE_ROOT/torch_compile_cache/<hash>), vllm/envs.py:714-719
@@ -45,8 +44,7 @@ def _tokenizer(name: str) -> Part:
         f"vLLM loaded the tokenizer through its '{name}' tokenizer, which --tokenizer-mode selects (or 'auto' picks "
         "for this model); it reads that tokenizer's own files from the model directory.",
         (f"Check --tokenizer-mode: '{name}' is for models that ship its files; a model's own tokenizer files are read "
-         "with --tokenizer-mode auto or hf",),
-        "--tokenizer-mode")
+         "with --tokenizer-mode auto or hf",))
 
 
 def _loader(name: str) -> Part:
@@ -54,15 +52,13 @@ def _loader(name: str) -> Part:
     return Part(
         f"vLLM's {name} model loader (vllm/model_executor/model_loader/{name}_loader.py)",
         f"The weights were being loaded by the {name} loader, which --load-format selects.",
-        (f"Check --load-format and the checkpoint's files: the {name} loader reads the formats it was written for",),
-        "--load-format")
+        (f"Check --load-format and the checkpoint's files: the {name} loader reads the formats it was written for",))
 
 
 _LORA = Part(
     "vLLM's LoRA support (vllm/lora)",
     "A LoRA adapter was being loaded or applied: the adapter's files and how it was trained decide what vLLM can load.",
-    ("Check the adapter's adapter_config.json (target_modules, modules_to_save, r) against what vLLM's LoRA loads",),
-    "--enable-lora")
+    ("Check the adapter's adapter_config.json (target_modules, modules_to_save, r) against what vLLM's LoRA loads",))
 
 _PARTS: tuple[tuple[re.Pattern[str], Any], ...] = (
     (re_cache.compile(r"vllm/compilation/"), lambda m: _COMPILATION),

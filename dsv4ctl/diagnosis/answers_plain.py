@@ -69,11 +69,12 @@ def plain(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, log: str)
     if part is not None:
         parts.insert(-1, f"It came from {part.name}. {part.sentence}")
         actions += part.actions
+    details: dict = {"reading": "plain", "packages": packages, **({"part": part.name} if part else {})}
     lead = f.evidence[0] if f.evidence else None
     if lead is not None and log not in ("<log>", "-", "") and lead.line > 1:
         start = max(1, lead.line - 40)
         actions.append(f"Read what the same process logged before it: sed -n '{start},{lead.line}p' {shlex.quote(log)}")
-        details_lines = {"context_lines": [start, lead.line]}  # the 40 lines before the error's own
+        details["context_lines"] = [start, lead.line]  # the 40 lines before the error's own
     if packages:
         dists = " ".join(reading.DISTRIBUTION.get(p, p) for p in packages[-3:])
         actions.append(f"See the versions of the packages in its frames: pip show {dists}")
@@ -82,8 +83,6 @@ def plain(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, log: str)
     advice = reading.advice_of(message)
     if advice:
         actions.insert(0, f"The message's own advice: {advice}")
-    details = {"reading": "plain", "packages": packages, **({"part": part.name} if part else {}), **(details_lines if lead is not None and log not in (
-        "<log>", "-", "") and lead.line > 1 else {})}
     next_look = next((a.split(": ", 1)[1] for a in actions if a.startswith(("Read what", "See the versions"))), None)
     if next_look:
         details["_next"] = next_look

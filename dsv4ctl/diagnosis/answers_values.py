@@ -8,8 +8,7 @@ import re
 import shlex
 from typing import Any, Callable
 
-from dsv4ctl import re_cache
-from dsv4ctl.diagnosis.answers_common import arg, flag_for, serve_with
+from dsv4ctl.diagnosis.answers_common import arg, backend_on, flag_for, platform_of, serve_with
 from dsv4ctl.logs.timeline import StartupTimeline
 
 Details = dict[str, Any]
@@ -160,38 +159,6 @@ def _fold(text: str) -> str:
     return re.sub(r"[^a-z0-9]", "", text.lower())
 
 
-# Platforms an attention backend's name carries (vllm==0.33.0 vllm/v1/attention/backends/registry.py AttentionBackendEnum:
-# ROCM_*, XPU_*, CPU_*, TPU_* …), and the words of a log that show which platform it ran on.
-_PLATFORM_PREFIX = re_cache.compile(r"^(ROCM|AITER|XPU|IPEX|CPU|TPU|HPU|NPU|ASCEND|PALLAS)_")
-_PLATFORM_WORDS = (
-    ("ROCM", re_cache.compile(r"\bROCm\b|\bHIP\b|hipError|gfx[0-9]{3}|\bMI[23][0-9]{2}\b|amdgpu")),
-    ("XPU", re_cache.compile(r"\bXPU\b|\bxpu:|Intel\(R\) Data Center GPU|\bIPEX\b")),
-    ("NPU", re_cache.compile(r"\bAscend\b|\bNPU\b|torch_npu|vllm_ascend")),
-    ("CUDA", re_cache.compile(r"\bCUDA\b|\bcuda:|NVIDIA|\bH100\b|\bH200\b|\bB200\b|\bGB10\b|\bGB200\b|\bA100\b|RTX|\bsm_?[0-9]{2,3}\b")),
-)
-
-
-def _platform(d: Details) -> str | None:
-    """The platform the log's own words show (None when they show none)."""
-    text = " ".join(str(v) for v in d.values() if isinstance(v, str))
-    for name, rx in _PLATFORM_WORDS:
-        if rx.search(text):
-            return name
-    return None
-
-
-def _of_platform(choice: str, platform: str | None) -> bool:
-    """Whether a name may be offered on this platform: a name that carries another platform's prefix never is."""
-    m = _PLATFORM_PREFIX.match(choice.upper())
-    if m is None:
-        return True
-    if platform is None:
-        return False
-    prefix = m.group(1)
-    return (platform == "ROCM" and prefix in ("ROCM", "AITER")) or (platform == "XPU" and prefix in ("XPU", "IPEX")) or (
-        platform == "NPU" and prefix in ("NPU", "ASCEND")) or (platform == "CPU" and prefix == "CPU")
-
-
 def _model_family(choices: list[str], model: str | None) -> str | None:
     """The one name that the log's model names (its folded form inside the model's), the longest such; None when none or
     a tie: 'deepseek_v32' for deepseek-ai/DeepSeek-V3.2-Exp, where 'deepseek_v3' is a shorter match."""
@@ -216,31 +183,29 @@ def _unknown_choice(d: Details, tl: StartupTimeline) -> Details | None:
     registry = {"tool call parser": "tool_call_parser", "reasoning parser": "reasoning_parser", "tokenizer_mode": "tokenizer_mode",
                 "quantization method": "quantization", "Invalid attention backend": "attention_backend",
                 "attention backend": "attention_backend"}.get(what, (d.get("flag") or "").lstrip("-").replace("-", "_") or None)
-    first = None
-    if registry:  # the flag table answers None / () for a name it does not hold, or when its file is broken
-        from dsv4ctl.catalogue import vllm_flags  # every release's flags: loaded by the answers that ask
+    from dsv4ctl.catalogue import vllm_flags  # every release's flags: read by the answers that ask
 
+    first, holding = None, []
+    if registry:  # the flag table answers None / () for a name it does not hold, or when its file is broken
         choices = choices or list(vllm_flags.choices(registry, tl.vllm_version))
         first = vllm_flags.first_release(registry, value)
         if first:
-            holding = [r for r in vllm_flags.releases() if value in vllm_flags.choices(registry, r)
-                       or any(_fold(c) == _fold(value) for c in vllm_flags.choices(registry, r))]
-            d = {**d, "_holding": holding}
-    platform = _platform(d)
+            holding = [r for r in vllm_flags.releases() if vllm_flags.as_spelled(registry, value, r) is not None]
+    platform = platform_of(" ".join(str(v) for v in d.values() if isinstance(v, str)))
     from_message = bool(_split_choices(d.get("choices")))
-    release_known = bool(tl.vllm_version) and registry is not None and vllm_flags.resolved_release(tl.vllm_version) is not None \
-        and vllm_flags.resolved_release(tl.vllm_version).exact
+    resolved = vllm_flags.resolved_release(tl.vllm_version) if tl.vllm_version and registry else None
+    release_known = resolved is not None and resolved.exact
     if not from_message and not release_known:
         # The release that refused it is not in the log: another release's names would be offered as this build's.
         choices = []
-    offered = [c for c in choices if c != value and _of_platform(c, platform)]
+    offered = [c for c in choices if c != value and backend_on(c, platform)]
     out: Details = {"what": what.replace("Invalid ", ""), "value_q": f"'{value}'"}
     out["choice_sentence"] = (f"The launch asked for {out['what']} '{value}', which this vLLM build does not have: the "
                               "recipe, image or launcher that asked for it was written for another build (another "
                               "release, or a fork), or the name is mistyped.")
     if choices:
         out["choices_short"] = ", ".join(choices[:24]) + (" …" if len(choices) > 24 else "")
-    same = next((c for c in offered if _fold(c) == _fold(value)), None)
+    same = next((c for c in offered if vllm_flags.same_name(c, value)), None)
     family = None if same else _model_family(offered, tl.model)
     pick = same or family
     if pick:
@@ -251,10 +216,7 @@ def _unknown_choice(d: Details, tl: StartupTimeline) -> Details | None:
             cmd = serve_with(tl, {registry: pick})
             if cmd:
                 out["serve_choice"] = cmd
-    holding = d.get("_holding") or []
     if first and holding:
-        from dsv4ctl.catalogue import vllm_flags  # (loaded above when `first` was found)
-
         span = holding[0] if len(holding) == 1 else f"{holding[0]}–{holding[-1]}"
         indexed = vllm_flags.releases()
         if indexed and holding[-1] == indexed[-1] and holding[0] == indexed[0]:

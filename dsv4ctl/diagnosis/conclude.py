@@ -255,11 +255,6 @@ def _findings(
 _SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 
 
-def facts_log(sources: list[str]) -> str:
-    """The log's path as the answers use it in commands: one file's name, else "<log>"."""
-    return sources[0] if len(sources) == 1 and sources[0] not in ("-", "<stream>") else "<log>"
-
-
 def conclude_start(a: StartAnalyzer, sources: list[str]) -> Diagnosis:
     """The diagnosis of one start, as its log shows it (what to do about it is `dsv4ctl.advice`'s)."""
     tl = a.tracker.timeline
@@ -295,7 +290,7 @@ def conclude_start(a: StartAnalyzer, sources: list[str]) -> Diagnosis:
         phase, basis, root = _rerun(a, findings)
     for r in w.request_records[:2]:
         if not any(e.source == r.line.source and e.line == r.line.lineno for f in findings for e in f.evidence):
-            findings.append(answer_scoped(request_finding(r, a), r, tl, facts_log(sources)))
+            findings.append(answer_scoped(request_finding(r, a), r, tl, log))
     if (refused := client_finding(a)) is not None:
         findings.append(refused)
     if root is not None and phase is not None and BY_ID[root.id].phase:

@@ -19,6 +19,7 @@ from typing import Any
 
 from dsv4ctl.diagnosis.answers_common import arg, flag_for, serve_with
 from dsv4ctl.logs.timeline import StartupTimeline
+from dsv4ctl.units import read_number
 
 _OPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 _NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
@@ -29,7 +30,6 @@ _CHECK_RE = re.compile(r"^(assert|if)\s+(.*)$", re.DOTALL)
 class Explanation:
     """What the raise site says of this error."""
 
-    check: str  # the condition as the source has it ("if self.a > self.b", "assert x % tp == 0")
     requires: str  # what must hold for the statement not to run, as source text
     values: dict[str, str] = field(default_factory=dict)  # name -> value this start gave it
     value_basis: dict[str, str] = field(default_factory=dict)  # name -> where the value comes from
@@ -143,7 +143,7 @@ def explain(check: str, template: str, message: str, tl: StartupTimeline, helper
         tree = ast.parse(requires, mode="eval").body
     except SyntaxError:
         return None
-    ex = Explanation(check=check, requires=requires)
+    ex = Explanation(requires=requires)
     known = placeholder_values(template, message)
     for node in ast.walk(tree):
         name = _key(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
@@ -174,24 +174,17 @@ def explain(check: str, template: str, message: str, tl: StartupTimeline, helper
 _CONFIG_KEY_RE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+")  # a config.json key: snake_case with an underscore
 
 
-def _definitions(source: str) -> list[tuple[str, ast.AST]]:
-    """(citation, parsed definition) of each definition `message_index.helper` returned."""
-    out: list[tuple[str, ast.AST]] = []
-    for block in source.split("\n\n# "):
-        block = block if block.startswith("# ") else "# " + block
-        cite, _, code = block.partition("\n")
-        try:
-            tree = ast.parse(_dedent(code))
-        except SyntaxError:
-            continue
-        out.append((cite.lstrip("# ").strip(), tree))
-    return out
-
-
-def _dedent(code: str) -> str:
+def _definitions(defs: Any) -> list[tuple[str, ast.AST]]:
+    """(citation, parsed definition) of each (citation, source) `message_index.helper` returned."""
     import textwrap
 
-    return textwrap.dedent(code)
+    out: list[tuple[str, ast.AST]] = []
+    for cite, code in defs:
+        try:
+            out.append((cite, ast.parse(textwrap.dedent(code))))
+        except SyntaxError:
+            continue
+    return out
 
 
 def _reads(name: str, helper: Any, depth: int = 0, seen: set[str] | None = None) -> tuple[list[str], list[str], str]:
@@ -201,13 +194,13 @@ def _reads(name: str, helper: Any, depth: int = 0, seen: set[str] | None = None)
     if depth > 3 or name in seen:
         return [], [], ""
     seen.add(name)
-    source = helper(name)
-    if not source:
+    defs = helper(name)
+    if not defs:
         return [], [], ""
     keys: list[str] = []
     chain = [name]
     cite = ""
-    for c, tree in _definitions(source):
+    for c, tree in _definitions(defs):
         cite = cite or c
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and _CONFIG_KEY_RE.fullmatch(node.value):
@@ -231,13 +224,6 @@ def _helper_text(name: str, helper: Any) -> str | None:
     path = " → ".join(chain[:5])
     read = f"it reads the model config's {', '.join(keys[:4])}" if keys else "its definition"
     return f"{read} ({path}; {cite})"
-
-
-def _num(text: str | None) -> float | None:
-    try:
-        return float(str(text).replace(",", ""))
-    except (TypeError, ValueError):
-        return None
 
 
 def _passes(tree: ast.expr, ex: Explanation, tl: StartupTimeline) -> list[str]:
@@ -272,7 +258,7 @@ def _literal(node: ast.expr) -> str | None:
 
 def _target(op: str, value: str) -> int | None:
     """The value to set for `op value` to hold, for whole numbers: at most 4 -> 4, below 4 -> 3, above 4 -> 5."""
-    v = _num(value)
+    v = read_number(value)
     if v is None or v != int(v):
         return None
     v = int(v)
@@ -300,7 +286,7 @@ def _divisibility(left: ast.expr, op: str, right: ast.expr) -> tuple[ast.expr, a
 def _divides(pair: tuple[ast.expr, ast.expr], ex: Explanation, tl: StartupTimeline) -> list[str]:
     a, b = pair
     ak, bk = _key(a), _key(b)
-    av = _num(ex.values.get(ak)) if ak else None
+    av = read_number(ex.values.get(ak)) if ak else None
     if av is None or av != int(av) or av <= 0 or not bk or bk not in ex.flags:
         return []
     n = int(av)

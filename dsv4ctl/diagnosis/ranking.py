@@ -99,6 +99,13 @@ def lookup(record: ErrorRecord, quote: ErrorRecord | None) -> Any:
     statement of a bare AssertionError, what stands for a cut exception, the wording of a non-Python error.
     An entry whose source function is not the innermost frame the log shows for it is another message with
     the same words (SGLang's "Hidden size mismatch" is not vLLM's)."""
+    key = id(quote) if quote is not None else None
+    if key not in record.indexed:
+        record.indexed[key] = _lookup(record, quote)
+    return record.indexed[key]
+
+
+def _lookup(record: ErrorRecord, quote: ErrorRecord | None) -> Any:
     from dsv4ctl.catalogue import message_index  # read at the first lookup: only a failure no signature knows pays it
 
     origin = record.origin
@@ -134,6 +141,7 @@ def lookup(record: ErrorRecord, quote: ErrorRecord | None) -> Any:
                 continue
         return entry
     return None
+
 
 def indexed_finding(record: ErrorRecord, quote: ErrorRecord | None, tl: StartupTimeline, entry: Any) -> Finding:
     """The finding for an error no signature explains but the message index knows: its source, and the
@@ -182,6 +190,7 @@ def _cite_for(entry: Any, version: str | None) -> str:
             if cite.startswith(f"vllm=={plain} "):
                 return cite
     return entry.cite
+
 
 def unrecognized_finding(record: ErrorRecord, quote: ErrorRecord | None = None) -> Finding:
     """The finding for an originating error no signature explains: `unrecognized_error`, or

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from dsv4ctl import re_cache
+from dsv4ctl.logs.grammars import ERRNO_RE
+from dsv4ctl.units import read_number
 
 _NUM = r"[0-9][0-9,]*(?:\.[0-9]+)?"
 
@@ -40,15 +42,8 @@ class Shortage:
         return ""
 
 
-def _f(text: str) -> float | None:
-    try:
-        return float(text.replace(",", ""))
-    except ValueError:
-        return None
-
-
 def _ratio(needed: str, available: str) -> str | None:
-    n, a = _f(needed), _f(available)
+    n, a = read_number(needed), read_number(available)
     if n is None or a is None or a <= 0 or n <= a:
         return None
     return f"{needed} / {available} = {n / a:.2f}×"
@@ -115,7 +110,7 @@ def shortage(texts: Iterable[str]) -> Shortage | None:
                 unit = "GB"
             arithmetic = _ratio(needed, available) if needed and available and resource != "host_memory" else None
             if resource == "host_memory" and needed and available:
-                n, a = _f(needed), _f(available)
+                n, a = read_number(needed), read_number(available)
                 if n is not None and a:
                     arithmetic = f"{needed} GB of {available} GB in use = {n / a:.1%}"
             return Shortage(resource, what, needed, available, unit, m.group(0)[:160], look, arithmetic)
@@ -132,7 +127,6 @@ _OSERROR_ERRNO = {
     "TimeoutError": _errno.ETIMEDOUT, "InterruptedError": _errno.EINTR, "ProcessLookupError": _errno.ESRCH,
     "ChildProcessError": _errno.ECHILD, "BlockingIOError": _errno.EAGAIN,
 }
-_ERRNO_RE = re_cache.compile(r"\[Errno (?P<n>-?[0-9]+)\]\s*(?P<text>[^:'\n]*)")
 
 
 @dataclass(frozen=True)
@@ -149,8 +143,8 @@ _PATH_RE = re_cache.compile(r"""(?::\s*|\bat\s+|\bopen\s+)['"]?(?P<path>/[^'"\s,
 def os_error(exception: str | None, message: str) -> OsError | None:
     """The OS error a message reports: its errno from "[Errno N]" (or the OSError subclass's), named by the C library
     of this machine (errno.errorcode, os.strerror), and the path it names."""
-    m = _ERRNO_RE.search(message)
-    number = int(m.group("n")) if m else _OSERROR_ERRNO.get((exception or "").rsplit(".", 1)[-1])
+    m = ERRNO_RE.search(message)
+    number = int(m.group("errno")) if m else _OSERROR_ERRNO.get((exception or "").rsplit(".", 1)[-1])
     if number is None:
         return None
     number = abs(number)
@@ -184,10 +178,10 @@ _SITE_RE = re_cache.compile(r"(?:site|dist)-packages/(?P<pkg>[A-Za-z_][\w]*)(?:/
 _KNOWN = ("vllm_ascend", "vllm", "sglang", "flashinfer", "deep_gemm", "deep_ep", "flash_mla", "torch_npu", "torch",
           "triton", "ray", "transformers", "huggingface_hub", "safetensors", "xformers", "lmcache", "nixl", "tensorrt_llm")
 _CHECKOUT_RE = re_cache.compile(r"/(?P<pkg>" + "|".join(_KNOWN) + r")/(?!.*/(?:" + "|".join(_KNOWN) + r")/)")
-# Where a distribution's name differs from its import name (its wheel's METADATA Name: vllm-ascend, torch-npu, …).
-DISTRIBUTION = {"vllm_ascend": "vllm-ascend", "torch_npu": "torch-npu", "deep_gemm": "deep-gemm", "flash_mla": "flash-mla",
-                "huggingface_hub": "huggingface-hub", "flashinfer": "flashinfer-python", "sglang": "sglang",
-                "tensorrt_llm": "tensorrt-llm"}
+# The name `pip show` takes for an import name, where the two differ by more than pip's name normalisation ('_' and
+# '-' are one to pip: `pip show vllm_ascend` finds vllm-ascend): flashinfer-python 0.7.4's wheel ships `flashinfer`,
+# mooncake-transfer-engine 0.3.13.post1's `mooncake`.
+DISTRIBUTION = {"flashinfer": "flashinfer-python", "mooncake": "mooncake-transfer-engine"}
 
 
 def package_of(path: str) -> str | None:

@@ -3,7 +3,6 @@ errors the server survived."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from dsv4ctl.catalogue.signatures import BY_ID
@@ -13,6 +12,7 @@ from dsv4ctl.diagnosis.derive import derive
 from dsv4ctl.diagnosis.dsv4 import full_capture, is_metadata_kernel, parse_version
 from dsv4ctl.diagnosis.evidence import dedupe_frames, evidence_of, line_of, make_finding
 from dsv4ctl.diagnosis.model import MAX_EVIDENCE, Finding
+from dsv4ctl.logs.grammars import ERRNO_RE
 from dsv4ctl.diagnosis.ranking import ends_in, indexed_finding, lookup, originating, quoting_wrapper, unrecognized_finding
 from dsv4ctl.logs.grammars import DEATH_RE
 from dsv4ctl.logs.records import ErrorRecord
@@ -96,7 +96,7 @@ def _same_error_elsewhere(f: Finding, origin: ErrorRecord, records: list[ErrorRe
     another object (PermissionError on /.config, then on /.triton): quoted beside the first, the answer covers both."""
     if origin.kind != "python" or origin.origin is None or not origin.type.endswith(("Error", "Exception")):
         return
-    errno = re.search(r"\[Errno [0-9]+\]", origin.origin.message)
+    errno = ERRNO_RE.search(origin.origin.message)
     seen = {(e.source, e.line) for e in f.evidence}
     for r in records:
         if r is origin or r.process != origin.process or r.origin is None or len(f.evidence) >= MAX_EVIDENCE:

@@ -54,6 +54,9 @@ CHAIN_RE = re_cache.compile(
 # A field's error names the field on the line above it ("gpu_memory_utilization" / "  Input should be less than or
 # equal to 1 [type=less_than_equal, input_value=90.0, input_type=float]"): pydantic-core==2.50.5's display
 # format (its binary's string table: " [type=", ", input_value=", ", input_type=").
+# An OS error's number as Python prints it: "[Errno 98] Address already in use".
+_ERRNO = r"\[Errno (?P<errno>-?[0-9]+)\]"
+ERRNO_RE = re_cache.compile(_ERRNO)
 DETAIL_RE = re_cache.compile(r"^(?:Value error|Assertion failed), |^\S.*? \[type=[a-z_]+(?:, input_value=.*)?\]$")
 PYDANTIC_LOC_RE = re_cache.compile(r"^[A-Za-z_][\w.\[\]]*$")
 # What is not log content: a gap an excerpt marks ("...", "…", "[... trimmed ...]"), Python 3.13's elided
@@ -170,7 +173,7 @@ GENERIC: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("nccl", re_cache.compile(r"Watchdog caught collective operation timeout: (?P<collective>.+)")),
     # OS errors as Python prints them: "OSError: [Errno 98] Address already in use", and asyncio's bind error
     # (CPython 3.11.7 asyncio/base_events.py:1525): "[Errno 98] error while attempting to bind on address …"
-    ("os", re_cache.compile(r"\[Errno (?P<errno>-?[0-9]+)\] (?P<os_error>.+)")),
+    ("os", re_cache.compile(_ERRNO + r" (?P<os_error>.+)")),
     # argparse's error exit (CPython 3.11.7 argparse.py:2630 "%(prog)s: error: %(message)s"): "vllm serve: error: …"
     ("usage", re_cache.compile(r"^(?P<prog>[\w.-]+(?: [\w.-]+)?): error: (?P<usage_error>.+)")),
     # An HTTP error body as a client prints it (vLLM's ErrorResponse: vllm==0.33.0

@@ -98,6 +98,8 @@ class ErrorRecord:
     frames: tuple[Frame, ...] = ()
     functions: frozenset[str] = frozenset()  # every function its frames name, outermost to innermost, all chained
     also: list[LogLine] = field(default_factory=list)  # the lines of one report joined to it (CANN's, line after line)
+    # The message index's entries for it, by quoting wrapper (diagnosis.ranking.lookup's memo: one lookup per record).
+    indexed: dict[int | None, object] = field(default_factory=dict, repr=False, compare=False)
 
     def spans(self, line: LogLine) -> bool:
         """Whether `line` is one of this record's lines (same file and process, within its span)."""

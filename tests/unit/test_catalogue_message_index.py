@@ -383,13 +383,13 @@ def test_later_check_gone():
 def test_helpers_from_the_config_sources():
     # vllm==0.33.0 vllm/config/model.py:1986-1988 and vllm/transformers_utils/config.py:733-739
     prop = mi.helper("ModelConfig.uses_mrope")
-    assert prop == ("# vllm==0.33.0 vllm/config/model.py:1986-1988\n@property\ndef uses_mrope(self) -> bool:\n"
-                    "    return uses_mrope(self.hf_config)")
+    assert prop == (("vllm==0.33.0 vllm/config/model.py:1986-1988",
+                     "@property\ndef uses_mrope(self) -> bool:\n    return uses_mrope(self.hf_config)"),)
     both = mi.helper("uses_mrope")
-    assert both.startswith(prop + "\n\n# vllm==0.33.0 vllm/transformers_utils/config.py:733-739\n"
-                                  "def uses_mrope(config: PreTrainedConfig) -> bool:")
+    assert both[0] == prop[0] and both[1][0] == "vllm==0.33.0 vllm/transformers_utils/config.py:733-739"
+    assert both[1][1].startswith("def uses_mrope(config: PreTrainedConfig) -> bool:")
     # what those call in turn (vllm/transformers_utils/config.py:729-730)
-    assert mi.helper("_uses_mrope").endswith("return _mrope_section(config) is not None")
+    assert mi.helper("_uses_mrope")[-1][1].endswith("return _mrope_section(config) is not None")
     assert mi.helper("no_such_helper") is None and mi.helper(None) is None  # type: ignore[arg-type]
     # every helper a check names, each at most 12 lines, each cited
     for name, defs in mi._load().packed.helpers().items():
