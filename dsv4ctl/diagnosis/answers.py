@@ -56,8 +56,10 @@ def _frames(record: ErrorRecord | None) -> list[str]:
     return [f"frame: {fr.file}:{fr.lineno} in {fr.function}" for fr in record.frames[-8:]] if record is not None else []
 
 
-def answer(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, log: str) -> Finding:
-    """`f` answered by the first family rule that covers it, else with the message as its headline."""
+def answer(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, log: str, brief: bool = False) -> Finding:
+    """`f` answered by the first family rule that covers it, else with the message as its headline. `brief`: for an
+    earlier start, of which only the verdict and the root cause's id are kept: the same answer without what only adds
+    to its text (what the raise site's check reads, what later releases did with the message)."""
     if f.id in COMPONENT_FAULTS:
         return _component(f, tl)
     if f.id in WRAPPING:
@@ -67,20 +69,21 @@ def answer(f: Finding, record: ErrorRecord | None, tl: StartupTimeline, log: str
     texts = texts_of(f, record)
     answered = _by_family(f, record, texts, tl, log)
     if answered is not None:
-        return _with_check(answered, tl)
+        return answered if brief else _with_check(answered, tl)
     if f.id in REFINED:
         return f
     from dsv4ctl.diagnosis import answers_reading  # the words' own reading: only for an error no rule covers
 
     site = _from_raise_site(f, tl)
     if site is not None:
-        return _releases_differ(site, tl)
+        return site if brief else _releases_differ(site, tl)
     read = answers_reading.answer(f, record, tl, texts)
     if read is not None:
         return read
     from dsv4ctl.diagnosis import answers_plain
 
-    return _releases_differ(answers_plain.plain(replace(f, title=headline(f)), record, tl, log), tl)
+    plain = answers_plain.plain(replace(f, title=headline(f)), record, tl, log)
+    return plain if brief else _releases_differ(plain, tl)
 
 
 def _by_family(f: Finding, record: ErrorRecord | None, texts: list[str], tl: StartupTimeline, log: str,

@@ -19,6 +19,7 @@ from dsv4ctl.diagnosis.serving_view import (
     down_details,
     in_request_path,
     request_finding,
+    signed_lines,
 )
 from dsv4ctl.diagnosis.stuck import shortage_finding, stuck_finding, waited_before
 from dsv4ctl.diagnosis.windows import (
@@ -147,7 +148,8 @@ def _windows(a: StartAnalyzer) -> _Windows:
     # A traceback raised while the server handled one request (its handlers, a parser, a KV connector's handshake)
     # is that request's: the server was answering, and it stays up unless something after it stops it.
     asgi = asgi_lines(a.records)
-    request_records = [r for r in live_startup + records["serving"] if in_request_path(r, asgi)]
+    signed = signed_lines(a)
+    request_records = [r for r in live_startup + records["serving"] if in_request_path(r, asgi, signed)]
     if request_records and asgi:
         # uvicorn's own line before such a traceback is part of the request's error, not another one.
         live_startup = [r for r in live_startup if (r.line.source, r.line.lineno) not in asgi]

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterable
 
+from dsv4ctl import re_cache
 from dsv4ctl.catalogue.signature_index import LineSorter
 from dsv4ctl.diagnosis.analyzer import ANSWER_CAP, HELD_LINES, SERVING_SORTER, StartAnalyzer, request_signature
 from dsv4ctl.diagnosis.conclude import conclude_start, not_a_vllm_log
@@ -85,10 +86,9 @@ class LogPass:
             i = j + 1
 
     def _quiet(self, source: str) -> bool:
-        """Whether lines of `source` are held rather than parsed: the current start serves quietly there, and the source
-        is not a paste read in full (whose every error is read: a request's traceback is what it was pasted for)."""
+        """Whether lines of `source` are held rather than parsed: the current start serves quietly there."""
         a = self.analyzers.get(self.splitter.current)
-        return a is not None and a.quiet_serving and source == a.ready_source and source not in self.full
+        return a is not None and a.quiet_serving and source == a.ready_source
 
     def feed_raw(
         self, raw: str, source: str, lineno: int, parsed: LogLine | None = None, kind: int | None = None,
@@ -107,6 +107,9 @@ class LogPass:
         if self._quiet(source):
             if kind is None:
                 kind = SERVING_SORTER.sort(raw)
+            if kind == LineSorter.SKIP and source in self.full and _ERROR_SHAPED.search(raw):
+                # A paste read in full: its every error is read (a request's traceback is what it was pasted for).
+                kind = LineSorter.ALERT
             if kind == LineSorter.ALERT:
                 a.alert = True
                 held, self._held = self._held, deque(maxlen=HELD_LINES)
@@ -152,6 +155,10 @@ class LogPass:
         return bool(self.sources) and self.sources <= self.full
 
     def conclude(self, sources: list[str]) -> "Diagnosis":
+        # Lines held since the last one analysed end the log: the last of them is read, as the start's last line.
+        if self._held:
+            self.feed(parse_line(*self._held[-1]))
+            self._held.clear()
         open_starts = sorted(self.analyzers.values(), key=lambda a: a.index)
         for a in open_starts:
             a.finish()
@@ -250,6 +257,12 @@ def prestart(path: str) -> bool:
     it before the CLI's imports. True when it began; `diagnose` adopts it (a scan with other settings starts its
     own)."""
     return parallel.prestart(path, tagger=SERVING_SORTER, hold=HELD_LINES)
+
+# An error's first line as a log shows it: an ERROR record, a traceback's header, an exception's line, a C++
+# component's E/F record (glog's "E1103 10:20:41.123", Ray's "[2026-11-30 11:40:01,004 E 812 840]").
+_ERROR_SHAPED = re_cache.compile(r"(?:^|[\s\]|])ERROR\b|Traceback \(most recent call last\)|"
+                                 r"(?:^|\) )(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): |"
+                                 r"(?:^|\s|\])[EF][0-9]{4} [0-9:.]+ |,[0-9]{3} [EF] [0-9]+ [0-9]+\]")
 
 # An input this small (a paste, a short log) is read line by line in full: its lines without a prefilter
 # keyword count too (a server's access lines, which show it answered requests around an error).

@@ -83,11 +83,18 @@ REQUEST_LOGGERS = re_cache.compile(r"^(?:\w+_tool_parser|abstract_tool_parser|\w
                                    r"|chat_utils|message_assembly)\.py:[0-9]+$")
 
 
-def in_request_path(rec: ErrorRecord, asgi: frozenset[tuple[str, int]] = frozenset()) -> bool:
+def signed_lines(a: StartAnalyzer) -> frozenset[tuple[str, int]]:
+    """The lines a signature of a start's failure (a cause or a symptom) named: an error there is the engine's, as the
+    signature says, and the message index is not asked where it was raised."""
+    return frozenset((h.line.source, h.line.lineno) for h in a.hits if h.sig.role in ("cause", "symptom"))
+
+
+def in_request_path(rec: ErrorRecord, asgi: frozenset[tuple[str, int]] = frozenset(),
+                    signed: frozenset[tuple[str, int]] = frozenset()) -> bool:
     """Whether an error was raised or logged while handling one request and says nothing of the engine dying (an
     EngineDeadError met in a handler is the engine's failure, not the request's): a traceback through a request's
     functions or files, after uvicorn's "Exception in ASGI application", or an ERROR record a request's module logged.
-    `asgi`: `asgi_lines`."""
+    `asgi`: `asgi_lines`; `signed`: `signed_lines`."""
     first = rec.first or rec.line
     asgi_here = (rec.headline is not None and ASGI_ERROR in rec.headline.message) or (
         (first.source, first.lineno - 1) in asgi)
@@ -96,14 +103,14 @@ def in_request_path(rec: ErrorRecord, asgi: frozenset[tuple[str, int]] = frozens
     if rec.kind == "log_error":
         info = rec.line.fileinfo or ""
         names_one = _ONE_REQUEST_RE.search(rec.text) is not None
-        return (REQUEST_LOGGERS.match(info) is not None or names_one or _raised_for_a_request(rec)) and \
-            not _says_engine_died(said)
+        return not _says_engine_died(said) and (REQUEST_LOGGERS.match(info) is not None or names_one or (
+            (rec.line.source, rec.line.lineno) not in signed and _raised_for_a_request(rec)))
     if rec.kind != "python" or rec.is_wrapper:
         return False
     by_file = any(REQUEST_PATHS.search(fr.file) for fr in rec.frames)
     logged_there = REQUEST_LOGGERS.match((rec.headline or rec.line).fileinfo or "") is not None
     if not (asgi_here or rec.functions & REQUEST_FUNCTIONS or by_file or logged_there
-            or (not rec.frames and _raised_for_a_request(rec))):
+            or (not rec.frames and (rec.line.source, rec.line.lineno) not in signed and _raised_for_a_request(rec))):
         return False
     return not _says_engine_died(said) and not (rec.functions & STEP_FUNCTIONS)
 
@@ -156,8 +163,8 @@ def down_after_error(a: StartAnalyzer) -> tuple[int, LogLine] | None:
     seq, line = a.down_answers[0]
     if a.alive_seq is not None and a.alive_seq > seq:
         return None
-    asgi = asgi_lines(a.records)
-    if any(r.seq < seq and not r.weak and not r.survived and not in_request_path(r, asgi) for r in a.records):
+    asgi, signed = asgi_lines(a.records), signed_lines(a)
+    if any(r.seq < seq and not r.weak and not r.survived and not in_request_path(r, asgi, signed) for r in a.records):
         return seq, line
     return None
 

@@ -62,7 +62,7 @@ def window_findings(
             f.severity = "warning"
         # A general signature's advice, refined by its family where one reads the values, or by the error it carries.
         record = next((r for r in records if any(r.spans(h.line) for h in sig_hits)), None)
-        f = answer(f, record, tl, log)
+        f = answer(f, record, tl, log, brief=a.light)
         findings.append(f)
 
     causes = [f for f in findings if f.role == "cause" and f.severity == "critical"]
@@ -77,7 +77,7 @@ def window_findings(
             f = unrecognized_finding(origin, quote)
             if f.id == "unrecognized_error" and (entry := lookup(origin, quote)) is not None:
                 f = indexed_finding(origin, quote, tl, entry)
-            f = answer(f, origin, tl, log)
+            f = answer(f, origin, tl, log, brief=a.light)
             _same_error_elsewhere(f, origin, records)
             findings.append(f)
             causes.append(f)

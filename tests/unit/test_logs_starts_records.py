@@ -482,3 +482,71 @@ def test_an_exception_class_without_error_in_its_name_ends_a_traceback():
     from dsv4ctl.logs import prefilter
 
     assert prefilter.line_matches("triton.runtime.errors.OutOfResources: out of resource: shared memory")
+
+
+def test_a_paste_serving_quietly_is_held_until_an_error_and_its_last_line_ends_the_start(tmp_path):
+    """A paste read in full is held like a long log while its start serves quietly (its access and throughput lines
+    change nothing); its first error-shaped line wakes it, so a request's traceback is read; its last line is the
+    start's last line either way."""
+    text = (EXAMPLES / "healthy.log").read_text()
+    healthy = text[: text.index("\n", text.index("Application startup complete.")) + 1]
+    quiet = "".join(f'INFO:     10.0.0.1:{40000 + i} - "POST /v1/chat/completions HTTP/1.1" 200 OK\n' for i in range(400))
+    log = tmp_path / "paste.log"
+    log.write_text(healthy + quiet)
+    total = len((healthy + quiet).splitlines())
+    d = diagnose([log])
+    assert d.verdict == "healthy" and d.lines_examined < total - 300
+    assert d.starts[-1].last.line == total
+    tool_error = (
+        "(APIServer pid=1) ERROR 10-21 09:31:00 [hermes_tool_parser.py:151] Error in extracting tool call from response.\n"
+        "Traceback (most recent call last):\n"
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/tool_parsers/hermes_tool_parser.py", line 137, in '
+        "extract_tool_calls\n"
+        "json.decoder.JSONDecodeError: Expecting ',' delimiter: line 1 column 58 (char 57)\n"
+    )
+    log.write_text(healthy + quiet + tool_error + quiet)
+    d = diagnose([log])
+    assert d.verdict == "healthy"
+    read = [f for f in d.findings if any(e.text and "JSONDecodeError" in e.text for e in f.evidence)]
+    assert read and read[0].severity == "warning"
+    assert d.starts[-1].last.line == len((healthy + quiet + tool_error + quiet).splitlines())
+
+
+def test_an_error_a_signature_names_is_not_looked_up_for_its_scope(tmp_path, monkeypatch):
+    """Whether a frames-less error was raised for one request is asked of the message index only when no signature of
+    a start's failure names its line: the signature already says it is the engine's."""
+    from dsv4ctl.diagnosis import serving_view
+
+    asked: list[str] = []
+    real = serving_view._raised_for_a_request
+    monkeypatch.setattr(serving_view, "_raised_for_a_request", lambda rec: asked.append(rec.text) or real(rec))
+    log = tmp_path / "kv.log"
+    log.write_text(
+        "(EngineCore_DP0 pid=7) ERROR 10-21 09:30:00 [core.py:866] EngineCore failed to start.\n"
+        "(EngineCore_DP0 pid=7) ERROR 10-21 09:30:00 [core.py:866] ValueError: To serve at least one request with the "
+        "model's max seq len (30000), (6.66 GiB KV cache is needed, which is larger than the available KV cache memory "
+        "(1.20 GiB). Based on the available memory, the estimated maximum model length is 5400. Try increasing "
+        "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.\n")
+    d = diagnose([log])
+    assert d.verdict == "failed" and d.root_cause.id == "kv_cache_insufficient"
+    assert asked == []
+
+
+def test_an_earlier_start_is_answered_without_what_only_adds_to_its_text(tmp_path, monkeypatch):
+    """Of an earlier start only its verdict and root cause are kept: its answer skips the raise site's helpers; the
+    reported start gets them, and every start's verdict and root cause are those of the same log read alone."""
+    from dsv4ctl.diagnosis import answers
+
+    calls: list[str] = []
+    real = answers._with_check
+    monkeypatch.setattr(answers, "_with_check", lambda f, tl: calls.append(f.id) or real(f, tl))
+    one = Path(__file__).resolve().parent.parent / "fixtures" / "advice_holdout" / "10-lora-rank-over-max-lora-rank-docker-run.log"
+    alone = diagnose([one])
+    assert len(calls) == 1
+    calls.clear()
+    log = tmp_path / "three.log"
+    log.write_text(one.read_text() * 3)
+    d = diagnose([log])
+    assert len(calls) == 1 and len(d.starts) == 3
+    assert {(s.verdict, s.root_cause) for s in d.starts} == {(alone.verdict, alone.root_cause.id)}
+    assert (d.root_cause.meaning, d.root_cause.actions) == (alone.root_cause.meaning, alone.root_cause.actions)
