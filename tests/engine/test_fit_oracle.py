@@ -345,7 +345,7 @@ def test_defaults_mirror_vllm(vllm_available):
     from vllm.config.cache import CacheConfig
     from vllm.config.scheduler import SchedulerConfig
 
-    from dsv4ctl.cli import fit_length_command
+    from dsv4ctl.commands.fit_length import fit_length_command
     from dsv4ctl.planning.plan.request import DEFAULT_GPU_MEMORY_UTILIZATION, SCHEDULER_DEFAULT_MAX_NUM_BATCHED_TOKENS
 
     assert CacheConfig.__pydantic_fields__["gpu_memory_utilization"].default == DEFAULT_GPU_MEMORY_UTILIZATION

@@ -48,15 +48,12 @@ MODULE_OWNERS: dict[str, tuple[str, ...]] = {
     "probe/": ("dsv4ctl probe deepgemm",),
     "fixes/": (VLLM,),
     "units.py": ("dsv4ctl fit-length",),
-}
-CLI_FUNCTION_OWNERS = {
-    "diagnose_command": "dsv4ctl diagnose",
-    "fit_length_command": "dsv4ctl fit-length",
-    "_plan_fit_or_say_what_replaces_the_gpus": "dsv4ctl fit-length",
-    "gpus_command": "dsv4ctl gpus",
-    "doctor_command": "dsv4ctl doctor",
-    "probe_deepgemm_command": "dsv4ctl probe deepgemm",
-    "serve_command": "dsv4ctl serve",
+    "commands/diagnose.py": ("dsv4ctl diagnose",),
+    "commands/fit_length.py": ("dsv4ctl fit-length",),
+    "commands/gpus.py": ("dsv4ctl gpus",),
+    "commands/doctor.py": ("dsv4ctl doctor",),
+    "commands/probe.py": ("dsv4ctl probe deepgemm",),
+    "commands/serve.py": ("dsv4ctl serve",),
 }
 # Strings that are not advice: vLLM/argparse plumbing and log patterns (the flags vLLM prints, matched).
 SKIP_FILES = ("serve/vllm_entry.py", "serve/flags.py", "logs/prefilter.py")
@@ -152,25 +149,20 @@ def source_mentions() -> Iterator[Mention]:
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         skip = _docstring_ids(tree)
-        if rel == "cli.py":
-            scopes = [(CLI_FUNCTION_OWNERS.get(f.name, ""), f) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)]
-        else:
-            scopes = [("", tree)]
+        owners = _owners_of(rel)
+        if rel == "cli.py" or (rel.startswith("commands/") and not owners):
+            continue  # the app's face, and the commands whose strings name no flag of another command
         seen: set[int] = set()
-        for owner, scope in scopes:
-            owners = (owner,) if owner else _owners_of(rel)
-            if rel == "cli.py" and not owner:
+        for node in ast.walk(tree):
+            if id(node) in skip or id(node) in seen:
                 continue
-            for node in ast.walk(scope):
-                if id(node) in skip or id(node) in seen:
-                    continue
-                text = _string_parts(node)
-                if text is None or "--" not in text or re.fullmatch(r"--[\w-]+(=.*)?", text):
-                    continue  # no flag, or a lone flag: argv plumbing, not advice
-                seen.add(id(node))
-                if isinstance(node, ast.JoinedStr):
-                    seen.update(id(v) for v in node.values)
-                yield from _mentions(text, owners, f"dsv4ctl/{rel}:{node.lineno}")
+            text = _string_parts(node)
+            if text is None or "--" not in text or re.fullmatch(r"--[\w-]+(=.*)?", text):
+                continue  # no flag, or a lone flag: argv plumbing, not advice
+            seen.add(id(node))
+            if isinstance(node, ast.JoinedStr):
+                seen.update(id(v) for v in node.values)
+            yield from _mentions(text, owners, f"dsv4ctl/{rel}:{node.lineno}")
 
 
 def catalogue_mentions() -> Iterator[Mention]:

@@ -1,0 +1,154 @@
+"""`dsv4ctl check` and `dsv4ctl watch`: a running server's verdict, once or live."""
+
+# No `from __future__ import annotations`: Typer reads every command's annotations at start-up (see cli.py).
+import os
+from typing import Any
+
+import typer
+
+from dsv4ctl.commands.common import check_options
+from dsv4ctl.errors import Dsv4ctlError, ExitCode
+from dsv4ctl.render import error_line
+
+_WATCH_EXITS = (
+    f"Exit {int(ExitCode.OK)} healthy, {int(ExitCode.DEGRADED)} degraded, "
+    f"{int(ExitCode.WEDGED)} wedged, {int(ExitCode.DEAD)} dead: the worst server's; {int(ExitCode.USAGE)} bad flags."
+)
+_CHECK_EXITS = _WATCH_EXITS.replace(" degraded,", f" degraded ({int(ExitCode.OK)} with --liveness),")
+
+
+def check_command(
+    urls: list[str] = typer.Argument(..., metavar="URL", help="vLLM API servers (http://HOST:PORT): one, or every API server of a data-parallel group / of several nodes."),
+    window: float = typer.Option(3.0, "--window", metavar="SECONDS", help="Time between the two /metrics scrapes: an engine with work pending must move within it."),
+    timeout: float = typer.Option(1.0, "--timeout", metavar="SECONDS", help="For /health, /v1/models and the first /metrics together, and for the second /metrics: check ends within window + 2 x timeout."),
+    probe_request: bool = typer.Option(False, "--probe-request", help="Also send one one-token /v1/completions request: tells a stopped idle engine from an idle one."),
+    probe_timeout: float | None = typer.Option(None, "--probe-timeout", metavar="SECONDS", help="How long the probe request may take [default: the window]."),
+    api_key: str | None = typer.Option(None, "--api-key", envvar="VLLM_API_KEY", metavar="KEY", help="vLLM's --api-key, for /v1/models and the probe [default: $VLLM_API_KEY]."),
+    kv_cliff: float = typer.Option(0.95, "--kv-cliff", metavar="FRACTION", help="Degraded at or above this KV cache usage (vllm:kv_cache_usage_perc)."),
+    liveness: bool = typer.Option(False, "--liveness", help="Exit 0 when degraded: only wedged and dead fail (a Kubernetes livenessProbe)."),
+    json_output: bool = typer.Option(False, "--json", help="Print the verdicts, evidence and numbers as JSON."),
+) -> None:
+    """Is a running vLLM server alive, wedged, dead or degraded? One look: /health, /v1/models, /metrics twice.
+
+    wedged: work pending and no engine counter moved in the window (or the probe got no answer), while
+    /health still says 200. dead: no answer, or /health not 200. degraded: preemptions, KV cache at the
+    cliff, a growing queue, 5xx answers.
+    """
+    from dsv4ctl.check import DEGRADED, Limits
+    from dsv4ctl.check.http import check_group
+    from dsv4ctl.render import emit_json, out_console
+
+    check_options(window, timeout, probe_timeout, kv_cliff)
+    group = check_group(urls, window_s=window, timeout_s=timeout, probe=probe_request, probe_timeout_s=probe_timeout,
+                        api_key=api_key, limits=Limits(kv_cliff=kv_cliff))
+    if json_output:
+        emit_json(group.to_json())
+    else:
+        from dsv4ctl.render.check import render_check
+
+        render_check(group, out_console())
+    if liveness and group.verdict == DEGRADED:
+        return
+    raise typer.Exit(int(group.exit_code))
+
+
+check_command.__doc__ = f"{check_command.__doc__}\n    {_CHECK_EXITS}\n"
+
+
+def watch_command(
+    urls: list[str] = typer.Argument(..., metavar="URL", help="vLLM API servers (http://HOST:PORT)."),
+    interval: float = typer.Option(2.0, "--interval", metavar="SECONDS", help="Each look's window (the time between two /metrics scrapes)."),
+    timeout: float = typer.Option(1.0, "--timeout", metavar="SECONDS", help="As check's."),
+    probe_request: bool = typer.Option(False, "--probe-request", help="One one-token request per look, as check's."),
+    probe_timeout: float | None = typer.Option(None, "--probe-timeout", metavar="SECONDS", help="[default: the interval]"),
+    api_key: str | None = typer.Option(None, "--api-key", envvar="VLLM_API_KEY", metavar="KEY", help="vLLM's --api-key [default: $VLLM_API_KEY]."),
+    kv_cliff: float = typer.Option(0.95, "--kv-cliff", metavar="FRACTION", help="As check's."),
+    log: str | None = typer.Option(None, "--log", metavar="FILE", help="The server's log (e.g. dsv4ctl serve's): on wedged or dead, diagnose's reading of its tail."),
+    count: int | None = typer.Option(None, "--count", metavar="N", help="Stop after N looks and exit with the last one's code [default: until Ctrl-C]."),
+    json_output: bool = typer.Option(False, "--json", help="One JSON document per look, one per line (JSON Lines)."),
+) -> None:
+    """The same signals live: throughput, running/waiting, KV usage, preemptions, time since the last engine step.
+
+    On a terminal the table refreshes in place; piped, one line per server and look. A change of verdict is
+    printed as an event with its time. Ctrl-C stops it (exit 130).
+    """  # the exit codes are appended below, from ExitCode
+    import json
+    import time
+
+    from dsv4ctl.check import DEAD, WEDGED, Limits
+    from dsv4ctl.check.http import check_group, normalize_url
+    from dsv4ctl.check.watch import WatchState
+    from dsv4ctl.render import STDOUT, err_console, out_console
+    from dsv4ctl.render import check as view
+
+    check_options(interval, timeout, probe_timeout, kv_cliff)
+    if count is not None and count < 1:
+        from dsv4ctl.errors import UsageError
+
+        raise UsageError(f"--count {count}: at least 1")
+    if log is not None and not os.path.isfile(log):
+        from dsv4ctl.errors import InputError
+
+        raise InputError(f"--log {log}: no such file", hint="give the server's log file (dsv4ctl serve prints its path)")
+    bases = [normalize_url(u) for u in urls]
+    console = out_console()
+    live_view = console.is_terminal and not json_output
+    state = WatchState(started_at=time.time())
+    looks, last = 0, [time.monotonic()]
+
+    def look() -> list[Any]:
+        if looks:  # a look at a dead server returns at once: one look per interval all the same
+            time.sleep(max(0.0, interval - (time.monotonic() - last[0])))
+        last[0] = time.monotonic()
+        group = check_group(bases, window_s=interval, timeout_s=timeout, probe=probe_request,
+                            probe_timeout_s=probe_timeout, api_key=api_key, limits=Limits(kv_cliff=kv_cliff))
+        return state.update(group, group.ended_at)
+
+    def tell(changes: list[Any], where: Any) -> None:
+        for change in changes:
+            view.render_event(change, where)
+            if log is not None and change.after in (WEDGED, DEAD):
+                from dsv4ctl.check.logtail import diagnose_tail
+                from dsv4ctl.render.diagnose import render_diagnosis
+
+                try:
+                    reading = diagnose_tail(str(log))
+                except Dsv4ctlError as exc:  # the log went away: the watch goes on
+                    error_line(f"--log {log}: {exc.message}")
+                    continue
+                where.print(f"diagnose's reading of the tail of {log}:", markup=False)
+                render_diagnosis(reading, where)
+
+    try:
+        if live_view:
+            from rich.live import Live
+
+            with Live(view.watch_table(state, time.time(), interval), console=console, auto_refresh=False,
+                      transient=False) as live:
+                while count is None or looks < count:
+                    changes = look()
+                    looks += 1
+                    tell(changes, live.console)
+                    live.update(view.watch_table(state, time.time(), interval), refresh=True)
+        else:
+            while count is None or looks < count:
+                changes = look()
+                looks += 1
+                if json_output:
+                    STDOUT.write(json.dumps({"schema_version": 1, **state.latest.to_json(),
+                                             "events": [c.to_json() for c in changes]}) + "\n")
+                else:
+                    tell(changes, console)
+                    for line in view.watch_lines(state, time.time()):
+                        STDOUT.write(line + "\n")
+                STDOUT.flush()
+    except KeyboardInterrupt:
+        err_console().print(f"watch stopped after {looks} look(s); {len(state.events)} verdict change(s)", markup=False)
+        raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+    raise typer.Exit(int(state.latest.exit_code) if state.latest else 0)
+
+
+watch_command.__doc__ = (
+    f"{watch_command.__doc__}\n    With --count, the last look's code: {_WATCH_EXITS[5:]} "
+    f"Ctrl-C: {int(ExitCode.INTERRUPTED)}.\n"
+)

@@ -1,0 +1,139 @@
+"""`dsv4ctl serve`: vLLM's server in this process, with dsv4ctl's fixes, preflight, progress, log and diagnosis."""
+
+# No `from __future__ import annotations`: Typer reads every command's annotations at start-up (see cli.py).
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from dsv4ctl.errors import ExitCode
+
+
+SERVE_HELP = """Launch vLLM's OpenAI-compatible server in this process, the way `vllm serve` does.
+
+\b
+dsv4ctl serve MODEL [dsv4ctl options] [vLLM flags...]
+
+Every flag not listed below is vLLM's and is parsed and validated by vLLM's own `serve` parser
+(`-h` or `--vllm-help all` shows it). dsv4ctl adds: its runtime fixes in every vLLM process
+(--fixes), a preflight for DeepSeek-V4 (the length policy: with the length auto/-1/not given, vLLM
+auto-fits it, which is safe when the stale-length fix runs or the release lacks that crash; serve
+passes the planned explicit --max-model-len only with --pin-length, or on 0.29-0.30 with the fix off;
+--keep-auto leaves auto whatever the plan says) that refuses settings vLLM would refuse, live
+progress, a complete log file, and a diagnosis when startup fails (exit code = `dsv4ctl diagnose`'s).
+SIGINT/SIGTERM shut vLLM down cleanly; no vLLM process outlives dsv4ctl.
+"""
+
+
+def serve_command(
+    ctx: typer.Context,
+    log_file: Optional[Path] = typer.Option(
+        None, "--log-file", metavar="PATH", help="Where to keep everything vLLM prints "
+        "[default: $DSV4CTL_LOG_DIR or ~/.local/state/dsv4ctl/logs/serve-<UTC time>-<pid>.log]."
+    ),
+    keep_auto: bool = typer.Option(
+        False, "--keep-auto", help="Leave --max-model-len auto/-1 to vLLM's own auto-fit instead of passing the planned length."
+    ),
+    retry: bool = typer.Option(
+        False, "--retry", help="If the diagnosis says a shorter explicit --max-model-len would have started, relaunch once with it."
+    ),
+    fixes: Optional[str] = typer.Option(
+        None, "--fixes", metavar="all|none|NAME,...", help="Runtime fixes to enable in every vLLM process [default: $DSV4CTL_FIXES or all]."
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the preflight decision and the exact vLLM command line; start nothing."),
+    pin_length: bool = typer.Option(
+        False, "--pin-length", help="Pass the planned explicit --max-model-len even where auto is safe (stale fix active, or vLLM without the crash)."
+    ),
+    vllm_version: Optional[str] = typer.Option(
+        None, "--vllm-version", metavar="X.Y.Z", help="With --dry-run: plan as this vLLM release [default: the installed vLLM]."
+    ),
+    no_calibration: bool = typer.Option(
+        False, "--no-calibration", help="Plan without the KV memory earlier starts measured on this host and configuration."
+    ),
+    json_output: bool = typer.Option(False, "--json", help="With --dry-run: the decision as JSON on stdout."),
+    watchdog: Optional[float] = typer.Option(
+        None, "--watchdog", metavar="SECONDS", help="Check this server as `dsv4ctl check` does; once it is wedged this long, "
+        f"write the evidence (and py-spy stacks, where installed) to the log, shut vLLM down and exit {int(ExitCode.WEDGED)} [default: off]."
+    ),
+    vllm_help: Optional[str] = typer.Option(
+        None, "--vllm-help", metavar="GROUP", help="Show vLLM's serve help for GROUP (`all`, a config group such as ModelConfig, or a search word)."
+    ),
+) -> None:
+    from dsv4ctl.render import emit_json
+    from dsv4ctl.render.serve import ServeConsole, render_diagnosis
+    from dsv4ctl.serve.command import ATTEMPT_ENV, ServeOptions, default_log_file, plan_only, run
+    from dsv4ctl.serve.preflight import REFUSE
+
+    flags = [str(a) for a in ctx.args]
+    from dsv4ctl.units import check_vllm_memory_flags, describe_bytes
+
+    memory_flags = check_vllm_memory_flags(flags)  # `--kv-cache-memory-bytes 9` (unit forgotten): exit 2
+    if vllm_help is not None or "-h" in flags:
+        from dsv4ctl.serve.vllm_entry import parse_serve_flags
+
+        rest = [f for f in flags if f != "-h"]
+        parse_serve_flags([*rest, f"--help={vllm_help}" if vllm_help else "--help"])  # prints vLLM's help, exits 0
+        return
+    if fixes is not None:
+        from dsv4ctl.errors import UsageError
+        from dsv4ctl.fixes import FIX_NAMES, parse_selection
+
+        unknown = parse_selection(fixes).unknown
+        if unknown:
+            raise UsageError(
+                f"--fixes: unknown fix name(s) {', '.join(unknown)}",
+                hint="use all, none, or a comma list of: " + ", ".join(FIX_NAMES),
+            )
+    if json_output and not dry_run:
+        from dsv4ctl.errors import UsageError
+
+        raise UsageError("--json goes with --dry-run", hint="serve's live output is vLLM's own; use --dry-run --json for the decision")
+    if vllm_version is not None and not dry_run:
+        from dsv4ctl.errors import UsageError
+
+        raise UsageError("--vllm-version goes with --dry-run", hint="a real start plans for the installed vLLM, the one that runs")
+    if pin_length and keep_auto:
+        from dsv4ctl.errors import UsageError
+
+        raise UsageError("--pin-length and --keep-auto contradict each other", hint="pick one")
+    options = ServeOptions(
+        log_file=log_file, keep_auto=keep_auto, retry=retry, fixes=fixes, dry_run=dry_run, pin_length=pin_length,
+        vllm_version=vllm_version, no_calibration=no_calibration, watchdog=watchdog,
+    )
+    if watchdog is not None and not watchdog > 0:
+        from dsv4ctl.errors import UsageError
+
+        raise UsageError(f"--watchdog {watchdog:g}: must be more than 0 seconds", hint="e.g. --watchdog 120")
+    view = ServeConsole()
+    for flag, size in memory_flags:  # stderr: how vLLM will read it (10G = 10 GiB, 10g = 10^9 bytes)
+        view.say(f"{flag} read as {describe_bytes(size)}")
+    if dry_run:
+        decision = plan_only(flags, options)
+        if json_output:
+            emit_json({"serve_preflight": decision.to_json()})
+        else:
+            view.dry_run(decision)
+        if decision.action == REFUSE and decision.refusal is not None:
+            raise decision.refusal
+        return
+    path = log_file or default_log_file()
+    view.say(f"log file: {path}")
+    result = run(flags, options, view, path)
+    if result.outcome is not None:
+        view.outcome(result.outcome, int(ExitCode.INTERRUPTED))
+    if result.diagnosis is not None:
+        render_diagnosis(result.diagnosis)
+    if result.retry_argv:
+        view.say(
+            f"startup failed (exit code {int(result.exit_code)}); retrying once with --max-model-len "
+            f"{result.retry_max_model_len:,}, the length the diagnosis computed"
+        )
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # A fresh process (same pid, for systemd/Kubernetes): vLLM keeps process-wide state.
+        os.execve(result.retry_argv[0], result.retry_argv, {**os.environ, ATTEMPT_ENV: "2"})
+    if result.retry_note:
+        view.say(result.retry_note)
+    raise typer.Exit(int(result.exit_code))
