@@ -27,6 +27,32 @@ from dsv4ctl.render import error_line
 DEBUG_ENV = "DSV4CTL_DEBUG"
 
 
+class _ArgumentHelp:
+    """How `--help` names an argument, the Unix way: `MODEL` (required), `[PATHS]...` (optional, repeated), its
+    metavar alone in the arguments' list (Typer would add `{model}` and `<list[str]>`)."""
+
+    @staticmethod
+    def usage(param: Any) -> str:
+        name = param.display_name_raw
+        name = name if param.required else f"[{name}]"
+        return name + ("..." if param.nargs != 1 else "")
+
+    @staticmethod
+    def type_shown(param: Any, ctx: Any, shown: Any) -> Any:
+        return None if param.metavar is not None else shown(param, ctx)
+
+
+def _name_arguments_plainly() -> None:
+    from typer.core import TyperArgument
+
+    shown = TyperArgument.display_type_rich
+    TyperArgument._usage_display_name = _ArgumentHelp.usage  # type: ignore[method-assign]
+    TyperArgument.display_type_rich = lambda self, ctx: _ArgumentHelp.type_shown(self, ctx, shown)  # type: ignore[method-assign]
+
+
+_name_arguments_plainly()
+
+
 def _debug() -> bool:
     return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
 

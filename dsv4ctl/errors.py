@@ -28,9 +28,23 @@ class ExitCode(IntEnum):
     INTERRUPTED = 130
 
 
-def exit_code_table() -> str:
-    """One line per exit code, for `--help` and the docs."""
-    return "\n".join(f"{int(code):>3}  {code.__doc__ or code.name}" for code in ExitCode)
+def exit_code_table(width: int = 76) -> str:
+    """One entry per exit code for `--help`, each wrapped to `width` columns under its meaning (Click prints it as
+    is: the help at 80 columns keeps whole lines)."""
+    import textwrap
+
+    lines: list[str] = []
+    for code in ExitCode:
+        lines += textwrap.wrap(code.__doc__ or code.name, width=width, initial_indent=f"{int(code):>3}  ",
+                               subsequent_indent=" " * 5)
+    return "\n".join(lines)
+
+
+def exit_code_markdown() -> str:
+    """The same table as Markdown (README.md and docs/exit-codes.md carry it between their exit-codes markers;
+    scripts/write_exit_codes.py writes it, a test checks it)."""
+    rows = [f"| {int(code)} | {code.name} | {code.__doc__ or code.name} |" for code in ExitCode]
+    return "\n".join(["| code | name | meaning |", "|---|---|---|", *rows])
 
 
 # Attribute docstrings are not kept by Python; attach them explicitly so the help text is derived.
@@ -41,11 +55,11 @@ for _code, _doc in {
     ExitCode.FAILED_KNOWN_CAUSE: "the (last) start failed, root cause identified (diagnose, serve)",
     ExitCode.FAILED_UNKNOWN_CAUSE: "the (last) start failed, no signature explains it: the originating error is quoted (diagnose, serve)",
     ExitCode.INCONCLUSIVE: "log ends before ready, no failure seen (diagnose)",
-    ExitCode.DOES_NOT_FIT: "vLLM would refuse these settings on this box (fit-length, serve)",
+    ExitCode.DOES_NOT_FIT: "vLLM would refuse these settings on this box, or no length survives the margin (fit-length, serve)",
     ExitCode.AFFECTED: "this node's DeepGEMM is affected (probe deepgemm)",
     ExitCode.STUCK: "the (last) start is waiting and nothing failed after the wait (diagnose)",
     ExitCode.WEDGED: "the server answers but its engine makes no progress (check, watch, serve --watchdog)",
-    ExitCode.DEAD: "the server is gone or says its engine is dead (check, watch; collect's group)",
+    ExitCode.DEAD: "the server is gone or says its engine is dead (check, watch)",
     ExitCode.DEGRADED: "the server makes progress but is under pressure: preemptions, KV cliff, a growing queue (check)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
 }.items():

@@ -143,6 +143,7 @@ class GpuSnapshot:
     cuda_visible_devices: str | None  # the value in force when the snapshot was taken
     source: str  # "nvml" | "file"
     notes: tuple[str, ...] = field(default=())  # things the reader should know (ignored entries, ...)
+    hosts: tuple[str, ...] = field(default=())  # several nodes' GPUs pooled: each device's node, in node order
 
     @property
     def whole_gpus(self) -> tuple[GpuDevice, ...]:

@@ -123,6 +123,14 @@ def check_vllm_memory_flags(argv: list[str]) -> list[tuple[str, int]]:
             try:
                 size = parse_vllm_int(raw, what=flag)
             except UsageError:
+                number = raw.strip()
+                if re.fullmatch(r"\d+\.\d+", number):  # a size in GiB with its unit forgotten, most likely
+                    gib_bytes = math.ceil(float(number) * GiB)
+                    raise UsageError(
+                        f"{flag} {number}: vLLM reads a whole number of bytes, or one with a suffix",
+                        hint=f"{number} GiB is {flag} {gib_bytes} (decimals are not allowed with G); {number}g is "
+                        f"{float(number) * 1e9:,.0f} bytes ({float(number) * 1e9 / GiB:.2f} GiB), as vLLM reads it",
+                    ) from None
                 continue  # vLLM's parser words its own refusal
             if 0 < size < MIN_BARE_MEMORY_BYTES and re.fullmatch(r"\d+", raw.strip()):
                 suffix = "G" if size < 1024 else "M"

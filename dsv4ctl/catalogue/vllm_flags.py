@@ -33,7 +33,7 @@ from dsv4ctl.catalogue.data_file import LazyData
 
 __all__ = ["FlagInfo", "ReleaseMatch", "available", "choices", "first_release", "flag", "flag_for_field",
            "load_error", "load_seconds", "as_spelled", "flags_with_words", "registries", "releases", "reset",
-           "resolved_release", "same_name"]
+           "option_strings", "resolved_release", "same_name"]
 
 DATA = Path(__file__).with_name("vllm_flags.json.gz")
 SCHEMA = 1
@@ -352,6 +352,19 @@ def as_spelled(registry_or_flag: str, value: str, release: str | None = None) ->
         return next((n for n in names if _norm(n) == _norm(value)), None)
     except Exception:  # noqa: BLE001
         return None
+
+
+def option_strings(release: str | None = None) -> tuple[str, ...]:
+    """Every option string `vllm serve` accepts in that release (long, short and `--no-` forms), sorted; () when
+    the table is not loaded."""
+    try:
+        t = _load()
+        if t is None:
+            return ()
+        bit = t.bit(t.match(release).release)
+        return tuple(sorted(o for o, pairs in t.by_option.items() if any(m & bit for _, m in pairs)))
+    except Exception:  # noqa: BLE001
+        return ()
 
 
 def flags_with_words(option: str, release: str | None = None) -> tuple[str, ...]:

@@ -17,6 +17,9 @@ def doctor_command(
 
     Works without a GPU and without vLLM (it says what is missing). vLLM and torch are inspected in a
     child process of --python, never imported here.
+
+    Exit 0 with the report, 1 when the Python given with --python cannot run (the rest of the report is still shown),
+    2 for bad flags.
     """
     from dsv4ctl.doctor import build_report
     from dsv4ctl.errors import InputError

@@ -11,24 +11,24 @@ from dsv4ctl.errors import ExitCode
 
 def fit_length_command(
     ctx: typer.Context,
-    model: str = typer.Argument(..., help="deepseek-ai/DeepSeek-V4-Flash, deepseek-ai/DeepSeek-V4-Pro, a checkpoint dir or config.json.", autocompletion=complete_model),
+    model: str = typer.Argument(..., metavar="MODEL", help="deepseek-ai/DeepSeek-V4-Flash, deepseek-ai/DeepSeek-V4-Pro, a checkpoint dir or config.json.", autocompletion=complete_model),
     kv_cache_memory: str | None = typer.Option(None, "--kv-cache-memory", "--kv-cache-memory-bytes", metavar="SIZE", help="KV memory per GPU, as vLLM's --kv-cache-memory-bytes (9.81GiB, 10G = 10 GiB, 10533407294 bytes; a bare number below 1 MiB is refused as a forgotten unit). Default: predict."),
-    gpus: list[str] | None = typer.Option(None, "--gpus", metavar="SNAPSHOT", help="GPU snapshot JSON (`dsv4ctl gpus --save`); repeat for several nodes (the tightest GPU binds). Default: ask NVML when a prediction needs GPUs."),
+    gpus: list[str] | None = typer.Option(None, "--gpus", metavar="SNAPSHOT", help="GPU snapshot JSON (`dsv4ctl gpus --save`); repeat, one per node: a launch across the nodes is planned rank by rank, nodes that each hold it are planned each (the tightest binds). Default: ask NVML when a prediction needs GPUs."),
     from_log: str | None = typer.Option(None, "--from-log", metavar="LOG", help="Calibrate from a previous vLLM startup log (Available KV cache memory, Model loading, graphs)."),
-    max_model_len: str = typer.Option("auto", "--max-model-len", help="Check this explicit length too (vLLM syntax: 1048576, 1M, 512k, auto)."),
-    gpu_memory_utilization: float = typer.Option(0.92, "--gpu-memory-utilization", help="As vLLM (0.32 default 0.92)."),
-    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto, fp8, fp8_e4m3, fp8_ds_mla, bfloat16 (bfloat16 needs FLASHINFER_MLA_SPARSE_DSV4)."),
-    attention_backend: str | None = typer.Option(None, "--attention-backend", help="FLASHMLA_SPARSE_DSV4 (default off SM12x) or FLASHINFER_MLA_SPARSE_DSV4."),
-    block_size: int | None = typer.Option(None, "--block-size", help="DeepSeek-V4 supports 256 only (vLLM's choice)."),
-    max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens", help="Default: vLLM's rule for the GPU (8192 on H100/H200)."),
-    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs"),
-    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp"),
-    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp"),
-    data_parallel_size: int = typer.Option(1, "--data-parallel-size", "-dp"),
-    enable_expert_parallel: bool = typer.Option(False, "--enable-expert-parallel", "-ep"),
+    max_model_len: str = typer.Option("auto", "--max-model-len", metavar="LENGTH", help="Check this explicit length too (vLLM syntax: 1048576, 1M, 512k, auto)."),
+    gpu_memory_utilization: float = typer.Option(0.92, "--gpu-memory-utilization", metavar="FRACTION", help="As vLLM (0.32 default 0.92)."),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", metavar="DTYPE", help="auto, fp8, fp8_e4m3, fp8_ds_mla, bfloat16 (bfloat16 needs FLASHINFER_MLA_SPARSE_DSV4)."),
+    attention_backend: str | None = typer.Option(None, "--attention-backend", metavar="NAME", help="FLASHMLA_SPARSE_DSV4 (default off SM12x) or FLASHINFER_MLA_SPARSE_DSV4."),
+    block_size: int | None = typer.Option(None, "--block-size", metavar="TOKENS", help="DeepSeek-V4 supports 256 only (vLLM's choice)."),
+    max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens", metavar="TOKENS", help="Default: vLLM's rule for the GPU (8192 on H100/H200)."),
+    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", metavar="N", help="Requests scheduled at once. Default: vLLM's rule for the GPU."),
+    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", metavar="N", help="GPUs one copy of the model is split over."),
+    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", metavar="N", help="Pipeline stages (each a tensor-parallel group)."),
+    data_parallel_size: int = typer.Option(1, "--data-parallel-size", "-dp", metavar="N", help="Replicas of the model (the tightest binds)."),
+    enable_expert_parallel: bool = typer.Option(False, "--enable-expert-parallel", "-ep", help="Experts spread whole over TP x DP instead of sliced."),
     async_scheduling: bool | None = typer.Option(None, "--async-scheduling/--no-async-scheduling", help="Default: on, as vLLM."),
-    speculative_config: str | None = typer.Option(None, "--speculative-config", help='MTP drafting, as vLLM: \'{"method": "mtp", "num_speculative_tokens": 1}\'.'),
-    margin: str = typer.Option("5%", "--margin", help="Headroom below the auto-fit ceiling: share of KV memory (floor 512 MiB) or a size."),
+    speculative_config: str | None = typer.Option(None, "--speculative-config", metavar="JSON", help='MTP drafting, as vLLM: \'{"method": "mtp", "num_speculative_tokens": 1}\'.'),
+    margin: str = typer.Option("5%", "--margin", metavar="SIZE|PERCENT", help="Headroom below the auto-fit ceiling: share of KV memory (floor 512 MiB) or a size."),
     weights_memory: str | None = typer.Option(None, "--weights-memory", metavar="SIZE", help="Weights per GPU (one GPU's share), when no checkpoint dir is given."),
     checkpoint_size: str | None = typer.Option(None, "--checkpoint-size", metavar="SIZE", help="The whole checkpoint's size (e.g. 160GB), split per GPU as vLLM loads it."),
     overhead: str | None = typer.Option(None, "--overhead", metavar="SIZE", help="Non-KV, non-weight memory per GPU (default estimate 6 GiB)."),
@@ -38,7 +38,8 @@ def fit_length_command(
 ) -> None:
     """Predict vLLM's --max-model-len auto-fit for DeepSeek-V4 and recommend a safe explicit length.
 
-    Exit 0 with an answer, 6 when vLLM would refuse these settings, 2 for bad flags, 1 for unreadable inputs.
+    Exit 0 with an answer, 6 when vLLM would refuse these settings or no length survives the margin, 2 for bad
+    flags, 1 for unreadable inputs.
     """
     from dsv4ctl.planning import (
         FitRequest,

@@ -19,6 +19,9 @@ def gpus_command(
 
     Honours CUDA_VISIBLE_DEVICES (indices, UUIDs, MIG) as CUDA does. Needs the NVIDIA driver; on a box
     without one, read a snapshot taken elsewhere with --snapshot.
+
+    Exit 0 with the GPUs listed, 1 when none can be read (no driver, an unreadable or invalid snapshot, a --save
+    that cannot be written), 2 for bad flags.
     """
     from dsv4ctl.gpu import load_snapshot, read_snapshot, save_snapshot
     from dsv4ctl.render import emit_json, err_console, out_console, warning_line

@@ -17,7 +17,7 @@ SERVE_HELP = """Launch vLLM's OpenAI-compatible server in this process, the way 
 dsv4ctl serve MODEL [dsv4ctl options] [vLLM flags...]
 
 Every flag not listed below is vLLM's and is parsed and validated by vLLM's own `serve` parser
-(`-h` or `--vllm-help all` shows it). dsv4ctl adds: its runtime fixes in every vLLM process
+(`--vllm-help all` shows it; `-h` and `--help` show this). dsv4ctl adds: its runtime fixes in every vLLM process
 (--fixes), a preflight for DeepSeek-V4 (the length policy: with the length auto/-1/not given, vLLM
 auto-fits it, which is safe when the stale-length fix runs or the release lacks that crash; serve
 passes the planned explicit --max-model-len only with --pin-length, or on 0.29-0.30 with the fix off;
@@ -70,42 +70,21 @@ def serve_command(
     from dsv4ctl.units import check_vllm_memory_flags, describe_bytes
 
     memory_flags = check_vllm_memory_flags(flags)  # `--kv-cache-memory-bytes 9` (unit forgotten): exit 2
-    if vllm_help is not None or "-h" in flags:
+    if vllm_help is not None:
         from dsv4ctl.serve.vllm_entry import parse_serve_flags
 
         rest = [f for f in flags if f != "-h"]
-        parse_serve_flags([*rest, f"--help={vllm_help}" if vllm_help else "--help"])  # prints vLLM's help, exits 0
+        parse_serve_flags([*rest, f"--help={vllm_help}"])  # prints vLLM's help, exits 0
         return
-    if fixes is not None:
-        from dsv4ctl.errors import UsageError
-        from dsv4ctl.fixes import FIX_NAMES, parse_selection
-
-        unknown = parse_selection(fixes).unknown
-        if unknown:
-            raise UsageError(
-                f"--fixes: unknown fix name(s) {', '.join(unknown)}",
-                hint="use all, none, or a comma list of: " + ", ".join(FIX_NAMES),
-            )
-    if json_output and not dry_run:
-        from dsv4ctl.errors import UsageError
-
-        raise UsageError("--json goes with --dry-run", hint="serve's live output is vLLM's own; use --dry-run --json for the decision")
-    if vllm_version is not None and not dry_run:
-        from dsv4ctl.errors import UsageError
-
-        raise UsageError("--vllm-version goes with --dry-run", hint="a real start plans for the installed vLLM, the one that runs")
-    if pin_length and keep_auto:
-        from dsv4ctl.errors import UsageError
-
-        raise UsageError("--pin-length and --keep-auto contradict each other", hint="pick one")
+    if "-h" in flags:  # the short form of this help: dsv4ctl's options, and where vLLM's are
+        typer.echo(ctx.get_help())
+        return
+    _check_options(flags, fixes=fixes, json_output=json_output, dry_run=dry_run, vllm_version=vllm_version,
+                   pin_length=pin_length, keep_auto=keep_auto, watchdog=watchdog)
     options = ServeOptions(
         log_file=log_file, keep_auto=keep_auto, retry=retry, fixes=fixes, dry_run=dry_run, pin_length=pin_length,
         vllm_version=vllm_version, no_calibration=no_calibration, watchdog=watchdog,
     )
-    if watchdog is not None and not watchdog > 0:
-        from dsv4ctl.errors import UsageError
-
-        raise UsageError(f"--watchdog {watchdog:g}: must be more than 0 seconds", hint="e.g. --watchdog 120")
     view = ServeConsole()
     for flag, size in memory_flags:  # stderr: how vLLM will read it (10G = 10 GiB, 10g = 10^9 bytes)
         view.say(f"{flag} read as {describe_bytes(size)}")
@@ -137,3 +116,36 @@ def serve_command(
     if result.retry_note:
         view.say(result.retry_note)
     raise typer.Exit(int(result.exit_code))
+
+
+def _names_a_model(flags: list[str]) -> bool:
+    """Whether vLLM's argv names a model: a positional first (`vllm serve MODEL`), or its --model / --config."""
+    if flags and not flags[0].startswith("-"):
+        return True
+    return any(f.split("=", 1)[0] in ("--model", "--config") for f in flags)
+
+
+def _check_options(flags: list[str], *, fixes: Optional[str], json_output: bool, dry_run: bool,
+                   vllm_version: Optional[str], pin_length: bool, keep_auto: bool, watchdog: Optional[float]) -> None:
+    """serve's own options, refused at the door (exit 2) before anything is started or written."""
+    from dsv4ctl.errors import UsageError
+
+    if not _names_a_model(flags):
+        raise UsageError("no MODEL given", hint="dsv4ctl serve MODEL [flags...] (or vLLM's --model / --config)")
+    if fixes is not None:
+        from dsv4ctl.fixes import FIX_NAMES, parse_selection
+
+        unknown = parse_selection(fixes).unknown
+        if unknown:
+            raise UsageError(
+                f"--fixes: unknown fix name(s) {', '.join(unknown)}",
+                hint="use all, none, or a comma list of: " + ", ".join(FIX_NAMES),
+            )
+    if json_output and not dry_run:
+        raise UsageError("--json goes with --dry-run", hint="serve's live output is vLLM's own; use --dry-run --json for the decision")
+    if vllm_version is not None and not dry_run:
+        raise UsageError("--vllm-version goes with --dry-run", hint="a real start plans for the installed vLLM, the one that runs")
+    if pin_length and keep_auto:
+        raise UsageError("--pin-length and --keep-auto contradict each other", hint="pick one")
+    if watchdog is not None and not watchdog > 0:
+        raise UsageError(f"--watchdog {watchdog:g}: must be more than 0 seconds", hint="e.g. --watchdog 120")

@@ -26,6 +26,7 @@ class LogCalibration:
     startup_plans: tuple[str, ...] = ()  # fingerprints of the vLLM startup plans this start saved or applied  # the log's `non-default args`
     predicted_from_log: int | None = None  # our auto-fit for the logged memory, to compare with autofit_to
     predicted_range: tuple[int, int] | None = None  # auto-fit across the log's 0.01 GiB rounding interval
+    model: str | None = None  # the model the log's launch named (its non-default args or engine config)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -37,6 +38,7 @@ class LogCalibration:
             "logged_autofit_to": self.autofit_to,
             "logged_max_model_len": self.max_model_len,
             "vllm_version": self.vllm_version,
+            "model": self.model,
             "predicted_autofit_for_logged_memory": self.predicted_from_log,
             "predicted_autofit_range": list(self.predicted_range) if self.predicted_range else None,
         }
@@ -69,4 +71,5 @@ def from_timeline(timeline: Any, path: str | None) -> LogCalibration:
         vllm_version=getattr(timeline, "vllm_version", None),
         serve_args=launch_args(timeline),
         startup_plans=tuple(getattr(timeline, "startup_plans", ()) or ()),
+        model=getattr(timeline, "model", None),
     )

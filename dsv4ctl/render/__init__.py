@@ -2,7 +2,7 @@
 
 stdout is data, stderr is talk: reports and JSON go to stdout; progress, warnings, errors and hints
 go to stderr. JSON is written with `json.dumps` straight to stdout, never through Rich (which wraps
-long lines when piped). Rich honours NO_COLOR by itself.
+long lines when piped). NO_COLOR turns every escape code off (`plain`).
 
 This package holds the shared helpers; each command's renderers live in a module of their own
 (`render.diagnose`, `render.fit`, `render.doctor`, `render.serve`), so a renderer sits next to the
@@ -73,14 +73,20 @@ def stdout_reader_gone() -> None:
         pass
 
 
+def plain() -> dict[str, Any]:
+    """Console settings for NO_COLOR (no-color.org: set and not empty): no escape codes at all, bold and dim
+    included (Rich's own NO_COLOR drops colours only); `--help` promises plain output."""
+    return {"color_system": None} if os.environ.get("NO_COLOR") else {}
+
+
 def out_console() -> Console:
     """The console for a command's report (stdout)."""
-    return Console(file=STDOUT, highlight=False, soft_wrap=False)  # type: ignore[arg-type]
+    return Console(file=STDOUT, highlight=False, soft_wrap=False, **plain())  # type: ignore[arg-type]
 
 
 def err_console() -> Console:
     """The console for talk: progress, warnings, errors, hints (stderr)."""
-    return Console(file=sys.stderr, highlight=False, soft_wrap=True)
+    return Console(file=sys.stderr, highlight=False, soft_wrap=True, **plain())
 
 
 def emit_json(payload: dict[str, Any]) -> None:
@@ -110,14 +116,19 @@ def _json_default(value: Any) -> Any:
 
 def error_line(message: str, hint: str | None = None) -> None:
     """The one actionable line (plus a hint) that every failure is reduced to."""
+    from rich.text import Text
+
     console = err_console()
-    console.print(f"[bold red]Error:[/] {message}", markup=True, highlight=False)
+    # The words as they are: a message may hold brackets ("[flags...]", "[Errno 2]") that are not markup.
+    console.print(Text.assemble(("Error:", "bold red"), " ", message), highlight=False)
     if hint:
-        console.print(f"[yellow]Hint:[/] {hint}", markup=True, highlight=False)
+        console.print(Text.assemble(("Hint:", "yellow"), " ", hint), highlight=False)
 
 
 def warning_line(message: str) -> None:
-    err_console().print(f"[yellow]Warning:[/] {message}")
+    from rich.text import Text
+
+    err_console().print(Text.assemble(("Warning:", "yellow"), " ", message), highlight=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,10 +162,11 @@ def wrap_prose(text: str, width: int, indent: str = "", subsequent_indent: str |
     return lines or [indent.rstrip()]
 
 
-def print_prose(console: Console, text: str, indent: str = "", subsequent_indent: str | None = None) -> None:
+def print_prose(console: Console, text: str, indent: str = "", subsequent_indent: str | None = None,
+                style: str | None = None) -> None:
     """Print `text` wrapped to the console's width by `wrap_prose` (Rich does no wrapping of its own)."""
     for line in wrap_prose(text, console.width, indent, subsequent_indent):
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
+        console.print(line, markup=False, highlight=False, soft_wrap=True, style=style)
 
 
 # A command inside a note: the environment it sets, then dsv4ctl's or vLLM's command line, to the end.

@@ -20,6 +20,8 @@ def _tokens(n: int) -> str:
 
 
 def render_fit(result: FitResult, console: Console) -> None:
+    """The plan's one decision (`FitResult.why`) and what follows from it: figures of a plan vLLM would refuse are not
+    shown as answers, a command only where the plan fits, what would fit where it does not."""
     _plan_lines(result, console)
     if result.gpus:
         console.print()
@@ -28,12 +30,14 @@ def render_fit(result: FitResult, console: Console) -> None:
         _log_line(result, console)
     console.print()
     print_table(console, _answer_table(result))
-    for line in result.safe_length.lines() if result.safe_length else ():  # the one safe-length rule, explained
-        print_prose(console, line, subsequent_indent=HANG)
-    if result.refusal:
-        console.print(f"[bold red]vLLM would refuse:[/] {result.refusal}", highlight=False)
-    console.print()
-    print_table(console, _what_if_table(result))
+    print_prose(console, f"{'Fits' if result.fits else 'Does not fit'}: {result.why}", subsequent_indent=HANG,
+                style="bold" if result.fits else "bold red")
+    if result.refusal is None:
+        for line in result.safe_length.lines() if result.safe_length else ():  # the one safe-length rule, explained
+            if line != result.why:
+                print_prose(console, line, subsequent_indent=HANG)
+        console.print()
+        print_table(console, _what_if_table(result))
     console.print()
     command = result.vllm_command()
     if command is not None:
@@ -44,21 +48,23 @@ def render_fit(result: FitResult, console: Console) -> None:
 
 
 def _what_would_fit(result: FitResult, console: Console) -> None:
-    """vLLM would refuse: no command for that; what would fit instead, each planned, with its command."""
+    """No command for a plan that does not fit; what would instead, each planned, with its command; else what is
+    missing, from the decision's own cause."""
     if not result.alternatives:
         need = format_gib(result.full_context_kv_memory_bytes)
-        if result.kv_cache_memory_source == "given":
+        if any(g.refusal for g in result.gpus):
+            why = ("free memory at start is below the --gpu-memory-utilization budget and no lower budget leaves room for "
+                   "the model: free the memory other processes hold on that GPU, or use other GPUs")
+        elif result.kv_cache_memory_source == "given":
             why = f"a larger --kv-cache-memory is needed (the full context needs {need} per GPU)"
         else:
             short = (f" (short by {format_gib(-result.kv_cache_memory_bytes)} per GPU)"
                      if result.kv_cache_memory_bytes < 0 else "")
             why = (f"more GPU memory is needed{short}: more or larger GPUs, or a smaller checkpoint (the full "
                    f"context needs {need} of KV memory per GPU)")
-        print_prose(console, f"Nothing fits as asked, and no change dsv4ctl can plan here makes room: {why}.",
-                    subsequent_indent=HANG)
+        print_prose(console, f"No change dsv4ctl can plan here makes room: {why}.", subsequent_indent=HANG)
         return
-    print_prose(console, "Nothing fits as asked. What would, each planned on the same GPUs and figures:",
-                subsequent_indent=HANG)
+    print_prose(console, "What would fit, each planned on the same GPUs and figures:", subsequent_indent=HANG)
     for alt in result.alternatives:
         console.print()
         print_prose(console, f"{alt.change}: {alt.why}; auto-fit {_tokens(alt.autofit_max_model_len)}, "
@@ -93,16 +99,17 @@ def _plan_lines(result: FitResult, console: Console) -> None:
               "calibrated": "calibrated: measured by an earlier start",
               "startup_plan": "measured: vLLM's startup plans of an earlier start"}[result.kv_cache_memory_source]
     if result.kv_cache_memory_bytes > 0:
-        memory = f"{format_gib(result.kv_cache_memory_bytes)} ({source}) = {format_tokens(result.num_blocks)} blocks"
+        blocks = f"{format_tokens(result.num_blocks)} block{'s' if result.num_blocks != 1 else ''}"
+        memory = f"{format_gib(result.kv_cache_memory_bytes)} ({source}) = {blocks}"
     else:  # no negative memory: what is missing
         memory = (f"none ({source}): the weights and the overhead exceed the budget by "
                   f"{format_gib(-result.kv_cache_memory_bytes)}")
     print_prose(console, f"KV memory per GPU: {memory}", subsequent_indent=HANG)
     kv = result.available_kv
     if kv is not None and kv.width > 0 and kv.high > 0:
-        span = (
-            f", auto-fit {_tokens(result.autofit_range[0])}–{_tokens(result.autofit_range[1])}" if result.autofit_range else ""
-        )
+        low, high = result.autofit_range or (0, 0)
+        span = "" if not result.autofit_range else (
+            f", auto-fit {_tokens(low)}–{_tokens(high)}" if low != high else f", auto-fit {_tokens(low)}")
         terms = "; ".join(f"{t.name} {format_gib(t.value)} ({t.basis})" for t in kv.terms)
         print_prose(
             console,
@@ -127,24 +134,36 @@ def _log_line(result: FitResult, console: Console) -> None:
 
 
 def _answer_table(result: FitResult) -> Table:
-    """Label, figure, note: the figures line up in one column; the labels and notes wrap."""
+    """Label, figure, note: the figures line up in one column; the labels and notes wrap. A plan vLLM refuses shows
+    no auto-fit or recommended figure: what it refuses is the answer."""
     answer = Table(box=box.SIMPLE_HEAD, show_header=False, pad_edge=False, show_edge=False)
     answer.add_column(justify="left")
     answer.add_column(justify="right", no_wrap=True)
     answer.add_column(justify="left")
     answer.add_row("model maximum", format_tokens(result.model_max_model_len), "")
-    if result.autofit_max_model_len <= 0:
-        shrink = "(vLLM refuses: no length fits)"  # nothing to shrink to
+    asked = result.requested_max_model_len
+    if result.refusal is not None:
+        if asked is not None:
+            answer.add_row("--max-model-len asked", format_tokens(asked), "[bold red](vLLM refuses it)[/]")
+        else:
+            answer.add_row("--max-model-len auto", "refused", "")
+        answer.add_row("KV memory for the full context", format_gib(result.full_context_kv_memory_bytes), "")
+        return answer
+    logged = result.log.autofit_to if result.log is not None and result.kv_cache_memory_source == "log" else None
+    if logged is not None:
+        mirrored = (f"; mirror for its rounded memory {format_tokens(result.autofit_max_model_len)}"
+                    if result.autofit_max_model_len != logged else "")
+        answer.add_row("--max-model-len auto picked", format_tokens(logged), f"(the log{mirrored})")
     else:
         shrink = f"(shrinks by {format_tokens(result.shrink_tokens)})" if result.will_shrink else "(full context)"
-    answer.add_row("--max-model-len auto picks", _tokens(result.autofit_max_model_len), shrink)
-    if result.requested_max_model_len is not None:
-        answer.add_row("--max-model-len checked", format_tokens(result.requested_max_model_len), "")
-    answer.add_row(
-        "recommended --max-model-len",
-        f"[bold]{_tokens(result.recommended_max_model_len)}[/]",
-        f"(margin {format_gib(result.margin_bytes)})",
-    )
+        answer.add_row("--max-model-len auto picks", _tokens(result.autofit_max_model_len), shrink)
+    if asked is not None:
+        spare = result.requested_spare_bytes
+        answer.add_row("--max-model-len asked", format_tokens(asked),
+                       f"(fits: {format_gib(spare)} to spare)" if spare is not None else "(fits)")
+    label = "longest safe --max-model-len" if asked is not None else "recommended --max-model-len"
+    answer.add_row(label, f"[bold]{_tokens(result.recommended_max_model_len)}[/]",
+                   f"(margin {format_gib(result.margin_bytes)})")
     answer.add_row("KV memory for the full context", format_gib(result.full_context_kv_memory_bytes), "")
     return answer
 
@@ -165,7 +184,7 @@ def _gpu_table(result: FitResult, narrow: bool = False) -> Table:
                    gpu.overhead_bytes)
         # No negative memory: a GPU whose weights and overhead exceed its budget has none for the KV cache.
         kv = f"{gib(gpu.available_kv_bytes):.2f}" if gpu.available_kv_bytes > 0 else "none"
-        return (gpu.name, *((str(gpu.pp_rank),) if pp else ()), *(f"{gib(n):.2f}" for n in figures), kv)
+        return (gpu.node or "", gpu.name, *((str(gpu.pp_rank),) if pp else ()), *(f"{gib(n):.2f}" for n in figures), kv)
 
     table = Table(title="Memory per GPU, GiB", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                   show_edge=False, padding=(0, 1), collapse_padding=True)
@@ -174,13 +193,15 @@ def _gpu_table(result: FitResult, narrow: bool = False) -> Table:
     for header in ("PP",) * pp + _GPU_FIGURES:
         table.add_column(header.replace(" ", "\n") if narrow else header, justify="right", no_wrap=True)
     for group in group_same(result.gpus, row):
-        name, *figures = row(group[0])
-        table.add_row(index_ranges([gpu.cuda_index for gpu in group]), counted(name, len(group)), *figures)
+        node, name, *figures = row(group[0])
+        where = index_ranges([gpu.cuda_index for gpu in group])
+        table.add_row(f"{node}:{where}" if node else where, counted(name, len(group)), *figures)
     return table
 
 
 def _what_if_table(result: FitResult) -> Table:
     table = Table(
+        caption_justify="left",
         title=f"What if (KV memory {format_gib(result.kv_cache_memory_bytes) if result.kv_cache_memory_bytes > 0 else 'none'}, "
               f"async {'on' if result.async_scheduling else 'off'})",
         title_justify="left",
@@ -198,7 +219,9 @@ def _what_if_table(result: FitResult) -> Table:
         if row.autofit_max_model_len >= result.model_max_model_len:
             ctx += " (full)"
         elif 0 < row.autofit_max_model_len < THINK_MAX_CONTEXT:
-            ctx += " (< Think Max)"
+            ctx += " *"
+            table.caption = (f"* below the {format_tokens(THINK_MAX_CONTEXT)} tokens of context DeepSeek-V4's \"Think "
+                             "Max\" reasoning mode needs")
         table.add_row(
             format_tokens(row.max_num_batched_tokens) + mark,
             format_tokens(row.max_in_flight_tokens),

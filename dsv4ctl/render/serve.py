@@ -19,6 +19,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from dsv4ctl.render import plain
 from dsv4ctl.serve.capture import write_all
 
 PHASE_LABELS = {
@@ -49,7 +50,7 @@ class ServeConsole:
     def __init__(self, live: bool | None = None) -> None:
         self.live = terminal_is_interactive() if live is None else live
         self._tee: Any = None
-        self._console = Console(file=sys.stderr, highlight=False, soft_wrap=True)
+        self._console = Console(file=sys.stderr, highlight=False, soft_wrap=True, **plain())
         self._status: Any = None
         self._pending: dict[int, bytes] = {}
         self._lock = threading.RLock()
@@ -61,7 +62,7 @@ class ServeConsole:
         self._tee = tee
         if tee is not None:
             stream = open(tee.terminal_fd(2), "w", encoding="utf-8", errors="replace", buffering=1, closefd=False)  # noqa: SIM115
-            self._console = Console(file=stream, highlight=False, soft_wrap=True, force_terminal=self.live or None)
+            self._console = Console(file=stream, highlight=False, soft_wrap=True, force_terminal=self.live or None, **plain())
         if self.live:
             self._status = self._console.status("starting vLLM…", spinner="dots")
             self._status.start()
@@ -80,7 +81,7 @@ class ServeConsole:
             except (OSError, ValueError):
                 pass
             self._tee = None
-            self._console = Console(file=sys.stderr, highlight=False, soft_wrap=True)
+            self._console = Console(file=sys.stderr, highlight=False, soft_wrap=True, **plain())
 
     def echo(self, fd: int, chunk: bytes) -> None:
         """vLLM's bytes for the terminal (called by the capture's reader threads, serialised)."""
@@ -142,12 +143,13 @@ class ServeConsole:
             self.say(f"preflight note: {note}")
 
     def dry_run(self, decision: Any) -> None:
-        """`--dry-run`: the decision on stderr, the exact vLLM argv on stdout (data)."""
+        """`--dry-run`: the decision on stderr; on stdout (data) the command serve would run, with the environment it
+        sets (the fixes the plan may rely on), so that it runs the same by itself; nothing when serve refuses."""
         self.decision(decision)
-        import shlex
-
-        sys.stdout.write(shlex.join(["vllm", "serve", *decision.flags]) + "\n")
-        sys.stdout.flush()
+        command = decision.command_line()
+        if command is not None:
+            sys.stdout.write(command + "\n")
+            sys.stdout.flush()
 
     def outcome(self, outcome: Any, interrupted_exit: int) -> None:
         children = outcome.reap
@@ -176,4 +178,4 @@ def render_diagnosis(diagnosis: Any) -> None:
     """The diagnosis on stderr (the report of `serve` is talk; stdout stays vLLM's)."""
     from dsv4ctl.render.diagnose import render_diagnosis as render_diagnose
 
-    render_diagnose(diagnosis, Console(file=sys.stderr, highlight=False, soft_wrap=True))
+    render_diagnose(diagnosis, Console(file=sys.stderr, highlight=False, soft_wrap=True, **plain()))

@@ -72,7 +72,7 @@ def attempt_number() -> int:
 def plan_only(flags: list[str], options: ServeOptions) -> PreflightDecision:
     """`--dry-run`: parse with vLLM's parser and decide; start nothing."""
     from dsv4ctl.errors import EngineUnavailableError
-    from dsv4ctl.serve.preflight import parse_planning_flags
+    from dsv4ctl.serve.flags_without_vllm import parse_planning_flags
     from dsv4ctl.serve.vllm_entry import parse_serve_flags
 
     note = None
@@ -80,8 +80,13 @@ def plan_only(flags: list[str], options: ServeOptions) -> PreflightDecision:
         namespace = parse_serve_flags(flags)  # nothing is launched: the environment stays as it is
     except EngineUnavailableError as exc:
         # Planning on a machine without vLLM: read the flags the plan needs; vLLM's own checks run at start.
-        namespace = parse_planning_flags(flags)
-        note = f"{exc.message}: the planning flags were read without vLLM's parser; vLLM checks the rest when it starts"
+        namespace = parse_planning_flags(flags, options.vllm_version)
+        note = (f"{exc.message}: the flags were read without vLLM's parser (the options from dsv4ctl's table of vLLM's "
+                "flags, the values the plan needs); vLLM checks the rest when it starts")
+    if options.watchdog is not None:
+        from dsv4ctl.serve.watchdog import server_url
+
+        server_url(namespace)  # a refusal the real start would make: --watchdog needs a TCP port
     decision = decide(
         namespace, flags, keep_auto=options.keep_auto, pin_length=options.pin_length, fixes=options.fixes,
         vllm_version=options.vllm_version, no_calibration=options.no_calibration,

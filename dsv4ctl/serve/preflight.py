@@ -77,6 +77,17 @@ class PreflightDecision:
             return "auto"
         return str(self.requested_max_model_len)
 
+    def command_line(self) -> str | None:
+        """The shell command serve would run: the environment it sets, then `vllm serve` with the flags; None when
+        serve refuses (no command that vLLM would refuse)."""
+        import shlex
+
+        if self.action == REFUSE:
+            return None
+        # DSV4CTL_FIXES=none is the plugin's own default (it does nothing unless asked): not worth a word.
+        env = [f"{k}={shlex.quote(v)}" for k, v in self.environment.items() if (k, v) != ("DSV4CTL_FIXES", "none")]
+        return " ".join([*env, shlex.join(["vllm", "serve", *self.flags])])
+
     def to_json(self) -> dict[str, Any]:
         return {
             "model": self.model,
@@ -90,7 +101,8 @@ class PreflightDecision:
             "notes": list(self.notes),
             "environment": dict(self.environment),
             "plan": self.plan,
-            "vllm_argv": ["vllm", "serve", *self.flags],
+            "vllm_argv": ["vllm", "serve", *self.flags] if self.action != REFUSE else None,
+            "command": self.command_line(),
         }
 
 
@@ -155,7 +167,7 @@ def _decide(
     result, notes, kv_bytes = planned
     ctx = _Context(model, requested, list(flags), notes, result, kv_bytes, stale_fix_active(fixes))
     if not result.fits:
-        return _does_not_fit(ctx)
+        return _does_not_fit(ctx, keep_auto=keep_auto)
     if requested is None or requested == AUTO:
         return _auto_length(ctx, keep_auto=keep_auto, pin_length=pin_length)
     return ctx.decision(
@@ -183,6 +195,9 @@ def _plan(
     except InputError as exc:
         return passthrough(f"no DeepSeek-V4 plan ({exc.message}): --max-model-len passes through unchanged")
     notes: list[str] = []
+    refused = _checkpoint_refusal(namespace, geometry)
+    if refused is not None:  # the checkpoint itself, whatever the memory: refused with or without GPU figures
+        return _refuse(model, requested, flags, notes, None, refused)
     snapshot = None
     kv_bytes = getattr(namespace, "kv_cache_memory_bytes", None)
     try:
@@ -215,6 +230,38 @@ def _plan(
         return passthrough(f"could not plan ({exc.message}): --max-model-len passes through unchanged", notes)
     notes.extend(str(w) for w in result.warnings)
     return result, notes, kv_bytes
+
+
+def _checkpoint_refusal(namespace: argparse.Namespace, geometry: Any) -> Dsv4ctlError | None:
+    """What vLLM refuses of this checkpoint at the launch's parallel sizes (fit-length's check: heads, FP8 blocks; and
+    EPLB's even spread of the experts), before any memory is read."""
+    from dsv4ctl.planning import checkpoint_refusal
+
+    def size(name: str) -> int:
+        value = getattr(namespace, name, None)
+        return int(value) if isinstance(value, int) and value > 0 else 1
+
+    ep = bool(getattr(namespace, "enable_expert_parallel", False))
+    refused = checkpoint_refusal(geometry, size("tensor_parallel_size"), ep)
+    if refused is None and ep and getattr(namespace, "enable_eplb", False):
+        refused = _eplb_refusal(geometry.extra, size("tensor_parallel_size") * size("data_parallel_size"))
+    return refused
+
+
+def _eplb_refusal(extra: dict[str, Any], ep_size: int) -> Dsv4ctlError | None:
+    """vLLM's refusal of --enable-eplb when the routed experts do not spread evenly over the EP ranks (TP x DP):
+    "EPLB currently only supports even distribution of experts across ranks. Got {n} experts and {ep} EP ranks."
+    (vllm==0.33.0 vllm/model_executor/layers/fused_moe/layer.py:274-279). Without EPLB an uneven split is allowed."""
+    experts = extra.get("n_routed_experts")
+    if not isinstance(experts, int) or experts <= 0 or ep_size <= 1 or experts % ep_size == 0:
+        return None
+    even = [n for n in range(2, 4 * ep_size + 1) if experts % n == 0][:12]
+    return Dsv4ctlError(
+        f"--enable-eplb with {ep_size} EP ranks (tensor x data parallel): this model's {experts} routed experts do not "
+        f"spread evenly, and vLLM refuses it while building the MoE layers (\"EPLB currently only supports even "
+        f"distribution of experts across ranks. Got {experts} experts and {ep_size} EP ranks.\")",
+        hint=f"EP sizes that spread them evenly: {', '.join(map(str, even))}; or start without --enable-eplb",
+        exit_code=ExitCode.DOES_NOT_FIT)
 
 
 class _Context:
@@ -250,21 +297,35 @@ class _Context:
                                  None, self.basis, self.stale_fix)
 
 
-def _does_not_fit(ctx: _Context) -> PreflightDecision:
-    """vLLM would refuse: refuse on measured evidence; on an estimate, warn and let vLLM decide."""
+def _does_not_fit(ctx: _Context, *, keep_auto: bool = False) -> PreflightDecision:
+    """The plan does not fit: vLLM would refuse it, or would start with a length no margin leaves safe. Refused on
+    measured evidence; on an estimate, warn and let vLLM decide; with --keep-auto, auto stays where vLLM would start."""
     result, autofit, requested = ctx.result, ctx.autofit, ctx.requested
-    hint = (
-        f"the largest length that fits is {autofit:,} (recommended: --max-model-len {ctx.recommended})"
-        if autofit > 0
-        else "not even one token of KV cache fits: free memory, raise --gpu-memory-utilization or add GPUs"
-    )
-    err = Dsv4ctlError(f"vLLM would refuse this: {result.refusal}", hint=hint, exit_code=ExitCode.DOES_NOT_FIT)
+    if result.refusal is None and keep_auto and requested in (None, AUTO):
+        ctx.notes.append(f"{result.why}; --keep-auto: vLLM auto-fits it anyway (planned ceiling {autofit:,})")
+        out = list(ctx.flags) if requested == AUTO else set_max_model_len(ctx.flags, "auto")
+        return ctx.decision(KEEP_AUTO if requested == AUTO else SET_AUTO, None,
+                            f"--keep-auto: vLLM auto-fits the length itself (planned ceiling {autofit:,}; it will shrink "
+                            "the length after building its state)", out)
+    if result.refusal is None:
+        message = f"nothing safe to start: {result.why}"
+        hint = (f"--keep-auto starts it anyway, at the auto-fit of {autofit:,} tokens with no margin; or give it more KV "
+                "memory (dsv4ctl fit-length shows what would fit)")
+    else:
+        message = f"vLLM would refuse this: {result.refusal}"
+        hint = (
+            f"the largest length that fits is {autofit:,} (recommended: --max-model-len {ctx.recommended})"
+            if autofit > 0 and ctx.recommended > 0
+            else "not even one token of KV cache fits: free memory, raise --gpu-memory-utilization or add GPUs"
+            if autofit <= 0 else f"the largest length that fits is {autofit:,}"
+        )
+    err = Dsv4ctlError(message, hint=hint, exit_code=ExitCode.DOES_NOT_FIT)
     if ctx.basis in (EXACT, CALIBRATED, MEASURED) or _refusal_is_measured(result, requested):
         refused = _refuse(ctx.model, requested, ctx.flags, ctx.notes, ctx.plan, err)
         refused.basis, refused.stale_fix_active = ctx.basis, ctx.stale_fix
         return refused
     ctx.notes.append(
-        f"the estimate says vLLM would refuse this ({result.refusal}); the KV memory is an estimate, so serve "
+        f"the estimate says it does not fit ({result.why}); the KV memory is an estimate, so serve "
         f"starts vLLM and lets it decide ({err.hint}); --kv-cache-memory-bytes makes the check exact"
     )
     if requested is not None and requested != AUTO:
@@ -288,8 +349,9 @@ def _auto_length(ctx: _Context, *, keep_auto: bool, pin_length: bool) -> Preflig
             "the stale-length fix is active in every vLLM process" if stale_fix and version in STALE_LENGTH_RELEASES
             else f"vLLM {version} has no stale-length crash after auto-fit"
         )
+        verb = "keeping" if ctx.requested == AUTO else "adding"
         reason = (
-            f"length {ctx.given}: keeping --max-model-len auto ({why}); "
+            f"length {ctx.given}: {verb} --max-model-len auto ({why}); "
             f"vLLM fits the length to its own KV memory figure at start, {ctx.predicted}"
         )
         if ctx.requested == AUTO:
@@ -373,82 +435,3 @@ def fit_request_from(
     if spec is not None:
         values["num_speculative_tokens"] = speculative_tokens(spec)  # only MTP is planned; others raise
     return FitRequest(**values)
-
-
-# -- `serve --dry-run` where vLLM is not installed (operators plan on a laptop) ----------------------------
-
-# The vLLM serve flags the plan reads (vLLM's names and spellings, 0.27-0.33); every other flag is kept as given.
-_PLANNING_FLAGS: tuple[tuple[tuple[str, ...], str, str], ...] = (
-    (("--max-model-len",), "max_model_len", "length"),
-    (("--kv-cache-memory-bytes",), "kv_cache_memory_bytes", "int"),
-    (("--gpu-memory-utilization",), "gpu_memory_utilization", "float"),
-    (("--kv-cache-dtype",), "kv_cache_dtype", "str"),
-    (("--block-size",), "block_size", "int"),
-    (("--max-num-batched-tokens",), "max_num_batched_tokens", "int"),
-    (("--max-num-seqs",), "max_num_seqs", "int"),
-    (("--tensor-parallel-size", "-tp"), "tensor_parallel_size", "int"),
-    (("--pipeline-parallel-size", "-pp"), "pipeline_parallel_size", "int"),
-    (("--data-parallel-size", "-dp"), "data_parallel_size", "int"),
-    (("--data-parallel-size-local", "-dpl"), "data_parallel_size_local", "int"),
-    (("--attention-backend",), "attention_backend", "str"),
-    (("--speculative-config",), "speculative_config", "json"),
-)
-_PLANNING_SWITCHES = {
-    "--enable-expert-parallel": ("enable_expert_parallel", True), "-ep": ("enable_expert_parallel", True),
-    "--async-scheduling": ("async_scheduling", True), "--no-async-scheduling": ("async_scheduling", False),
-}
-
-
-def parse_planning_flags(flags: list[str]) -> argparse.Namespace:
-    """The planning inputs of a `vllm serve` command line, read without vLLM (for `serve --dry-run` on a
-    machine where vLLM is not installed). Values are read as vLLM's parser reads them (`1M`, `10G`, `auto`);
-    anything else is left for vLLM. Raises UsageError for a value vLLM's parser would reject."""
-    import json
-
-    from dsv4ctl.errors import UsageError
-    from dsv4ctl.units import parse_vllm_int
-
-    values: dict[str, Any] = {"model": None}
-    by_name = {name: (dest, kind) for names, dest, kind in _PLANNING_FLAGS for name in names}
-    index = 0
-    while index < len(flags):
-        token = flags[index]
-        name, eq, inline = token.partition("=")
-        key = name.replace("_", "-") if name.startswith("--") else name
-        if key in _PLANNING_SWITCHES and not eq:
-            dest, value = _PLANNING_SWITCHES[key]
-            values[dest] = value
-        elif key in by_name:
-            dest, kind = by_name[key]
-            if eq:
-                raw = inline
-            elif index + 1 < len(flags):
-                index += 1
-                raw = flags[index]
-            else:
-                raise UsageError(f"{name} needs a value")
-            try:
-                if kind == "length":
-                    values[dest] = parse_vllm_int(raw, what=name, allow_auto=True)
-                elif kind == "int":
-                    values[dest] = parse_vllm_int(raw, what=name)
-                elif kind == "float":
-                    values[dest] = float(raw)
-                elif kind == "json":
-                    values[dest] = json.loads(raw)
-                else:
-                    values[dest] = raw
-            except (ValueError, json.JSONDecodeError):
-                raise UsageError(f"{name}: invalid value {raw!r}") from None
-        elif not token.startswith("-") and values["model"] is None and (index == 0 or not flags[index - 1].startswith("-")):
-            values["model"] = token
-        index += 1
-    if not values["model"]:
-        raise UsageError("no MODEL given", hint="dsv4ctl serve MODEL [flags...]")
-    defaults = dict(
-        max_model_len=None, kv_cache_memory_bytes=None, gpu_memory_utilization=None, kv_cache_dtype=None, block_size=None,
-        max_num_batched_tokens=None, max_num_seqs=None, tensor_parallel_size=None, pipeline_parallel_size=None,
-        data_parallel_size=None, data_parallel_size_local=None, enable_expert_parallel=None, async_scheduling=None,
-        attention_backend=None, speculative_config=None,
-    )
-    return argparse.Namespace(**{**defaults, **values})

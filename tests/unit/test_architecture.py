@@ -33,7 +33,7 @@ ALLOWED: dict[str, set[str]] = {
     "collect": {"errors", "units", "redaction"},
     "group": {"errors", "units", "catalogue", "logs", "diagnosis", "advice", "collect"},
     "check": {"errors", "units", "logs", "advice"},
-    "serve": {"errors", "units", "logs", "planning", "advice", "fixes", "gpu", "check"},
+    "serve": {"errors", "units", "catalogue", "logs", "planning", "advice", "fixes", "gpu", "check"},
     "render": {"units", "catalogue", "logs", "diagnosis", "planning", "gpu", "probe", "doctor", "serve", "check", "group"},
     "commands": {"root", "errors", "units", "logs", "planning", "advice", "gpu", "fixes", "probe", "doctor", "serve", "render",
                  "check", "collect", "group"},
@@ -263,3 +263,19 @@ def test_no_function_body_over_80_lines_without_its_reason():
             if size > MAX_BODY_LINES and REASON not in doc:
                 long.append(f"{path.name}:{node.lineno} {node.name}: {size} lines")
     assert not long, "\n".join(long)
+
+
+def test_the_exit_code_tables_are_the_enums():
+    """README.md and docs/exit-codes.md carry `ExitCode`'s table as scripts/write_exit_codes.py writes it; `--help`
+    prints it wrapped to 80 columns."""
+    import runpy
+
+    script = runpy.run_path(str(PACKAGE.parent / "scripts" / "write_exit_codes.py"))
+    for path in script["FILES"]:
+        text = path.read_text(encoding="utf-8")
+        assert script["rendered"](text) == text, f"{path}: run scripts/write_exit_codes.py"
+    from dsv4ctl.errors import ExitCode, exit_code_table
+
+    table = exit_code_table()
+    assert all(len(line) <= 76 for line in table.splitlines())
+    assert [line.split()[0] for line in table.splitlines() if not line.startswith("     ")] == [str(int(c)) for c in ExitCode]

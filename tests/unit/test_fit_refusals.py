@@ -84,7 +84,8 @@ def test_what_would_fit_is_planned_and_fits(cli):
 
 def test_a_length_longer_than_the_model_offers_auto(cli):
     doc = json.loads(cli("fit-length", FLASH, "--kv-cache-memory", "90GiB", "--max-model-len", "2M", "--json").stdout)
-    alt = next(a for a in doc["alternatives"] if a["change"] == "--max-model-len auto")
+    alt = next(a for a in doc["alternatives"] if a["change"].startswith("--max-model-len "))
+    assert alt["change"] == f"--max-model-len {alt['recommended_max_model_len']}"
     assert shlex.split(alt["vllm_command"])[shlex.split(alt["vllm_command"]).index("--max-model-len") + 1] == str(
         alt["recommended_max_model_len"])
 

@@ -398,18 +398,20 @@ def test_serve_version_and_pin_options_need_their_partners(cli):
 
 
 def test_planning_flags_are_read_like_vllms_parser():
-    ns = preflight.parse_planning_flags([
+    from dsv4ctl.serve import flags_without_vllm
+
+    ns = flags_without_vllm.parse_planning_flags([
         "m", "--port", "8000", "-tp", "8", "--max_model_len=1M", "--kv-cache-memory-bytes", "10G",
         "--no-async-scheduling", "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}', "-ep",
     ])
     assert ns.model == "m" and ns.tensor_parallel_size == 8 and ns.max_model_len == 1_048_576
     assert ns.kv_cache_memory_bytes == 10 << 30 and ns.async_scheduling is False and ns.enable_expert_parallel
     assert ns.speculative_config == {"method": "mtp", "num_speculative_tokens": 1}
-    assert preflight.parse_planning_flags(["m", "--max-model-len", "auto"]).max_model_len == -1
+    assert flags_without_vllm.parse_planning_flags(["m", "--max-model-len", "auto"]).max_model_len == -1
     from dsv4ctl.errors import UsageError
 
     with pytest.raises(UsageError):
-        preflight.parse_planning_flags(["m", "-tp", "eight"])
+        flags_without_vllm.parse_planning_flags(["m", "-tp", "eight"])
 
 
 def test_dry_run_without_vllm_plans_with_the_chosen_release(cli, monkeypatch):

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from dsv4ctl.errors import InputError
+from dsv4ctl.errors import InputError, UsageError
 from dsv4ctl.planning.checkpoint.geometry import (
     Dsv4Geometry,
     _builtin_configs,
@@ -39,6 +39,8 @@ def load_geometry(model: str | Path) -> Dsv4Geometry:
     Raises InputError (one line + hint) for anything unreadable or not DeepSeek-V4.
     """
     text = str(model)
+    if not text.strip():
+        raise UsageError("MODEL is empty", hint="a model id (deepseek-ai/DeepSeek-V4-Flash), a checkpoint directory or its config.json")
     path = Path(text).expanduser()
     if path.is_dir():
         config_path = path / "config.json"
@@ -76,7 +78,11 @@ def load_geometry(model: str | Path) -> Dsv4Geometry:
             # The preset is the KV layout; the weights only a checkpoint has: the hub's headers, read if a plan asks.
             return replace(geometry, revision=revision, weights=HubWeights(model_id, REVISION, preset=geometry))
     if path.suffix == ".json" or text.startswith((".", "/", "~")) or not is_repo_id(text):
-        raise InputError(f"{text}: no such file or directory", hint="check the path")
+        # A preset's own name without its organisation (the hub's ids are org/name): that preset, named whole.
+        named = [m for m in builtin_model_ids() if m.rsplit("/", 1)[-1].lower() == text.lower()]
+        hint = (f"not a file or directory here; the built-in preset of that name is {named[0]}" if named
+                else "check the path, or give a hub id (org/name)")
+        raise InputError(f"{text}: no such file or directory", hint=hint)
     from dsv4ctl.planning.checkpoint.hub import geometry_from_hub
 
     return geometry_from_hub(text)

@@ -2,7 +2,8 @@
 
 `what_would_fit(request, result, plan)` tries, in the order an operator would reach for them, the changes that
 can make room: a shorter explicit length, the fp8 KV cache, fewer batched tokens (less memory held for tokens
-in flight), a higher --gpu-memory-utilization where free memory allows it, more of the visible GPUs for
+in flight), a lower --gpu-memory-utilization where free memory at start is below the budget (vLLM's own advice), a
+higher one where free memory allows it, more of the visible GPUs for
 tensor parallelism. Each is planned again (`plan`, fit-length's own planner, the same GPUs and log figures)
 and kept only when that plan fits with a length that survives the margin, so every command it prints runs.
 """
@@ -17,6 +18,9 @@ from dsv4ctl.errors import Dsv4ctlError
 from dsv4ctl.planning.plan.request import FitRequest
 from dsv4ctl.planning.plan.result import FitResult
 
+# A shorter explicit length: planned without one, and named by the safe length the plan finds.
+_SHORTER = "--max-model-len"
+
 # The smallest of vLLM's default batch limits (engine/arg_utils.py get_batch_defaults: 2048 for smaller GPUs).
 SMALL_BATCHED_TOKENS = 2048
 
@@ -28,7 +32,7 @@ class Alternative:
     change: str  # the flags that change, as typed: "--kv-cache-dtype fp8"
     why: str
     autofit_max_model_len: int
-    recommended_max_model_len: int
+    recommended_max_model_len: int  # the length its command carries (the one asked for, where it fits)
     vllm_command: str
 
     def to_json(self) -> dict[str, Any]:
@@ -44,8 +48,14 @@ def what_would_fit(request: FitRequest, result: FitResult, plan: Callable[[FitRe
         except Dsv4ctlError:
             continue
         command = planned.vllm_command()
-        if planned.fits and planned.recommended_max_model_len > 0 and command:
-            out.append(Alternative(change, why, planned.autofit_max_model_len, planned.recommended_max_model_len, command))
+        # The length its command carries: the one asked for where it now fits, else the safe one.
+        length = planned.requested_max_model_len or planned.recommended_max_model_len
+        if planned.fits and length > 0 and command:
+            if change == _SHORTER:  # the length it carries is what the plan found: named as such
+                change = f"--max-model-len {length}"
+                why = (f"the longest safe length at this memory (--max-model-len auto would pick "
+                       f"{planned.autofit_max_model_len:,})")
+            out.append(Alternative(change, why, planned.autofit_max_model_len, length, command))
     return tuple(out)
 
 
@@ -53,8 +63,7 @@ def _candidates(request: FitRequest, result: FitResult) -> list[tuple[str, str, 
     out: list[tuple[str, str, FitRequest]] = []
     explicit = None if request.is_auto else request.max_model_len
     if explicit is not None and result.autofit_max_model_len > 0:
-        out.append(("--max-model-len auto", "let vLLM fit the length to the memory (the plan shows what it picks)",
-                    replace(request, max_model_len=None)))
+        out.append((_SHORTER, "", replace(request, max_model_len=None)))
     if not result.layout.kv_cache_dtype.startswith("fp8"):
         out.append(("--kv-cache-dtype fp8", "half the KV bytes per token (the fp8_ds_mla layout)",
                     replace(request, kv_cache_dtype="fp8")))
@@ -63,7 +72,16 @@ def _candidates(request: FitRequest, result: FitResult) -> list[tuple[str, str, 
                     "fewer tokens in flight, so fewer KV blocks held for them",
                     replace(request, max_num_batched_tokens=SMALL_BATCHED_TOKENS)))
     util = _highest_utilization(result)
-    if util is not None and util > request.gpu_memory_utilization and request.kv_cache_memory_bytes is None:
+    short_at_start = any(g.refusal for g in result.gpus)
+    if util is not None and util < request.gpu_memory_utilization and short_at_start:
+        # vLLM's own advice when free memory at start is below the budget: "Decrease GPU memory utilization or reduce
+        # GPU memory used by other processes." (vllm==0.33.0 vllm/v1/worker/utils.py:761-769, request_memory)
+        tight = min(result.gpus, key=lambda g: g.cuda_free_at_start / max(g.cuda_total_bytes, 1))
+        out.append((f"--gpu-memory-utilization {util:g}",
+                    f"the most cuda:{tight.cuda_index}'s free memory allows at start (vLLM's own advice: decrease GPU "
+                    "memory utilization, or free the memory other processes hold)",
+                    replace(request, gpu_memory_utilization=util)))
+    elif util is not None and util > request.gpu_memory_utilization and request.kv_cache_memory_bytes is None:
         out.append((f"--gpu-memory-utilization {util:g}", "the most this GPU's free memory allows at start",
                     replace(request, gpu_memory_utilization=util)))
     tp = _more_tensor_parallel(request, result)

@@ -35,14 +35,49 @@ def select_devices(snapshot: Any, request: FitRequest):
     if len(whole) < need:
         raise GpuUnavailableError(
             f"TP×PP×DP = {need} GPUs needed, {len(whole)} visible",
-            hint="lower --tensor-parallel-size/--pipeline-parallel-size/--data-parallel-size or use a snapshot of a bigger box",
+            hint="lower --tensor-parallel-size/--pipeline-parallel-size/--data-parallel-size, or give one --gpus snapshot "
+            "per node of a launch that spans several",
         )
-    whole.sort(key=lambda d: d.cuda_index)
+    if not getattr(snapshot, "hosts", ()):  # several nodes pooled keep their node order (`pool_nodes`)
+        whole.sort(key=lambda d: d.cuda_index)
     return whole[:need]
 
 
+def pool_nodes(snapshots: list[Any], labels: list[str], request: FitRequest) -> Any | None:
+    """One node's snapshot each, when the launch spans them: TP x PP x DP GPUs, the same number on every node (as
+    vLLM's multi-node modes place them: ranks node by node, a pipeline stage or a data-parallel replica per node
+    when it fills one), pooled in node order with each GPU's node; None when every node holds the whole launch
+    (then each node runs it and the tightest binds). Raises when the nodes cannot hold it."""
+    import dataclasses
+
+    need = request.tensor_parallel_size * request.pipeline_parallel_size * request.data_parallel_size
+    whole = [[d for d in snap.devices if not d.is_mig] for snap in snapshots]
+    if all(len(gpus) >= need for gpus in whole):
+        return None
+    nodes = len(snapshots)
+    per_node, rest = divmod(need, nodes)
+    short = [(label, len(gpus)) for label, gpus in zip(labels, whole) if len(gpus) < per_node]
+    if rest or short or not per_node:
+        seen = ", ".join(f"{label}: {len(gpus)}" for label, gpus in zip(labels, whole))
+        raise GpuUnavailableError(
+            f"TP×PP×DP = {need} GPUs over {nodes} nodes does not split evenly into whole GPUs per node ({seen})"
+            if rest or not per_node else
+            f"TP×PP×DP = {need} GPUs over {nodes} nodes needs {per_node} per node; {short[0][0]} shows {short[0][1]}",
+            hint="give one snapshot per node of the launch (dsv4ctl gpus --save on each), or sizes that fill them",
+        )
+    devices, hosts = [], []
+    for label, gpus in zip(labels, whole):
+        chosen = sorted(gpus, key=lambda d: d.cuda_index)[:per_node]
+        devices += chosen
+        hosts += [label] * len(chosen)
+    first = snapshots[0]
+    return dataclasses.replace(first, devices=tuple(devices), hosts=tuple(hosts), hostname=", ".join(dict.fromkeys(labels)),
+                               notes=tuple(n for snap in snapshots for n in snap.notes))
+
+
 def predict_memory(
-    devices: list[Any], geometry: Dsv4Geometry, request: FitRequest, overhead: int, weights_override: int | None
+    devices: list[Any], geometry: Dsv4Geometry, request: FitRequest, overhead: int, weights_override: int | None,
+    hosts: tuple[str, ...] = (),
 ) -> tuple[list[GpuMemoryPrediction], list[str]]:
     notes: list[str] = []
     tp, pp = request.tensor_parallel_size, request.pipeline_parallel_size
@@ -53,6 +88,7 @@ def predict_memory(
             hint="pass the checkpoint directory (its safetensors headers give the size), --weights-memory SIZE, "
             "--from-log startup.log, or --kv-cache-memory SIZE",
         )
+    hosts = list(hosts or ())
     for rank, dev in enumerate(devices):
         pp_rank = (rank // tp) % pp
         if weights_override is not None:
@@ -68,6 +104,11 @@ def predict_memory(
                 load_mtp=request.num_speculative_tokens > 0,
             )
         start = check_startup_memory(dev, request.gpu_memory_utilization)
+        if start.refusal and dev.processes:
+            held = ", ".join(f"pid {p.pid}{f' ({p.name})' if getattr(p, 'name', None) else ''} "
+                             f"{format_gib(p.used_bytes)}" for p in dev.processes[:4] if p.used_bytes)
+            if held:
+                notes.append(f"{(hosts[rank] + ' ') if rank < len(hosts) else ''}cuda:{dev.cuda_index}'s memory is held by other processes ({held}): ending them frees it")
         predictions.append(
             GpuMemoryPrediction(
                 cuda_index=dev.cuda_index,
@@ -82,6 +123,7 @@ def predict_memory(
                 overhead_bytes=overhead,
                 available_kv_bytes=start.requested_bytes - weights - overhead,
                 refusal=start.refusal,
+                node=hosts[rank] if rank < len(hosts) else None,
             )
         )
     if any(d.is_unified_memory for d in devices):
@@ -116,7 +158,7 @@ def kv_estimate(
     requested = KvTerm(
         "requested", req, req, req, "measured",
         f"ceil(CUDA total {format_gib(gpu.cuda_total_bytes)} x --gpu-memory-utilization {request.gpu_memory_utilization:g}), "
-        f"cuda:{gpu.cuda_index} {gpu.name} ({'snapshot ' + str(request.gpus) if request.gpus else 'NVML'})",
+        f"{(gpu.node + ' ') if gpu.node else ''}cuda:{gpu.cuda_index} {gpu.name} ({_source_of(request.gpus)})",
     )
     weights = _weights_term(request, gpu.weights_bytes)
     o = gpu.overhead_bytes
@@ -137,6 +179,12 @@ def kv_estimate(
         requested, subtracted,
         "--from-log LOG (a startup's measured KV memory), --overhead SIZE or --kv-cache-memory SIZE narrows it",
     )
+
+
+def _source_of(gpus: Any) -> str:
+    if not gpus:
+        return "NVML"
+    return "snapshot " + (", ".join(gpus) if isinstance(gpus, (tuple, list)) else str(gpus))
 
 
 def _weights_term(request: FitRequest, w: int) -> KvTerm:

@@ -57,6 +57,7 @@ class _Lengths:
     auto_plan: KvPlan
     autofit: int
     explicit: int | None
+    explicit_spare: int | None  # the KV memory an explicit length leaves unused (the limiting worker's)
     kv_memory: int
     refusal: str | None
     available_kv: KvMemoryEstimate
@@ -76,8 +77,23 @@ def plan_fit(
         geometry = load_geometry(request.model)
     if snapshot is None and isinstance(request.gpus, (tuple, list)):
         if len(request.gpus) > 1:
-            return _plan_nodes(request, tuple(request.gpus), log_facts, geometry)
-        request = replace(request, gpus=request.gpus[0] if request.gpus else None)
+            from dsv4ctl.gpu import load_snapshot
+            from dsv4ctl.planning.plan.devices import pool_nodes
+
+            paths = tuple(request.gpus)
+            snapshots = [load_snapshot(p) for p in paths]
+            labels = _node_labels(paths, snapshots)
+            snapshot = pool_nodes(snapshots, labels, request)
+            if snapshot is None:  # every node holds the whole launch: each runs it, the tightest binds
+                return _plan_nodes(request, paths, log_facts, geometry)
+            result = plan_fit(request, snapshot=snapshot, log_facts=log_facts, geometry=geometry)
+            per_node = len(snapshot.devices) // len(paths)
+            note = (f"planned over {len(paths)} nodes ({', '.join(labels)}), {per_node} GPUs each, ranks node by node "
+                    "(a pipeline stage or a data-parallel replica per node where one fills it); the command is the "
+                    "launch's flags: start it on every node in vLLM's multi-node mode (docs/multi-node.md)")
+            return replace(result, notes=(*result.notes, note))
+        else:
+            request = replace(request, gpus=request.gpus[0] if request.gpus else None)
     result, inputs = _plan_one(request, snapshot, log_facts, geometry)
     if not result.fits:
         # Nothing fits as asked: what would, each change planned on the same GPUs and log figures.
@@ -91,10 +107,20 @@ def plan_fit(
     return result
 
 
+def checkpoint_refusal(geometry: Dsv4Geometry, tensor_parallel_size: int, enable_expert_parallel: bool) -> Dsv4ctlError | None:
+    """What vLLM refuses of this checkpoint at these parallel sizes before any memory matters (heads and FP8 blocks
+    the TP cannot split), as the error to raise (exit 6); None when nothing is refused. fit-length, serve's dry run
+    and serve's preflight all ask it, with or without memory figures."""
+    split = check_split(geometry.extra, tensor_parallel_size, enable_expert_parallel)
+    if split is None:
+        return None
+    return Dsv4ctlError(split.message, hint=split.hint, exit_code=ExitCode.DOES_NOT_FIT)
+
+
 def _plan_one(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4Geometry) -> tuple[FitResult, Inputs]:
-    split = check_split(geometry.extra, request.tensor_parallel_size, bool(request.enable_expert_parallel))
-    if split is not None:  # vLLM would refuse the weights themselves: no memory plan means anything
-        raise Dsv4ctlError(split.message, hint=split.hint, exit_code=ExitCode.DOES_NOT_FIT)
+    refusal = checkpoint_refusal(geometry, request.tensor_parallel_size, bool(request.enable_expert_parallel))
+    if refusal is not None:  # vLLM would refuse the checkpoint itself: no memory plan means anything
+        raise refusal
     inputs = resolve(request, snapshot, log_facts, geometry)
     sched = scheduling(inputs)
     memory = worker_memory(inputs, sched)
@@ -106,9 +132,33 @@ def _plan_one(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4
     lengths = _plan_lengths(inputs, sched, memory, planner, positive)
     model_max = geometry.model_max_model_len
     log_cal = _check_log_autofit(inputs, memory.source, planner, positive, lengths.autofit, model_max, sched.in_flight)
-    verdict = "does_not_fit" if lengths.refusal is not None else ("shrinks" if lengths.autofit < model_max else "fits")
+    logged = log_cal.autofit_to if log_cal is not None and memory.source == "log" else None
+    verdict, why = _decide(lengths, model_max, logged)
     _length_warnings(inputs, verdict, lengths.safe.length, lengths.autofit, model_max, lengths.explicit)
-    return _result(inputs, sched, memory, planner, positive, lengths, log_cal, verdict), inputs
+    return _result(inputs, sched, memory, planner, positive, lengths, log_cal, verdict, why), inputs
+
+
+def _decide(lengths: _Lengths, model_max: int, logged: int | None = None) -> tuple[str, str]:
+    """The one decision of a plan, and why: refused (vLLM's own refusal), no length survives the margin (vLLM would
+    start, but nothing safe can be recommended), the length asked for fits, or auto-fit fits the full context or
+    shrinks it. Every line fit-length prints, every figure of its JSON and its exit code follow from it."""
+    if lengths.refusal is not None:
+        return "does_not_fit", f"vLLM would refuse: {lengths.refusal}"
+    safe = lengths.safe
+    if lengths.explicit is not None:
+        spare, asked = lengths.explicit_spare, format_tokens(lengths.explicit)
+        if spare is None:
+            return "fits", f"--max-model-len {asked} fits"
+        thin = (f", less than the margin of {format_gib(safe.margin_bytes)}: a start with a little less KV memory "
+                "refuses it" if spare < safe.margin_bytes else "")
+        return "fits", f"--max-model-len {asked} fits, with {format_gib(spare)} of KV memory to spare{thin}"
+    if safe.length <= 0:
+        return "does_not_fit", safe.line()
+    if lengths.autofit >= model_max:
+        return "fits", f"the full context fits: recommended --max-model-len {format_tokens(safe.length)}"
+    shrunk = (f"--max-model-len auto shrank the context to {format_tokens(logged)} in the log" if logged else
+              f"--max-model-len auto would shrink the context to {format_tokens(lengths.autofit)}")
+    return "shrinks", f"{shrunk}: recommended --max-model-len {format_tokens(safe.length)}"
 
 
 def _plan_lengths(
@@ -139,22 +189,23 @@ def _plan_lengths(
         async_scheduling=sched.async_on, pipeline_parallel_size=request.pipeline_parallel_size,
         margin=as_margin(request.margin),
     )
-    if safe.length <= 0 and autofit > 0:
-        inputs.warnings.append(
-            f"no length survives a margin of {format_gib(safe.margin_bytes)}: the KV memory is too tight to recommend "
-            "an explicit length"
-        )
-    return _Lengths(auto_plan, autofit, explicit, kv_memory, refusal, available_kv, autofit_range, safe)
+    if below:  # planned from the low end of the KV memory's range, not its figure: say so beside the figure
+        safe = replace(safe, ceiling_basis=f" at the low end of the KV memory's range ({format_gib(max(available_kv.low, 0))})")
+    spare = None
+    if explicit is not None and refusal is None:
+        spare = min(m for m in positive) - full_context_bytes(auto_plan, explicit)
+    return _Lengths(auto_plan, autofit, explicit, spare, kv_memory, refusal, available_kv, autofit_range, safe)
 
 
 def _result(
     inputs: Inputs, sched: Scheduling, memory: WorkerMemory, planner: Planner, positive: list[int],
-    lengths: _Lengths, log_cal: LogCalibration | None, verdict: str,
+    lengths: _Lengths, log_cal: LogCalibration | None, verdict: str, why: str,
 ) -> FitResult:
     request, geometry, safe, autofit = inputs.request, inputs.geometry, lengths.safe, lengths.autofit
     model_max = geometry.model_max_model_len
     auto_plan = lengths.auto_plan
-    flags = vllm_flags(request, safe.length if safe.length > 0 else (lengths.explicit or autofit),
+    # The length the command carries: the one asked for where it fits, else the safe one (no command otherwise).
+    flags = vllm_flags(request, lengths.explicit if lengths.explicit is not None else max(safe.length, 0),
                        sched.max_num_batched_tokens, sched.async_on)
     if log_cal is not None and request.inherit_from_log:
         flags += log_only_flags(log_cal)
@@ -163,13 +214,15 @@ def _result(
         geometry=geometry,
         request=request,
         verdict=verdict,
+        why=why,
         refusal=lengths.refusal,
         model_max_model_len=model_max,
         autofit_max_model_len=autofit,
         will_shrink=autofit < model_max,
         shrink_tokens=max(0, model_max - autofit),
         requested_max_model_len=lengths.explicit,
-        recommended_max_model_len=max(safe.length, 0),
+        requested_spare_bytes=lengths.explicit_spare,
+        recommended_max_model_len=max(safe.length, 0) if lengths.refusal is None else 0,
         kv_cache_memory_bytes=lengths.kv_memory,
         kv_cache_memory_source=memory.source,
         margin_bytes=safe.margin_bytes,
@@ -321,6 +374,16 @@ def safe_length_for_log(
     return result.safe_length
 
 
+def _node_labels(paths: tuple[str, ...], snapshots: list[Any]) -> list[str]:
+    """Each node's name: its snapshot's hostname, else the file's (when hostnames repeat, the files')."""
+    hosts = [getattr(s, "hostname", None) or "" for s in snapshots]
+    if all(hosts) and len(set(hosts)) == len(hosts):
+        return hosts
+    from pathlib import Path
+
+    return [Path(p).name for p in paths]
+
+
 def _plan_nodes(request: FitRequest, paths: tuple[str, ...], log_facts: Any, geometry: Dsv4Geometry) -> FitResult:
     """Several nodes (a snapshot each): plan every node, answer with the tightest one and name its GPU.
 
@@ -360,6 +423,7 @@ def _plan_nodes(request: FitRequest, paths: tuple[str, ...], log_facts: Any, geo
 
 __all__ = [
     "DEFAULT_GPU_MEMORY_UTILIZATION",
+    "checkpoint_refusal",
     "LOG_FIELDS",
     "THINK_MAX_CONTEXT",
     "FitRequest",

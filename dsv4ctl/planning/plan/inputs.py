@@ -5,6 +5,8 @@ predicted per GPU)."""
 
 from __future__ import annotations
 
+import shlex
+
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -80,6 +82,8 @@ def resolve(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4Ge
         raise InputError(f"{request.from_log}: the log was not read", hint="read it with dsv4ctl.advice.read_log_facts")
     else:
         log_cal = None
+    if log_cal is not None and log_cal.model:
+        _same_model_as_the_log(request.model, log_cal, geometry, warnings)
     if log_cal is not None and request.inherit_from_log:
         request, taken = inherit_log_flags(request, log_cal)
         notes.extend(taken)
@@ -105,6 +109,32 @@ def resolve(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4Ge
     layout = resolve_kv_layout(request.kv_cache_dtype, request.attention_backend, compute_major)
     specs = build_specs(geometry, layout, num_speculative_tokens=request.num_speculative_tokens, block_size=request.block_size)
     return Inputs(request, geometry, log_cal, version, devices, layout, specs, need_prediction, snapshot, notes, warnings)
+
+
+def _same_model_as_the_log(model: str, log_cal: LogCalibration, geometry: Dsv4Geometry, warnings: list[str]) -> None:
+    """A log of another model calibrates nothing: refused when the log's model is one dsv4ctl can read here (a preset,
+    a local checkpoint) and its shape differs from the planned one's; said as a check when the name differs and the
+    log's model cannot be read here (a path of another machine)."""
+    from pathlib import Path
+
+    from dsv4ctl.planning.checkpoint.geometry import builtin_model_ids
+    from dsv4ctl.planning.checkpoint.load import load_geometry
+
+    logged = str(log_cal.model)
+    if logged == model or Path(logged).name.lower() == Path(model).name.lower():
+        return
+    readable = logged in builtin_model_ids() or Path(logged).exists()
+    other = load_geometry(logged) if readable else None
+    shape = lambda g: (g.architecture, g.num_hidden_layers, g.compress_ratios, g.head_dim)  # noqa: E731
+    if other is not None and shape(other) != shape(geometry):
+        raise UsageError(
+            f"--from-log {log_cal.path} is a start of {logged} ({other.num_hidden_layers} layers), not of {model} "
+            f"({geometry.num_hidden_layers} layers): its memory figures do not describe this model",
+            hint=f"plan the log's model: dsv4ctl fit-length {shlex.quote(logged)} --from-log {shlex.quote(log_cal.path)}",
+        )
+    if other is None:
+        warnings.append(f"the log is a start of {logged}, this plan is of {model}: check that they are the same "
+                        "checkpoint, or its memory figures describe another model")
 
 
 def scheduling(inputs: Inputs) -> Scheduling:
@@ -209,7 +239,8 @@ def _predict(inputs: Inputs, memory: WorkerMemory, workers: int) -> None:
     geometry = _with_checkpoint_size(inputs)
     if request.weights_bytes_per_rank is not None:
         _refuse_weights_beyond_a_gpu(request, inputs.devices)
-    predictions, more = predict_memory(inputs.devices, geometry, request, overhead, request.weights_bytes_per_rank)
+    predictions, more = predict_memory(inputs.devices, geometry, request, overhead, request.weights_bytes_per_rank,
+                                       tuple(getattr(inputs.snapshot, "hosts", ()) or ()))
     notes.extend(more)
     memory.predictions = predictions
     memory.refusal = next((g.refusal for g in predictions if g.refusal), None)

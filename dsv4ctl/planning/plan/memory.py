@@ -53,6 +53,7 @@ class GpuMemoryPrediction:
     overhead_bytes: int
     available_kv_bytes: int
     refusal: str | None  # vLLM's startup error when free memory is below the request
+    node: str | None = None  # the node it is on, when several nodes' GPUs are planned together
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -69,6 +70,7 @@ class GpuMemoryPrediction:
             "available_kv_bytes": max(self.available_kv_bytes, 0),
             "kv_shortfall_bytes": max(-self.available_kv_bytes, 0),
             "refusal": self.refusal,
+            "node": self.node,
         }
 
 

@@ -77,6 +77,8 @@ class FitResult:
     visible_gpus: int | None = None  # whole GPUs the snapshot showed (None: no GPUs read)
     available_kv: KvMemoryEstimate | None = None  # the limiting GPU's KV memory: value, range, basis, terms
     autofit_range: tuple[int, int] | None = None  # auto-fit at the range's low and high ends
+    why: str = ""  # the decision in one sentence (fit.py `_decide`): what every line and the exit code follow
+    requested_spare_bytes: int | None = None  # the KV memory the length asked for leaves unused, where it fits
 
     @property
     def tightest_gpu(self) -> GpuMemoryPrediction | None:
@@ -111,12 +113,14 @@ class FitResult:
             "model": self.geometry.model,
             "verdict": self.verdict,
             "fits": self.fits,
+            "why": self.why,
             "refusal": self.refusal,
             "model_max_model_len": self.model_max_model_len,
             "autofit_max_model_len": self.autofit_max_model_len,
             "will_shrink": self.will_shrink,
             "shrink_tokens": self.shrink_tokens,
             "requested_max_model_len": self.requested_max_model_len,
+            "requested_spare_bytes": self.requested_spare_bytes,
             "recommended_max_model_len": self.recommended_max_model_len,
             "think_max_context": THINK_MAX_CONTEXT,
             "think_max_ok": self.think_max_ok,

@@ -69,6 +69,7 @@ class SafeLength:
     margin_bytes: int
     margin_rule: str
     knobs: tuple[Knob, ...] = ()
+    ceiling_basis: str = ""  # where the ceiling was planned from when not the KV memory's figure itself
 
     @property
     def cost_tokens(self) -> int:
@@ -89,13 +90,13 @@ class SafeLength:
         if self.ceiling <= 0:
             return "no safe length: not one token of KV cache fits"
         if self.length <= 0:
-            return (f"no safe length: of the {format_tokens(self.ceiling)} tokens --max-model-len auto would pick, none "
-                    f"survives {margin}")
+            return (f"no safe length: of the {format_tokens(self.ceiling)} tokens --max-model-len auto would pick"
+                    f"{self.ceiling_basis}, none survives {margin}")
         if self.length >= self.model_max:
             return f"safe length {format_tokens(self.length)}, the full context, holds with {margin} to spare"
         return (
             f"safe length {format_tokens(self.length)}: {margin} costs {format_tokens(self.cost_tokens)} tokens of the "
-            f"{format_tokens(self.ceiling)} --max-model-len auto would pick ({self.cost_fraction:.0%})"
+            f"{format_tokens(self.ceiling)} --max-model-len auto would pick{self.ceiling_basis} ({self.cost_fraction:.0%})"
         )
 
     def cliff_line(self) -> str | None:
@@ -125,6 +126,7 @@ class SafeLength:
             "autofit_max_model_len": self.ceiling,
             "margin_bytes": self.margin_bytes,
             "margin_rule": self.margin_rule,
+            "ceiling_basis": self.ceiling_basis.strip() or None,
             "margin_cost_tokens": self.cost_tokens,
             "margin_cost_fraction": round(self.cost_fraction, 4),
             "cliff": self.cliff,

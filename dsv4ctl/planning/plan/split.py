@@ -1,6 +1,11 @@
-"""Whether the checkpoint's block-quantized FP8 weights split at the requested tensor-parallel size.
+"""Whether the checkpoint splits at the requested tensor-parallel size: its attention heads and its block-quantized
+FP8 weights.
 
-vLLM cuts every tensor-parallel weight into one slice per GPU and requires block-wise FP8 slices to be whole
+The heads first, as vLLM checks them when it verifies the config, before any weight is read: "Total number of
+attention heads ({heads}) must be divisible by tensor parallel size ({tp})." (vllm==0.33.0 vllm/config/model.py:1559-1564,
+0.30.0 :1426-1431, 0.27.1 :1315-1320, `ModelConfig.verify_with_parallel_config`).
+
+Then the FP8 blocks: vLLM cuts every tensor-parallel weight into one slice per GPU and requires block-wise FP8 slices to be whole
 quantization blocks; for fused MoE experts `validate_fp8_block_shape_moe` raises "The output_size of gate's
 and up's weight = {moe_intermediate_size / TP} is not divisible by weight quantization block_n = {block_n}"
 (vllm==0.33.0 and 0.32.0 vllm/model_executor/layers/quantization/utils/fp8_utils.py:1363; 0.27.1
@@ -8,8 +13,9 @@ quantization/fp8.py:554). DeepSeek-V4-Pro at --tensor-parallel-size 16: 3072 / 1
 --enable-expert-parallel the experts are whole on each GPU and nothing is cut; DeepSeek-V4's shared expert
 pads its slice to whole blocks (vllm/models/deepseek_v4/nvidia/model.py `DeepseekV4MLP`, 0.27.1–0.33.0).
 
-The numbers come from the checkpoint's config.json (`moe_intermediate_size`,
-`quantization_config.weight_block_size`, `num_attention_heads`); where it lacks them nothing is checked.
+The numbers come from the checkpoint's config.json (`num_attention_heads`, `moe_intermediate_size`,
+`quantization_config.weight_block_size`); what it lacks is not checked (the DeepSeek-V4-Flash preset carries its
+heads, not its experts' size: a checkpoint directory or the hub's config.json checks the blocks too).
 Pure.
 """
 
@@ -43,18 +49,25 @@ def fp8_block(extra: dict[str, Any]) -> tuple[int, int] | None:
 
 
 def check_split(extra: dict[str, Any], tensor_parallel_size: int, expert_parallel: bool) -> SplitRefusal | None:
-    """The refusal when the experts' slice at this TP is not whole FP8 blocks, else None."""
+    """vLLM's refusal when this TP does not divide the attention heads, or cuts the experts' slice mid FP8 block;
+    else None."""
+    tp = tensor_parallel_size
+    heads = _positive_int(extra.get("num_attention_heads"))
+    if tp > 1 and heads is not None and heads % tp:
+        working = _working(extra, heads, expert_parallel)
+        sizes = ", ".join(str(t) for t in working)
+        return SplitRefusal(
+            f"--tensor-parallel-size {tp} does not divide this model's {heads} attention heads: vLLM refuses it while "
+            f"checking the config (\"Total number of attention heads ({heads}) must be divisible by tensor parallel "
+            f"size ({tp}).\")",
+            f"tensor-parallel sizes that split: {sizes}", working)
     moe = _positive_int(extra.get("moe_intermediate_size"))
     block = fp8_block(extra)
-    tp = tensor_parallel_size
-    if expert_parallel or tp <= 1 or moe is None or block is None:
+    if expert_parallel or tp <= 1 or moe is None or block is None or _splits_blocks(moe, block, tp):
         return None
-    block_n, block_k = block
-    if moe % tp == 0 and (moe // tp) % block_n == 0 and (moe // tp) % block_k == 0:
-        return None
-    heads = _positive_int(extra.get("num_attention_heads")) or tp
-    working = tuple(t for t in range(1, heads + 1)
-                    if heads % t == 0 and moe % t == 0 and (moe // t) % block_n == 0 and (moe // t) % block_k == 0)
+    block_n, _ = block
+    heads = heads or tp
+    working = _working(extra, heads, expert_parallel)
     slice_text = f"{moe:,} / {tp} = {moe / tp:g}" if moe % tp else f"{moe:,} / {tp} = {moe // tp:,}"
     message = (
         f"--tensor-parallel-size {tp} cannot split this checkpoint: each GPU's slice of the experts is "
@@ -68,3 +81,18 @@ def check_split(extra: dict[str, Any], tensor_parallel_size: int, expert_paralle
     else:
         hint = "no tensor-parallel size splits it into whole blocks: add --enable-expert-parallel (the experts stay whole)"
     return SplitRefusal(message, hint, working)
+
+
+def _splits_blocks(moe: int, block: tuple[int, int], tp: int) -> bool:
+    block_n, block_k = block
+    return moe % tp == 0 and (moe // tp) % block_n == 0 and (moe // tp) % block_k == 0
+
+
+def _working(extra: dict[str, Any], heads: int, expert_parallel: bool) -> tuple[int, ...]:
+    """The tensor-parallel sizes up to the heads' count that divide the heads and split the FP8 blocks (where the
+    config says them, and the experts are cut: not with expert parallelism)."""
+    moe = _positive_int(extra.get("moe_intermediate_size"))
+    block = fp8_block(extra)
+    return tuple(t for t in range(1, heads + 1) if heads % t == 0 and (
+        expert_parallel or moe is None or block is None or _splits_blocks(moe, block, t)))
+

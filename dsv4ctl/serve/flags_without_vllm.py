@@ -1,0 +1,124 @@
+"""A `vllm serve` command line read without vLLM, for `serve --dry-run` where vLLM is not installed (operators plan
+on a laptop): the options checked against dsv4ctl's table of that release's flags as vLLM's parser would check
+them, and the values the plan needs read as vLLM's parser reads them."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+def _refuse_unknown_options(flags: list[str], release: str | None) -> None:
+    """The refusal vLLM's parser would give this argv ("unrecognized arguments", "ambiguous option"), read from
+    dsv4ctl's table of that release's flags; a flag the table has never seen is named with the flags that share
+    its words (a lookup by words, never by spelling distance)."""
+    from dsv4ctl.catalogue import vllm_flags
+    from dsv4ctl.errors import UsageError
+    from dsv4ctl.serve.flags import unknown_options
+
+    options = vllm_flags.option_strings(release)
+    if not options:
+        return  # the table is not readable: vLLM checks the rest when it starts
+    resolved = vllm_flags.resolved_release(release)
+    named = resolved.release if resolved is not None else "the newest"
+    unknown, ambiguous = unknown_options(flags, options)
+    if ambiguous:
+        token, matches = ambiguous[0]
+        raise UsageError(f"vLLM {named}'s parser would refuse this: ambiguous option: {token} could match "
+                         f"{', '.join(matches)}", hint="write the option in full")
+    if not unknown:
+        return
+    words = [w for token in unknown if token.startswith("-")
+             for w in vllm_flags.flags_with_words(token.split("=", 1)[0].replace("_", "-"), release)]
+    hint = (f"vLLM {named}'s flags with the same words: {', '.join(dict.fromkeys(words))}" if words
+            else f"vllm serve --help=all lists vLLM {named}'s flags")
+    raise UsageError(f"vLLM {named}'s parser would refuse this: unrecognized arguments: {' '.join(unknown)}",
+                     hint=hint + " (read from dsv4ctl's table of its flags: vLLM is not installed here)")
+
+# The vLLM serve flags the plan reads (vLLM's names and spellings, 0.27-0.33); every other flag is kept as given.
+# Their types as vLLM's parser has them (vllm==0.33.0 vllm/engine/arg_utils.py:395-410): `length` is
+# human_readable_int_or_auto, `readable` human_readable_int ("10G", "25.6k"), `int` argparse's int.
+_PLANNING_FLAGS: tuple[tuple[tuple[str, ...], str, str], ...] = (
+    (("--max-model-len",), "max_model_len", "length"),
+    (("--kv-cache-memory-bytes",), "kv_cache_memory_bytes", "readable"),
+    (("--gpu-memory-utilization",), "gpu_memory_utilization", "float"),
+    (("--kv-cache-dtype",), "kv_cache_dtype", "str"),
+    (("--block-size",), "block_size", "int"),
+    (("--max-num-batched-tokens",), "max_num_batched_tokens", "readable"),
+    (("--max-num-seqs",), "max_num_seqs", "int"),
+    (("--tensor-parallel-size", "-tp"), "tensor_parallel_size", "int"),
+    (("--pipeline-parallel-size", "-pp"), "pipeline_parallel_size", "int"),
+    (("--data-parallel-size", "-dp"), "data_parallel_size", "int"),
+    (("--data-parallel-size-local", "-dpl"), "data_parallel_size_local", "int"),
+    (("--attention-backend",), "attention_backend", "str"),
+    (("--speculative-config",), "speculative_config", "json"),
+    (("--uds",), "uds", "str"),
+)
+_PLANNING_SWITCHES = {
+    "--enable-expert-parallel": ("enable_expert_parallel", True), "-ep": ("enable_expert_parallel", True),
+    "--enable-eplb": ("enable_eplb", True), "--no-enable-eplb": ("enable_eplb", False),
+    "--async-scheduling": ("async_scheduling", True), "--no-async-scheduling": ("async_scheduling", False),
+}
+
+
+def parse_planning_flags(flags: list[str], release: str | None = None) -> argparse.Namespace:
+    """The planning inputs of a `vllm serve` command line, read without vLLM (for `serve --dry-run` on a
+    machine where vLLM is not installed). Values are read as vLLM's parser reads them (`1M`, `10G`, `auto`).
+    Raises UsageError for an option `release`'s parser does not know (dsv4ctl's table of its flags; None: the newest
+    release of the table) and for a value vLLM's parser would reject."""
+    import json
+
+    from dsv4ctl.errors import UsageError
+    from dsv4ctl.units import parse_vllm_int
+
+    _refuse_unknown_options(flags, release)
+
+    values: dict[str, Any] = {"model": None}
+    by_name = {name: (dest, kind) for names, dest, kind in _PLANNING_FLAGS for name in names}
+    index = 0
+    while index < len(flags):
+        token = flags[index]
+        name, eq, inline = token.partition("=")
+        key = name.replace("_", "-") if name.startswith("--") else name
+        if key in _PLANNING_SWITCHES and not eq:
+            dest, value = _PLANNING_SWITCHES[key]
+            values[dest] = value
+        elif key in by_name:
+            dest, kind = by_name[key]
+            if eq:
+                raw = inline
+            elif index + 1 < len(flags):
+                index += 1
+                raw = flags[index]
+            else:
+                raise UsageError(f"{name} needs a value")
+            try:
+                if kind == "length":
+                    values[dest] = parse_vllm_int(raw, what=name, allow_auto=True)
+                elif kind == "readable":
+                    values[dest] = parse_vllm_int(raw, what=name)
+                elif kind == "int":
+                    try:
+                        values[dest] = int(raw)
+                    except ValueError:  # argparse's own words (CPython 3.11 argparse.py:2541)
+                        raise UsageError(f"argument {name}: invalid int value: {raw!r}", hint="a whole number") from None
+                elif kind == "float":
+                    values[dest] = float(raw)
+                elif kind == "json":
+                    values[dest] = json.loads(raw)
+                else:
+                    values[dest] = raw
+            except (ValueError, json.JSONDecodeError):
+                raise UsageError(f"{name}: invalid value {raw!r}") from None
+        elif not token.startswith("-") and values["model"] is None and (index == 0 or not flags[index - 1].startswith("-")):
+            values["model"] = token
+        index += 1
+    if not values["model"]:
+        raise UsageError("no MODEL given", hint="dsv4ctl serve MODEL [flags...]")
+    defaults = dict(
+        max_model_len=None, kv_cache_memory_bytes=None, gpu_memory_utilization=None, kv_cache_dtype=None, block_size=None,
+        max_num_batched_tokens=None, max_num_seqs=None, tensor_parallel_size=None, pipeline_parallel_size=None,
+        data_parallel_size=None, data_parallel_size_local=None, enable_expert_parallel=None, enable_eplb=None,
+        async_scheduling=None,
+        attention_backend=None, speculative_config=None, uds=None,
+    )
+    return argparse.Namespace(**{**defaults, **values})

@@ -1,0 +1,109 @@
+"""`serve --dry-run` is the real start's verdict: a flag vLLM's parser rejects fails it as vLLM would (exit 2), a
+checkpoint vLLM cannot split is refused with or without memory figures (exit 6), a refusal prints no command on
+stdout, and the command it prints is the one serve runs, with the environment the plan relies on."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from fitkit import FLASH, PRO
+
+
+@pytest.fixture
+def no_vllm(monkeypatch):
+    """A machine without vLLM (an operator's laptop): the flags are read from dsv4ctl's table of vLLM's flags."""
+    from dsv4ctl.errors import EngineUnavailableError
+    from dsv4ctl.planning.mirror import versions
+    from dsv4ctl.serve import vllm_entry
+
+    def missing(flags):
+        raise EngineUnavailableError("vLLM is not installed in this Python environment")
+
+    monkeypatch.setattr(vllm_entry, "parse_serve_flags", missing)
+    monkeypatch.setattr(versions, "installed_vllm_version", lambda: None)
+
+
+def _no_gpu(monkeypatch):
+    from dsv4ctl.errors import GpuUnavailableError
+    from dsv4ctl.serve import preflight
+
+    def none():
+        raise GpuUnavailableError("no NVIDIA driver here")
+
+    monkeypatch.setattr(preflight, "_default_snapshot_reader", none)
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--max-model-length", "100000"], "unrecognized arguments: --max-model-length 100000"),
+    (["--max-num", "8"], "ambiguous option: --max-num could match"),
+    (["--tensor_parallel_sizes", "2"], "unrecognized arguments: --tensor_parallel_sizes 2"),
+])
+def test_a_flag_vllms_parser_rejects_fails_the_dry_run(cli, no_vllm, monkeypatch, flags, words):
+    _no_gpu(monkeypatch)
+    res = cli("serve", FLASH, *flags, "--dry-run")
+    assert res.exit_code == 2 and res.stdout == "" and words in res.stderr
+    if "length" in flags[0]:
+        assert "--max-model-len" in res.stderr  # the flags with its words, from the table: not a guess by spelling
+
+
+@pytest.mark.parametrize("flags", [
+    ["--max_model_len=512k", "-tp", "2"], ["--speculative-config.method", "mtp"], ["-O3"], ["--max-model", "4096"],
+    ["--no-enable-prefix-caching"], ["--port", "8001", "--host", "0.0.0.0"],
+])
+def test_what_vllms_parser_takes_passes(cli, no_vllm, monkeypatch, flags):
+    _no_gpu(monkeypatch)
+    res = cli("serve", FLASH, *flags, "--kv-cache-memory-bytes", "10G", "--dry-run")
+    assert res.exit_code == 0, res.stderr
+
+
+@pytest.mark.parametrize("tp", ["16", "12", "3"])
+def test_a_split_the_checkpoint_cannot_take_is_refused_without_memory_figures(cli, no_vllm, monkeypatch, tp):
+    _no_gpu(monkeypatch)
+    res = cli("serve", PRO, "-tp", tp, "--dry-run")
+    assert res.exit_code == 6 and res.stdout == ""
+    assert "1, 2, 4, 8" in res.stderr
+    doc = cli("serve", PRO, "-tp", tp, "--dry-run", "--json")
+    decision = json.loads(doc.stdout)["serve_preflight"]
+    assert doc.exit_code == 6 and decision["action"] == "refuse" and decision["command"] is None
+
+
+def test_a_refusal_prints_no_command(cli, no_vllm, monkeypatch):
+    _no_gpu(monkeypatch)
+    res = cli("serve", FLASH, "--max-model-len", "2000000", "--kv-cache-memory-bytes", "10G", "--dry-run")
+    assert res.exit_code == 6 and res.stdout == "" and "vLLM would refuse" in res.stderr
+
+
+def test_the_command_carries_the_fix_the_plan_relies_on(cli, no_vllm, monkeypatch):
+    """0.30 with --max-model-len auto is safe only with the stale-length fix in vLLM's processes: the printed command
+    sets it, so that it runs the same by itself; with the fix off, serve pins an explicit length instead."""
+    _no_gpu(monkeypatch)
+    monkeypatch.delenv("DSV4CTL_FIXES", raising=False)
+    res = cli("serve", FLASH, "-tp", "2", "--kv-cache-memory-bytes", "10G", "--vllm-version", "0.30.0", "--dry-run")
+    assert res.exit_code == 0
+    argv = shlex.split(res.stdout)
+    assert "DSV4CTL_FIXES=all" in argv and argv[argv.index("vllm"):][:3] == ["vllm", "serve", FLASH]
+    assert argv[argv.index("--max-model-len") + 1] == "auto"
+    assert "adding --max-model-len auto" in res.stderr  # not given: added, not "kept"
+    off = cli("serve", FLASH, "-tp", "2", "--kv-cache-memory-bytes", "10G", "--vllm-version", "0.30.0", "--fixes", "none",
+              "--dry-run")
+    argv = shlex.split(off.stdout)
+    assert not any(a.startswith("DSV4CTL_FIXES=") for a in argv) and argv[argv.index("--max-model-len") + 1].isdigit()
+
+
+def test_the_watchdog_refuses_a_unix_socket_in_the_dry_run_too(cli, no_vllm, monkeypatch):
+    _no_gpu(monkeypatch)
+    res = cli("serve", FLASH, "--watchdog", "120", "--uds", "/tmp/x.sock", "--dry-run")
+    assert res.exit_code == 2 and "--watchdog needs a TCP port" in res.stderr and res.stdout == ""
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--kv-cache-memory-bytes", "9.81"], "9.81 GiB is --kv-cache-memory-bytes 10533407294"),
+    (["-tp", "abc"], "argument -tp: invalid int value: 'abc'"),
+])
+def test_a_value_vllm_reads_otherwise_is_explained(cli, no_vllm, monkeypatch, flags, words):
+    _no_gpu(monkeypatch)
+    res = cli("serve", FLASH, *flags, "--dry-run")
+    assert res.exit_code == 2 and words in res.stderr
