@@ -82,7 +82,7 @@ def test_bad_options_are_one_line_and_exit_2(cli, args, words):
     assert words in result.stderr and "Traceback" not in result.output
 
 
-def test_a_url_that_is_not_http_is_refused(cli):
+def test_a_url_that_is_not_http_is_refused(cli):  # more in test_check_urls.py
     result = cli("check", "ftp://127.0.0.1:1")
     assert result.exit_code == ExitCode.USAGE and "not an http(s) URL" in result.stderr
 
