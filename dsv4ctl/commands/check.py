@@ -148,7 +148,7 @@ def watch_command(
                         STDOUT.write(line + "\n")
                 STDOUT.flush()
     except KeyboardInterrupt:
-        err_console().print(f"watch stopped after {looks} look(s); {len(state.events)} verdict change(s)", markup=False)
+        err_console().print(view.stop_line(state, looks), markup=False)
         raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
     raise typer.Exit(int(state.latest.exit_code) if state.latest else 0)
 

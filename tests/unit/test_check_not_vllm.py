@@ -90,8 +90,8 @@ def test_watch_shows_the_unknown_verdict_and_goes_on(cli, tmp_path):
         result = cli("watch", server.url, "--interval", "0.2", "--count", "2")
     assert result.exit_code == ExitCode.UNKNOWN_SERVER, result.output
     lines = result.stdout.splitlines()
-    assert any(f"{server.url} is " in line and "UNKNOWN" in line for line in lines)
-    assert sum(f"{server.url} unknown " in line and "not a vLLM API server" in line for line in lines) == 2
+    assert any(line.endswith(f"{server.url} is UNKNOWN") for line in lines)
+    assert sum(f"{server.url} unknown not a vLLM API server" in line for line in lines) == 2
 
 
 # -- the judgement, on recorded readings -------------------------------------------------------------------------
