@@ -21,9 +21,12 @@ _STYLE = {HEALTHY: "bold white on green", DEGRADED: "bold black on yellow", WEDG
 def badge(verdict: str, console: Console) -> Text:
     """`DEAD` in upper case; padded with a space on each side only where it is drawn on a coloured background
     (plain text, piped or NO_COLOR, gets no double spaces)."""
+    text = Text()  # the style on a span, not the Text's own: what is appended to it keeps its own style
     if console.is_terminal and console.color_system is not None and not console.no_color:
-        return Text(f" {verdict.upper()} ", style=_STYLE[verdict])
-    return Text(verdict.upper(), style="bold")
+        text.append(f" {verdict.upper()} ", style=_STYLE[verdict])
+    else:
+        text.append(verdict.upper(), style="bold")
+    return text
 
 
 def render_check(group: GroupCheck, console: Console) -> None:

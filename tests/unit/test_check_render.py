@@ -66,8 +66,11 @@ def test_a_verdict_is_padded_only_where_it_is_drawn_on_a_colour():
     assert "http://127.0.0.1:1 is DEAD\n" in text and "is  DEAD" not in text
     assert "\nDEAD  http://127.0.0.1:1  (exit 10," in text
     coloured = io.StringIO()
-    render_event(dead, Console(file=coloured, width=80, force_terminal=True, color_system="standard"))
-    assert " DEAD " in coloured.getvalue()
+    colour = Console(file=coloured, width=80, force_terminal=True, color_system="standard")
+    render_event(dead, colour)
+    render_check(GroupCheck((group().servers[2],)), colour)
+    assert "\x1b[1;37;41m DEAD \x1b[0m" in coloured.getvalue()
+    assert "\x1b[1;37;41m  http://" not in coloured.getvalue()  # only the badge is on red
 
 
 def test_a_dead_server_has_no_last_step_to_tell():
