@@ -25,6 +25,7 @@ class ExitCode(IntEnum):
     WEDGED = 9
     DEAD = 10
     DEGRADED = 11
+    UNKNOWN_SERVER = 12
     INTERRUPTED = 130
 
 
@@ -61,6 +62,7 @@ for _code, _doc in {
     ExitCode.WEDGED: "the server answers but its engine makes no progress (check, watch, serve --watchdog)",
     ExitCode.DEAD: "the server is gone or says its engine is dead (check, watch)",
     ExitCode.DEGRADED: "the server makes progress but is under pressure: preemptions, KV cliff, a growing queue (check)",
+    ExitCode.UNKNOWN_SERVER: "what answers is not a vLLM API server (a wrong URL or port?): no verdict (check, watch)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
 }.items():
     _code.__doc__ = _doc

@@ -1,9 +1,11 @@
-"""A running server's check: alive, wedged, dead or degraded, with the evidence and the numbers.
+"""A running server's check: alive, wedged, dead or degraded (or unknown: not a vLLM API server), with the
+evidence and the numbers.
 
-`http.take_readings` reads a server (/health, /v1/models, two /metrics an interval apart, an optional
-one-token probe request); `judge.judge` turns readings into a `ServerCheck` (pure: it is tested on
-recorded /metrics text); `http.check_group` does both for several servers at once. `watch.WatchState`
-follows a group over time (verdict changes as events, the time since each engine last moved).
+`urls.parse_urls` refuses a URL that names no server before any look; `http.take_readings` reads a server
+(/health, /v1/models, two /metrics an interval apart, an optional one-token probe request); `judge.judge`
+turns readings into a `ServerCheck` (pure: it is tested on recorded /metrics text); `http.check_group` does
+both for several servers at once. `watch.WatchState` follows a group over time (verdict changes as events,
+the time since each engine last moved).
 The core never prints: `render.check` shows the results, `cli.py` exits with their code.
 """
 
@@ -16,6 +18,7 @@ from dsv4ctl.check.model import (
     EXIT_CODES,
     HEALTHY,
     SEVERITY,
+    UNKNOWN,
     WEDGED,
     EngineNumbers,
     GroupCheck,
@@ -27,6 +30,6 @@ from dsv4ctl.check.model import (
 )
 
 __all__ = [
-    "DEAD", "DEGRADED", "EXIT_CODES", "HEALTHY", "SEVERITY", "WEDGED", "EngineNumbers", "GroupCheck", "HttpAnswer",
+    "DEAD", "DEGRADED", "EXIT_CODES", "HEALTHY", "SEVERITY", "UNKNOWN", "WEDGED", "EngineNumbers", "GroupCheck", "HttpAnswer",
     "Limits", "Readings", "ServerCheck", "judge", "worst",
 ]

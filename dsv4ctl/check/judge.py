@@ -10,6 +10,10 @@
   queue growing while running does not, 5xx answers or admission rejections, a probe that waited out its
   time while the engine worked.
 - healthy: none of these.
+- unknown: what answers is not vLLM's API server, so there is nothing to judge: /health answered with a status
+  vLLM never gives there (it answers 200, or 503 once its engine is dead: a 404 is a wrong URL or port, not a
+  dead engine), or /health answered 200 while /v1/models lists no models and /metrics has no `vllm:` metrics
+  (a static file server, another service's health route), or the answer was not HTTP at all.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dsv4ctl.check.model import (
     DEAD,
     DEGRADED,
     HEALTHY,
+    UNKNOWN,
     WEDGED,
     EngineNumbers,
     HttpAnswer,
@@ -40,6 +45,10 @@ def judge(readings: Readings, limits: Limits = Limits()) -> ServerCheck:
     base = dict(url=readings.url, health=readings.health, window_s=readings.window_s, duration_s=readings.duration_s,
                 probe=readings.probe, probe_timeout_s=readings.probe_timeout_s)
     health = readings.health
+    unknown = not_vllm(readings.health, readings.models, readings.metrics_before)
+    if unknown is not None:
+        why, notes = unknown
+        return ServerCheck(verdict=UNKNOWN, evidence=(why,), notes=tuple(notes), **base)
     if not health.ok:
         if health.status is None:
             why = f"/health: {health.error or 'no answer'}"
@@ -57,6 +66,85 @@ def judge(readings: Readings, limits: Limits = Limits()) -> ServerCheck:
     verdict, evidence = _verdict(readings, engines, http_5xx, rejections, limits, notes)
     return ServerCheck(verdict=verdict, evidence=tuple(evidence), models=models, max_model_len=max_len,
                        engines=engines, http_5xx=http_5xx, admission_rejections=rejections, notes=tuple(notes), **base)
+
+
+def not_vllm(health: HttpAnswer, models: HttpAnswer | None,
+             metrics: HttpAnswer | None) -> tuple[str, list[str]] | None:
+    """Why what answered the first three requests is not vLLM's API server (and notes), or None while it may be.
+
+    vLLM's /health answers 200, or 503 once its engine is dead, and needs no credentials (`--api-key` guards /v1
+    only); /v1/models lists the served models (or answers 401 without the key); /metrics carries `vllm:` metrics
+    (none with `--disable-log-stats`, but /v1/models still lists)."""
+    if health.not_http:
+        return f"not an HTTP server: /health: {health.error}: wrong URL or port?", []
+    if health.status is None or health.status >= 500:
+        return None  # no answer, or the server's own failure: dead, judged by the caller
+    sign = _vllm_sign(models, metrics)
+    if health.status == 200:
+        if sign is not None or _unanswered(models) or _unanswered(metrics):
+            return None  # vLLM, or not known to be anything else
+        notes = []
+        if all(a is not None and a.status == 404 for a in (models, metrics)):
+            notes.append("only /health answers: a health endpoint alone, such as vLLM's data-parallel supervisor "
+                         "(--data-parallel-supervisor-port), whose API servers listen on vLLM's --port")
+        return f"not a vLLM API server: {_answers(health, models, metrics)}: wrong URL or port?", notes
+    if sign is not None:
+        return (f"/health answered {health.status}, which vLLM's API server never answers there (200, or 503 once its "
+                f"engine is dead), while {sign}: something in front of the server (a proxy?) answers for it"), []
+    return f"not a vLLM API server: {_answers(health, models, metrics)}: wrong URL or port?", []
+
+
+def _vllm_sign(models: HttpAnswer | None, metrics: HttpAnswer | None) -> str | None:
+    if models is not None and models.ok and _models_listed(models.text):
+        return "/v1/models lists models"
+    if models is not None and models.status in (401, 403):
+        return f"/v1/models answered {models.status} (vLLM's answer without its --api-key)"
+    if metrics is not None and metrics.ok:
+        try:
+            if any(name.startswith("vllm:") for name in m.parse_metrics(metrics.text).samples):
+                return "/metrics carries vLLM's metrics"
+        except ValueError:
+            pass
+    return None
+
+
+def _models_listed(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text).get("data"), list)
+    except (ValueError, AttributeError):
+        return False
+
+
+def _unanswered(answer: HttpAnswer | None) -> bool:
+    return answer is None or (answer.status is None and not answer.not_http)
+
+
+def _answers(health: HttpAnswer, models: HttpAnswer | None, metrics: HttpAnswer | None) -> str:
+    """`404 on /health, /v1/models and /metrics`; `/health answered 200; 404 on /v1/models and /metrics`."""
+    groups: dict[str, list[str]] = {}
+    for path, answer in (("/health", health), ("/v1/models", models), ("/metrics", metrics)):
+        if answer is None:
+            continue
+        if answer.status is None:
+            groups.setdefault(f"{path}: {answer.error or 'no answer'}", [])
+        elif answer.status != 200:
+            groups.setdefault(str(answer.status), []).append(path)
+        elif path == "/health":
+            groups.setdefault("/health answered 200", [])
+        elif path == "/v1/models":
+            groups.setdefault(f"/v1/models answered 200 without a model list{_detail(answer)}", [])
+        else:
+            try:
+                m.parse_metrics(answer.text)
+                said = ""
+            except ValueError:
+                said = _detail(answer)
+            groups.setdefault(f"/metrics answered 200 without vLLM's metrics{said}", [])
+    return "; ".join(f"{key} on {_and(paths)}" if paths else key for key, paths in groups.items())
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _verdict(readings: Readings, engines: tuple[EngineNumbers, ...], http_5xx: float | None, rejections: float | None,
@@ -129,8 +217,70 @@ def _work(e: EngineNumbers) -> str:
 
 
 def _detail(answer: HttpAnswer) -> str:
-    text = answer.text.strip().replace("\n", " ")
-    return f" ({text[:160]})" if text else ""
+    """What an answer's body says, in a few words for the evidence: a JSON error's message, an HTML page's title
+    (never its markup), the first line of plain text."""
+    said = body_summary(answer)
+    return f" ({said})" if said else ""
+
+
+def body_summary(answer: HttpAnswer, limit: int = 160) -> str:
+    text = answer.text.strip()
+    if not text:
+        return ""
+    kind = answer.content_type
+    if kind == "application/json" or kind.endswith("+json") or (not kind and text[:1] in "{["):
+        try:
+            return _clip(_json_message(json.loads(text)) or " ".join(text.split()), limit)
+        except ValueError:
+            pass
+    if kind in ("text/html", "application/xhtml+xml") or text[:1] == "<":
+        title = _html_title(text)
+        return f"an HTML page titled {_clip(title, limit)!r}" if title else "an HTML page"
+    first = next(line.strip() for line in text.splitlines() if line.strip())
+    return _clip(first, limit)
+
+
+def _json_message(doc: object) -> str | None:
+    """vLLM's error documents (`{"error": {"message": …}}`, `{"object": "error", "message": …}`), FastAPI's
+    `{"detail": …}`."""
+    if not isinstance(doc, dict):
+        return None
+    error = doc.get("error")
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return error["message"]
+    for key in ("message", "detail", "error"):
+        if isinstance(doc.get(key), str):
+            return doc[key]
+    return None
+
+
+def _html_title(text: str) -> str:
+    from html.parser import HTMLParser
+
+    class Title(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inside, self.parts = False, []
+
+        def handle_starttag(self, tag: str, attrs: object) -> None:
+            self.inside = self.inside or tag == "title"
+
+        def handle_endtag(self, tag: str) -> None:
+            if tag == "title":
+                self.inside = False
+
+        def handle_data(self, data: str) -> None:
+            if self.inside:
+                self.parts.append(data)
+
+    parser = Title()
+    parser.feed(text[:65536])
+    return " ".join("".join(parser.parts).split())
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _models(answer: HttpAnswer | None) -> tuple[tuple[str, ...], int | None]:
@@ -158,8 +308,9 @@ def _scrapes(readings: Readings) -> tuple[m.Scrape | None, m.Scrape | None, list
             continue
         try:
             out.append(m.parse_metrics(answer.text))
-        except ValueError as exc:
-            notes.append(f"/metrics ({label}) is not Prometheus text ({exc}): engine progress unseen")
+        except ValueError:  # the parser's message quotes the text: say what it was instead
+            said = body_summary(answer, 80)
+            notes.append(f"/metrics ({label}) is not Prometheus text{f' ({said})' if said else ''}: engine progress unseen")
             out.append(None)
     before, after = out
     if after is not None and not any(after.has(name) for name in m.ENGINE_SAMPLES):

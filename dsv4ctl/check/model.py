@@ -11,9 +11,12 @@ HEALTHY = "healthy"
 DEGRADED = "degraded"
 WEDGED = "wedged"
 DEAD = "dead"
-# The worst verdict of a group is the group's.
-SEVERITY = {HEALTHY: 0, DEGRADED: 1, WEDGED: 2, DEAD: 3}
-EXIT_CODES = {HEALTHY: ExitCode.OK, DEGRADED: ExitCode.DEGRADED, WEDGED: ExitCode.WEDGED, DEAD: ExitCode.DEAD}
+UNKNOWN = "unknown"  # what answers is not a vLLM API server: no verdict on a server check cannot see
+# The worst verdict of a group is the group's: a server check cannot judge counts above a degraded one, below the
+# known failures.
+SEVERITY = {HEALTHY: 0, DEGRADED: 1, UNKNOWN: 2, WEDGED: 3, DEAD: 4}
+EXIT_CODES = {HEALTHY: ExitCode.OK, DEGRADED: ExitCode.DEGRADED, UNKNOWN: ExitCode.UNKNOWN_SERVER,
+              WEDGED: ExitCode.WEDGED, DEAD: ExitCode.DEAD}
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,8 @@ class HttpAnswer:
     error: str | None = None  # "connection refused", "no answer within 1.0 s", ...
     timed_out: bool = False
     text: str = ""
+    content_type: str = ""  # the Content-Type header's media type, lower case ("text/html")
+    not_http: bool = False  # something answered, but not in the protocol asked (not HTTP, or not TLS for https)
 
     @property
     def ok(self) -> bool:
@@ -191,7 +196,8 @@ def worst(verdicts: Any) -> str:
 
 
 def _answer_json(answer: HttpAnswer) -> dict[str, Any]:
-    return {"status": answer.status, "elapsed_s": round(answer.elapsed_s, 4), "error": answer.error, "timed_out": answer.timed_out}
+    return {"status": answer.status, "elapsed_s": round(answer.elapsed_s, 4), "error": answer.error, "timed_out": answer.timed_out,
+            "not_http": answer.not_http}
 
 
 def _round(value: float | None) -> float | None:

@@ -47,6 +47,11 @@ class WatchState:
         self.latest = group
         return changes
 
+    @property
+    def changes(self) -> list[VerdictChange]:
+        """The events that changed a verdict (a server's first verdict is not a change)."""
+        return [e for e in self.events if e.before is not None]
+
     def since_last_step(self, server: ServerCheck, now: float) -> tuple[float, bool]:
         """Seconds since the server's engine last moved; the flag is False when it has not moved since the
         watch began (the number is then a lower bound)."""

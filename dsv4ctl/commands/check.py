@@ -12,7 +12,8 @@ from dsv4ctl.render import error_line
 
 _WATCH_EXITS = (
     f"Exit {int(ExitCode.OK)} healthy, {int(ExitCode.DEGRADED)} degraded, "
-    f"{int(ExitCode.WEDGED)} wedged, {int(ExitCode.DEAD)} dead: the worst server's; {int(ExitCode.USAGE)} bad flags."
+    f"{int(ExitCode.WEDGED)} wedged, {int(ExitCode.DEAD)} dead, {int(ExitCode.UNKNOWN_SERVER)} unknown (not a vLLM "
+    f"API server): the worst server's; {int(ExitCode.USAGE)} bad flags or URLs."
 )
 _CHECK_EXITS = _WATCH_EXITS.replace(" degraded,", f" degraded ({int(ExitCode.OK)} with --liveness),")
 
@@ -31,15 +32,18 @@ def check_command(
     """Is a running vLLM server alive, wedged, dead or degraded? One look: /health, /v1/models, /metrics twice.
 
     wedged: work pending and no engine counter moved in the window (or the probe got no answer), while
-    /health still says 200. dead: no answer, or /health not 200. degraded: preemptions, KV cache at the
-    cliff, a growing queue, 5xx answers.
+    /health still says 200. dead: no answer, or /health 503 (or another 5xx). degraded: preemptions, KV cache
+    at the cliff, a growing queue, 5xx answers. unknown: what answers is not a vLLM API server (a 404 on
+    /health, no models and no vLLM metrics): a wrong URL or port.
     """
     from dsv4ctl.check import DEGRADED, Limits
     from dsv4ctl.check.http import check_group
+    from dsv4ctl.check.urls import parse_urls
     from dsv4ctl.render import emit_json, out_console
 
+    servers = parse_urls(urls)
     check_options(window, timeout, probe_timeout, kv_cliff)
-    group = check_group(urls, window_s=window, timeout_s=timeout, probe=probe_request, probe_timeout_s=probe_timeout,
+    group = check_group(servers, window_s=window, timeout_s=timeout, probe=probe_request, probe_timeout_s=probe_timeout,
                         api_key=api_key, limits=Limits(kv_cliff=kv_cliff))
     if json_output:
         emit_json(group.to_json())
@@ -76,11 +80,13 @@ def watch_command(
     import time
 
     from dsv4ctl.check import DEAD, WEDGED, Limits
-    from dsv4ctl.check.http import check_group, normalize_url
+    from dsv4ctl.check.http import check_group
+    from dsv4ctl.check.urls import parse_urls
     from dsv4ctl.check.watch import WatchState
     from dsv4ctl.render import STDOUT, err_console, out_console
     from dsv4ctl.render import check as view
 
+    servers = parse_urls(urls)
     check_options(interval, timeout, probe_timeout, kv_cliff)
     if count is not None and count < 1:
         from dsv4ctl.errors import UsageError
@@ -90,7 +96,6 @@ def watch_command(
         from dsv4ctl.errors import InputError
 
         raise InputError(f"--log {log}: no such file", hint="give the server's log file (dsv4ctl serve prints its path)")
-    bases = [normalize_url(u) for u in urls]
     console = out_console()
     live_view = console.is_terminal and not json_output
     state = WatchState(started_at=time.time())
@@ -100,7 +105,7 @@ def watch_command(
         if looks:  # a look at a dead server returns at once: one look per interval all the same
             time.sleep(max(0.0, interval - (time.monotonic() - last[0])))
         last[0] = time.monotonic()
-        group = check_group(bases, window_s=interval, timeout_s=timeout, probe=probe_request,
+        group = check_group(servers, window_s=interval, timeout_s=timeout, probe=probe_request,
                             probe_timeout_s=probe_timeout, api_key=api_key, limits=Limits(kv_cliff=kv_cliff))
         return state.update(group, group.ended_at)
 
@@ -143,7 +148,7 @@ def watch_command(
                         STDOUT.write(line + "\n")
                 STDOUT.flush()
     except KeyboardInterrupt:
-        err_console().print(f"watch stopped after {looks} look(s); {len(state.events)} verdict change(s)", markup=False)
+        err_console().print(view.stop_line(state, looks), markup=False)
         raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
     raise typer.Exit(int(state.latest.exit_code) if state.latest else 0)
 

@@ -49,7 +49,8 @@ def probe_deepgemm_command(
 
         render_probe(result, out_console())
     code = exit_code(result)
-    if code == ExitCode.ERROR and not json_output:
+    if code == ExitCode.ERROR and not json_output and not out_console().is_terminal:
+        # The verdict line says why on stdout; stderr says it too only where stdout is not on the screen.
         error_line(f"cannot tell whether DeepGEMM is affected: {result.reason}")
     if code != ExitCode.OK:
         raise typer.Exit(int(code))

@@ -7,7 +7,8 @@ not `max_num_batched_tokens` or `prompt_token_ids_len`: a log's names are read w
 as a whole). A value is
 secret when it is a Hugging Face token, user information in a URL or a URL query parameter with a secret
 name. In a log line the value after a secret name (`HF_TOKEN=…`, `--api-key …`, `'api_key': '…'`,
-`Authorization: Bearer …`) is replaced by `REDACTED`, as are secret values wherever they stand.
+`Authorization: Bearer …`) is replaced by `REDACTED`, as are secret values wherever they stand. A URL a command
+shows (`check`'s servers) keeps its user name and hides its password (`hide_url_password`).
 """
 
 from __future__ import annotations
@@ -70,6 +71,19 @@ def looks_secret(value: str) -> bool:
     if _HF_TOKEN.search(value) or _URL_CREDENTIALS.search(value):
         return True
     return any(is_secret_name(match.group(1)) for match in _QUERY_PARAM.finditer(value))
+
+
+def hide_url_password(url: str) -> str:
+    """A URL as a command may show it: `http://user:pw@host:8000` -> `http://user:***@host:8000`, and a name alone
+    (`http://TOKEN@host`, which may be a token) -> `http://***@host`. The user information is everything between
+    `://` and the last `@`, so a malformed URL (`http://u:p/w@host`) hides too much rather than too little."""
+    head, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    userinfo, _, host = rest.rpartition("@")
+    user, colon, _ = userinfo.partition(":")
+    shown = f"{user}:***" if colon and user and not any(c in user for c in "/?#") else "***"
+    return f"{head}://{shown}@{host}"
 
 
 def redact_line(line: str) -> tuple[str, int]:

@@ -11,11 +11,22 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from dsv4ctl.check.model import DEAD, DEGRADED, HEALTHY, WEDGED, EngineNumbers, GroupCheck, ServerCheck
+from dsv4ctl.check.model import DEAD, DEGRADED, HEALTHY, UNKNOWN, WEDGED, EngineNumbers, GroupCheck, ServerCheck
 from dsv4ctl.check.watch import VerdictChange, WatchState
 
 _STYLE = {HEALTHY: "bold white on green", DEGRADED: "bold black on yellow", WEDGED: "bold white on red",
-          DEAD: "bold white on red"}
+          DEAD: "bold white on red", UNKNOWN: "bold black on cyan"}
+
+
+def badge(verdict: str, console: Console) -> Text:
+    """`DEAD` in upper case; padded with a space on each side only where it is drawn on a coloured background
+    (plain text, piped or NO_COLOR, gets no double spaces)."""
+    text = Text()  # the style on a span, not the Text's own: what is appended to it keeps its own style
+    if console.is_terminal and console.color_system is not None and not console.no_color:
+        text.append(f" {verdict.upper()} ", style=_STYLE[verdict])
+    else:
+        text.append(verdict.upper(), style="bold")
+    return text
 
 
 def render_check(group: GroupCheck, console: Console) -> None:
@@ -27,14 +38,13 @@ def render_check(group: GroupCheck, console: Console) -> None:
             counts[s.verdict] = counts.get(s.verdict, 0) + 1
         parts = ", ".join(f"{n} {v}" for v, n in counts.items())
         line = Text("overall: ", style="bold")
-        line.append(f" {group.verdict.upper()} ", style=_STYLE[group.verdict])
+        line.append(badge(group.verdict, console))
         line.append(f"  {len(group.servers)} servers: {parts}  (exit {int(group.exit_code)})")
         _print(console, line)
 
 
 def _server(s: ServerCheck, console: Console) -> None:
-    head = Text()
-    head.append(f" {s.verdict.upper()} ", style=_STYLE[s.verdict])
+    head = badge(s.verdict, console)
     head.append(f"  {s.url}", style="bold")
     if s.models:
         head.append(f"  {', '.join(s.models)}")
@@ -94,11 +104,8 @@ def stamp(at: float) -> str:
 def render_event(change: VerdictChange, console: Console) -> None:
     line = Text(f"{stamp(change.at)} ")
     line.append(f"{change.url} ", style="bold")
-    if change.before is None:
-        line.append("is ")
-    else:
-        line.append(f"{change.before} -> ")
-    line.append(f" {change.after.upper()} ", style=_STYLE[change.after])
+    line.append("is " if change.before is None else f"{change.before} -> ")
+    line.append(badge(change.after, console))
     _print(console, line)
     if change.after != HEALTHY:
         for evidence in change.evidence:
@@ -114,8 +121,7 @@ def watch_table(state: WatchState, now: float, interval_s: float) -> Group:
         table.add_column(name, justify=justify, no_wrap=name != "server", overflow="fold")  # type: ignore[arg-type]
     group = state.latest
     for s in group.servers if group else ():
-        since, seen = state.since_last_step(s, now)
-        last = f"{since:.0f} s ago" if seen else f">{since:.0f} s"
+        last = _last_step(state, s, now, "{:.0f} s ago", ">{:.0f} s", "-")
         verdict = Text(s.verdict, style=_STYLE[s.verdict])
         rows = s.engines or (None,)
         for i, e in enumerate(rows):
@@ -138,11 +144,26 @@ def watch_lines(state: WatchState, now: float) -> list[str]:
     group = state.latest
     out = []
     for s in group.servers if group else ():
-        since, seen = state.since_last_step(s, now)
         engines = "; ".join(engine_line(e) for e in s.engines) or "; ".join(s.evidence)
-        last = f"last step {since:.0f} s ago" if seen else f"no step seen in {since:.0f} s"
-        out.append(f"{stamp(group.ended_at)} {s.url} {s.verdict} ({last}) {engines}")
+        last = _last_step(state, s, now, "(last step {:.0f} s ago) ", "(no step seen in {:.0f} s) ", "")
+        out.append(f"{stamp(group.ended_at)} {s.url} {s.verdict} {last}{engines}")
     return out
+
+
+def _last_step(state: WatchState, s: ServerCheck, now: float, ago: str, unseen: str, nothing: str) -> str:
+    """When the server's engine last moved; while it has not moved since the watch began, how long it has been
+    watched without a step, for a server whose engines are read (a dead server has none: nothing to say)."""
+    since, seen = state.since_last_step(s, now)
+    if seen:
+        return ago.format(since)
+    return unseen.format(since) if s.engines else nothing
+
+
+def stop_line(state: WatchState, looks: int) -> str:
+    """What a watch stopped with Ctrl-C says on stderr: `watch stopped after 3 looks; 1 verdict change`."""
+    changes = len(state.changes)
+    said = "no verdict changed" if not changes else f"{changes} verdict change{'s' if changes != 1 else ''}"
+    return f"watch stopped after {looks} look{'s' if looks != 1 else ''}; {said}"
 
 
 def _short(url: str) -> str:

@@ -41,7 +41,14 @@ def server_url(namespace: Any) -> str:
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     scheme = "https" if getattr(namespace, "ssl_certfile", None) else "http"
-    return f"{scheme}://{host}:{int(getattr(namespace, 'port', 8000) or 8000)}"
+    url = f"{scheme}://{host}:{int(getattr(namespace, 'port', 8000) or 8000)}"
+    from dsv4ctl.check.urls import parse_url
+
+    try:  # refused here, in serve's own thread, rather than by the watchdog's thread once vLLM runs
+        return parse_url(url).base
+    except UsageError as exc:
+        raise UsageError(f"--watchdog cannot look at vLLM's --host/--port: {exc.message}",
+                         hint="give vLLM a host name or address and a port from 1 to 65535, or drop --watchdog") from None
 
 
 def window_for(limit_s: float) -> float:
@@ -51,9 +58,12 @@ def window_for(limit_s: float) -> float:
 class Watchdog:
     def __init__(self, url: str, limit_s: float, say: Callable[[str], None], *, api_key: str | None = None,
                  timeout_s: float = 2.0, end: Callable[[], None] | None = None) -> None:
+        from dsv4ctl.check.urls import parse_url
+
         if not limit_s > 0:
             raise UsageError(f"--watchdog {limit_s:g}: must be more than 0 seconds")
-        self.url = url
+        self.server = parse_url(url)  # a usage error now, not in the thread
+        self.url = self.server.shown
         self.limit_s = limit_s
         self.window_s = window_for(limit_s)
         self.timeout_s = timeout_s
@@ -76,18 +86,22 @@ class Watchdog:
             self._thread.join(self.window_s + 2 * self.timeout_s + 2)
 
     def _loop(self) -> None:
-        from dsv4ctl.check import DEAD, WEDGED
+        from dsv4ctl.check import DEAD, UNKNOWN, WEDGED
         from dsv4ctl.check.http import check_server
 
         ready, probe, wedged_since = False, False, None
         while not self._stop.is_set():
             started = time.monotonic()
-            look = check_server(self.url, window_s=self.window_s, timeout_s=self.timeout_s, probe=probe,
-                                api_key=self.api_key)
+            try:
+                look = check_server(self.server, window_s=self.window_s, timeout_s=self.timeout_s, probe=probe,
+                                    api_key=self.api_key)
+            except Exception as exc:  # noqa: BLE001 - said in the log: a thread's traceback would say it nowhere useful
+                self._say(f"watchdog: stopped watching {self.url}: {type(exc).__name__}: {exc}")
+                return
             if self._stop.is_set():
                 return
             if not ready:
-                if look.verdict == DEAD:  # not listening yet: the start is not the watchdog's business
+                if look.verdict in (DEAD, UNKNOWN):  # not vLLM's server yet: the start is not the watchdog's business
                     self._stop.wait(1.0)
                     continue
                 ready = True

@@ -32,7 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     "doctor": {"root", "errors", "fixes", "gpu", "probe", "planning", "redaction"},
     "collect": {"errors", "units", "redaction"},
     "group": {"errors", "units", "catalogue", "logs", "diagnosis", "advice", "collect"},
-    "check": {"errors", "units", "logs", "advice"},
+    "check": {"errors", "units", "logs", "advice", "redaction"},
     "serve": {"errors", "units", "catalogue", "logs", "planning", "advice", "fixes", "gpu", "check"},
     "render": {"units", "catalogue", "logs", "diagnosis", "planning", "gpu", "probe", "doctor", "serve", "check", "group"},
     "commands": {"root", "errors", "units", "logs", "planning", "advice", "gpu", "fixes", "probe", "doctor", "serve", "render",

@@ -82,7 +82,7 @@ def test_bad_options_are_one_line_and_exit_2(cli, args, words):
     assert words in result.stderr and "Traceback" not in result.output
 
 
-def test_a_url_that_is_not_http_is_refused(cli):
+def test_a_url_that_is_not_http_is_refused(cli):  # more in test_check_urls.py
     result = cli("check", "ftp://127.0.0.1:1")
     assert result.exit_code == ExitCode.USAGE and "not an http(s) URL" in result.stderr
 
@@ -114,6 +114,10 @@ def test_watch_reads_the_log_tail_with_diagnose_when_the_server_is_dead(cli, tmp
     assert result.exit_code == ExitCode.DEAD
     assert f"diagnose's reading of the tail of {log}:" in result.stdout
     assert "FAILED" in result.stdout
+    event = next(line for line in result.stdout.splitlines() if line.endswith(" is DEAD"))
+    assert "  " not in event
+    look = next(line for line in result.stdout.splitlines() if " dead " in line)
+    assert "step" not in look and look.endswith("dead /health: connection refused")
 
 
 def test_watch_stops_on_ctrl_c_with_130_and_a_summary():
@@ -125,4 +129,5 @@ def test_watch_stops_on_ctrl_c_with_130_and_a_summary():
         out, err = proc.communicate(timeout=20)
     assert proc.returncode == ExitCode.INTERRUPTED, err
     assert "watch stopped after" in err and "Traceback" not in err
+    assert "; no verdict changed" in err  # the first look's verdict is not a change
     assert "healthy" in out

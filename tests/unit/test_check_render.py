@@ -53,3 +53,47 @@ def test_the_report_and_events_wrap_at_80_columns_and_stay_whole_when_piped():
     state = WatchState(started_at=0.0)
     state.update(group(), 1_000_002.0)
     assert len(watch_lines(state, 1_000_003.0)) == 3
+
+
+def test_a_verdict_is_padded_only_where_it_is_drawn_on_a_colour():
+    state = WatchState(started_at=999_990.0)
+    (_, _, dead) = state.update(group(), 1_000_002.0)
+    piped = io.StringIO()
+    plain = Console(file=piped, width=80, force_terminal=False, highlight=False)
+    render_event(dead, plain)
+    render_check(group(), plain)
+    text = piped.getvalue()
+    assert "http://127.0.0.1:1 is DEAD\n" in text and "is  DEAD" not in text
+    assert "\nDEAD  http://127.0.0.1:1  (exit 10," in text
+    coloured = io.StringIO()
+    colour = Console(file=coloured, width=80, force_terminal=True, color_system="standard")
+    render_event(dead, colour)
+    render_check(GroupCheck((group().servers[2],)), colour)
+    assert "\x1b[1;37;41m DEAD \x1b[0m" in coloured.getvalue()
+    assert "\x1b[1;37;41m  http://" not in coloured.getvalue()  # only the badge is on red
+
+
+def test_a_dead_server_has_no_last_step_to_tell():
+    state = WatchState(started_at=1_000_000.0)
+    state.update(group(), 1_000_000.0)
+    lines = watch_lines(state, 1_000_000.0)
+    dead = next(line for line in lines if " dead " in line)
+    assert "step" not in dead and dead.endswith(" dead /health: connection refused")
+    wedged = next(line for line in lines if " wedged " in line)
+    assert "(no step seen in 0 s)" in wedged  # an engine is read: how long it has been watched without a step
+    console, out = terminal()
+    console.print(watch_table(state, 1_000_000.0, 2.0))
+    dead_row = next(line for line in out.getvalue().splitlines() if "dead" in line)
+    assert dead_row.rstrip().endswith("-") and ">" not in dead_row
+
+
+def test_the_stop_line_counts_changes_not_first_looks():
+    from dsv4ctl.render.check import stop_line
+
+    state = WatchState(started_at=0.0)
+    state.update(group(), 1.0)
+    assert stop_line(state, 1) == "watch stopped after 1 look; no verdict changed"
+    healthy_again = GroupCheck((group().servers[0], group().servers[0].__class__(
+        **{**group().servers[1].__dict__, "verdict": "healthy", "evidence": ()}), group().servers[2]))
+    state.update(healthy_again, 2.0)
+    assert stop_line(state, 2) == "watch stopped after 2 looks; 1 verdict change"

@@ -71,7 +71,15 @@ def test_cli_cannot_tell_exits_1_and_says_why(cli, tmp_path):
     (tmp_path / "deep_gemm").mkdir()
     result = cli("probe", "deepgemm", "--mode", "static", "--include", tmp_path)
     assert result.exit_code == 1
-    assert "cannot tell" in result.stderr and "not found" in result.stderr
+    assert "cannot tell" in result.stderr and "not found" in result.stderr  # stdout is not on the screen
+
+
+def test_cli_cannot_tell_is_said_once_on_a_terminal(cli, tmp_path):
+    (tmp_path / "deep_gemm").mkdir()
+    result = cli("probe", "deepgemm", "--mode", "static", "--include", tmp_path, env={"TTY_COMPATIBLE": "1"})
+    assert result.exit_code == 1
+    assert "Verdict (static): cannot tell" in result.stdout and "not found" in result.stdout
+    assert result.stderr == ""
 
 
 def test_cli_rejects_bad_mode_and_missing_dir(cli, tmp_path):

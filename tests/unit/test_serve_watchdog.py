@@ -25,6 +25,41 @@ def test_the_url_is_vllms_host_and_port():
         server_url(ns(host=None, port=8000, uds="/tmp/s.sock"))
 
 
+@pytest.mark.parametrize("host, port", [("a b", 8000), ("127.0.0.1", 70000)])
+def test_a_host_or_port_check_cannot_look_at_is_refused_before_the_thread_starts(host, port):
+    with pytest.raises(UsageError, match="--watchdog cannot look at vLLM's --host/--port"):
+        server_url(argparse.Namespace(host=host, port=port))
+    with pytest.raises(UsageError, match="bad port"):
+        Watchdog("http://127.0.0.1:abc", 10.0, print)
+
+
+def test_what_is_not_vllm_is_not_watched(tmp_path):
+    from checkkit import FileServer
+
+    said: list[str] = []
+    ended = threading.Event()
+    (tmp_path / "health").write_text("ok\n")
+    with FileServer(tmp_path) as server:
+        dog = Watchdog(server.url, 1.0, said.append, timeout_s=1.0, end=ended.set).start()
+        time.sleep(2.5)
+        dog.stop()
+    assert said == [] and not dog.fired
+
+
+def test_a_look_that_raises_is_said_in_the_log_and_the_watch_ends(monkeypatch):
+    from dsv4ctl.check import http
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a look that raised")
+
+    monkeypatch.setattr(http, "check_server", broken)
+    said: list[str] = []
+    with StandIn(["idle.prom"]) as server:
+        dog = Watchdog(server.url, 1.0, said.append, timeout_s=1.0).start()
+        dog._thread.join(5)
+    assert said == [f"watchdog: stopped watching {server.url}: RuntimeError: a look that raised"]
+
+
 def test_the_window_is_a_third_of_the_limit_between_1_and_5_seconds():
     assert [window_for(s) for s in (1, 6, 30, 600)] == [1.0, 2.0, 5.0, 5.0]
 
