@@ -43,6 +43,10 @@ _LINE_TIME = re.compile(
     + _TIME.format("v") + r"(?![\d:]))"
 )
 _SEARCH_CHARS = 400
+_CLOCK = re.compile(r"\d:[0-5]\d:[0-5]\d")
+_CLOCK_BYTES = re.compile(rb"\d:[0-5]\d:[0-5]\d")
+# A stamp starts at most this far before its clock (`CRITICAL 11-03 1` is 16 characters, `[2026-11-03T1` 13).
+_LEAD = 40
 _FIELDS = {"iso": "i", "biso": "b", "glog": "g", "c10": "c", "vllm": "v"}
 
 
@@ -53,12 +57,23 @@ def clock(month: int | str, day: int | str, time: str) -> str:
 
 def line_time(text: str) -> str | None:
     """The line's own time as `MM-DD HH:MM:SS`, or None when it carries none (see the module's formats)."""
-    m = _LINE_TIME.search(text, 0, _SEARCH_CHARS)
+    first = _CLOCK.search(text, 0, _SEARCH_CHARS)
+    if first is None:  # no HH:MM:SS at all: most lines of a traceback, cheaply
+        return None
+    # every format starts at most _LEAD characters before its clock: the search begins there (leftmost wins)
+    m = _LINE_TIME.search(text, max(0, first.start() - _LEAD), _SEARCH_CHARS)
     if m is None:
         return None
     key = _FIELDS[m.lastgroup or ""]  # the format's group closes last: it names the format
     return clock(m.group(key + "mo"), m.group(key + "d"),
                  f"{m.group(key + 'h')}:{m.group(key + 'm')}:{m.group(key + 's')}")
+
+
+def line_time_of_bytes(raw: bytes) -> str | None:
+    """`line_time` of an undecoded line (its first characters decoded only when they hold a clock)."""
+    if _CLOCK_BYTES.search(raw, 0, _SEARCH_CHARS) is None:
+        return None
+    return line_time(raw[: _SEARCH_CHARS * 4].decode("utf-8", "replace"))
 
 
 def from_iso(value: str | None) -> str | None:

@@ -50,7 +50,7 @@ def _first_time(lines) -> str | None:
     for raw in lines:
         if stamp := _RFC3339.match(raw):
             return stamp.group(1).decode("ascii", "replace")
-        if stamp := stamps.line_time(raw[:400].decode("utf-8", "replace")):
+        if stamp := stamps.line_time_of_bytes(raw):
             return stamp
     return None
 
