@@ -29,6 +29,10 @@ class Signature:
     phase: str | None = None  # the phase this error always belongs to ("startup": a port that could not be bound)
     # Its lines (the call that faults) only place a fault seen elsewhere; alone they fail nothing.
     context: bool = False
+    # It tells of another rank's failure, not of its own: a collective that timed out waiting for a rank, a peer
+    # that went away, an engine or front-end that never answered. Across a deployment's logs (dsv4ctl.group) it
+    # never outranks another rank's own error.
+    echo: bool = False
 
     @cached_property
     def compiled(self) -> tuple[re.Pattern[str], ...]:

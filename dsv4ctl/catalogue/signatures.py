@@ -22,6 +22,9 @@ Named groups in a pattern (`(?P<tp>[0-9]+)`) become the finding's `details` (fro
 line) and can be used as `{tp}` in the meaning and actions.
 tier: among causes, tier 0 (specific) beats tier 1 (generic classes such as "an NCCL error");
 within a tier the earliest evidence wins.
+echo: the error tells of another rank's failure (a collective that timed out waiting for it, a peer that went
+away, a process that never answered); in one log it ranks as any cause, across a deployment's logs it never
+outranks another rank's own error.
 """
 
 from __future__ import annotations

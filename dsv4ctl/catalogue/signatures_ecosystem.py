@@ -40,6 +40,7 @@ SIGNATURES: tuple[Signature, ...] = (
     # ------------------------------------------------------------------ torch / NCCL
     Signature(
         id="eco_nccl_watchdog_timeout",
+        echo=True,
         severity="critical",
         tier=1,
         fatal=True,
@@ -124,6 +125,7 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     Signature(
         id="eco_nccl_remote_error",
+        echo=True,
         severity="critical",
         fatal=True,
         title="NCCL remote error: a peer process exited or the network failed",
@@ -411,6 +413,7 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     Signature(
         id="eco_ray_actor_died",
+        echo=True,
         severity="critical",
         tier=1,
         fatal=True,

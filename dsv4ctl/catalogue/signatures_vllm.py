@@ -399,6 +399,7 @@ SIGNATURES: tuple[Signature, ...] = (
     # ------------------------------------------------------------------ hangs and timeouts
     Signature(
         id="engine_startup_timeout",
+        echo=True,
         severity="critical",
         tier=1,
         title="The API server gave up waiting for the engine to start",
@@ -420,6 +421,7 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     Signature(
         id="frontend_handshake_timeout",
+        echo=True,
         severity="critical",
         tier=1,
         title="Engine got no answer from the front-end (API server) process",
@@ -438,6 +440,7 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     Signature(
         id="rpc_timeout",
+        echo=True,
         severity="critical",
         tier=1,
         fatal=True,

@@ -1,8 +1,9 @@
 """The bundle: one `.tar.gz` with every gathered log (secrets redacted) and `manifest.json`.
 
 Logs are streamed in line by line: each line is redacted (dsv4ctl.redaction, the rule `doctor` uses), its
-time read (an RFC 3339 stamp that `kubectl logs --timestamps` / `docker logs --timestamps` put first, or
-vLLM's `MM-DD HH:MM:SS` record time) for the entry's time range, and written to a spool file; a log over
+time read (an RFC 3339 stamp that `kubectl logs --timestamps` / `docker logs --timestamps` put first, else the
+line's own time in any format dsv4ctl reads, `dsv4ctl.stamps`: vLLM's record, c10's and glog's, Ray's C++
+records) for the entry's time range, and written to a spool file; a log over
 `max_bytes` keeps its first quarter and its end (where a failure is), with one line saying how much was
 left out between. Each log enters the archive as soon as it is read, and the manifest is written last in a
 `finally`, so an interrupted or failing gather keeps everything read up to then.
@@ -21,13 +22,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from dsv4ctl import stamps
 from dsv4ctl.collect.model import LogEntry
 from dsv4ctl.collect.names import BUNDLE_SUFFIXES, MANIFEST
 from dsv4ctl.redaction import NAME_END, SECRET_STARTS, SECRET_WORDS, redact_line
 
+# The stamp `kubectl logs --timestamps` / `docker logs --timestamps` put first, kept as written (it has the year).
 _RFC3339 = re.compile(rb"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s")
-# vLLM's record time (vllm/logger.py _DATE_FORMAT "%m-%d %H:%M:%S"), after the level.
-_VLLM_TIME = re.compile(rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
 _CHUNK = 1 << 20
 _MAX_LINE = 4 << 20  # the most of one line held in memory before it is written on
 # The redaction rule's words (dsv4ctl.redaction): a line without any of them holds no secret.
@@ -44,10 +45,13 @@ def secret_spots(lower: bytes) -> list[int]:
 
 
 def _first_time(lines) -> str | None:
+    """The first line's own time: an RFC 3339 stamp first on the line as written, else any other format's
+    (`dsv4ctl.stamps`: c10's, glog's, Ray's C++ records, vLLM's record) as `MM-DD HH:MM:SS`."""
     for raw in lines:
-        stamp = _RFC3339.match(raw) or _VLLM_TIME.search(raw, 0, 200)
-        if stamp:
+        if stamp := _RFC3339.match(raw):
             return stamp.group(1).decode("ascii", "replace")
+        if stamp := stamps.line_time_of_bytes(raw):
+            return stamp
     return None
 
 

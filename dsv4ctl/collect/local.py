@@ -57,7 +57,22 @@ def add_file(path: Path, kind: str, req: CollectRequest, bundle: BundleWriter, r
     result.logs.append(entry)
 
 
+def _first_time(path: Path, seen: set[tuple[int, int]]) -> bool:
+    """Whether the file is met for the first time (the same file given twice, by another name, a link or inside
+    a directory also given, is one log)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return True  # its error comes when it is read
+    key = (st.st_dev, st.st_ino)
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
+
+
 def gather_paths(req: CollectRequest, bundle: BundleWriter, result: CollectResult, step: Callable[[str], None]) -> None:
+    seen: set[tuple[int, int]] = set()
     for raw in req.paths:
         path = Path(raw).expanduser()
         if path.is_dir():
@@ -65,11 +80,13 @@ def gather_paths(req: CollectRequest, bundle: BundleWriter, result: CollectResul
             if not files:
                 result.unreadable.append(Unreadable(str(path), "no log files in this directory (*.log, *.out, *.err, *.txt)"))
             for f in files:
-                step(str(f))
-                add_file(f, "file", req, bundle, result, name=f"{path.name}/{f.relative_to(path)}")
+                if _first_time(f, seen):
+                    step(str(f))
+                    add_file(f, "file", req, bundle, result, name=f"{path.name}/{f.relative_to(path)}")
         elif path.exists():
-            step(str(path))
-            add_file(path, "file", req, bundle, result)
+            if _first_time(path, seen):
+                step(str(path))
+                add_file(path, "file", req, bundle, result)
         else:
             result.unreadable.append(Unreadable(str(path), "no such file or directory"))
 

@@ -24,6 +24,8 @@ def diagnose_command(
 
     A `dsv4ctl collect` bundle, or logs of several launches (the nodes of a group), are read as one
     deployment: its ranks side by side, the first originating error across them, the silent ranks.
+    Logs of separate launches are said to be separate, each read on its own; a file given twice is
+    read once.
 
     Exit status: 0 no failure, 3 failed with a known cause, 4 failed with an unknown cause,
     5 inconclusive (the log ends before ready), 8 stuck (the start's last evidence is a wait, nothing
@@ -50,7 +52,16 @@ def diagnose_command(
 
         sources: list[str] = [str(example_path(example))]
     elif paths:
-        sources = list(paths)
+        from dsv4ctl.group.detect import distinct
+
+        sources = distinct(list(paths))
+        if len(sources) < len(paths):
+            from dsv4ctl.render import err_console
+
+            again = list(paths)
+            for p in sources:
+                again.remove(p)
+            err_console().print(f"dsv4ctl diagnose: read once, given again: {', '.join(again)}", markup=False)
     else:
         raise UsageError(
             "no log given",

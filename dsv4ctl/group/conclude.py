@@ -1,40 +1,34 @@
-"""The group's conclusions from its members' readings: the root cause across them, the silent ranks, what
-the others saw, and the mismatches between nodes that a group must not have."""
+"""The group's conclusions from its members' readings: whether they are one run at all (group.runs), the root
+cause across them (a member's own error before a consequence, a consequence before an echo of another rank's
+failure, then the earliest), the silent ranks, what the others saw, and the mismatches between nodes that a
+group must not have (on what the logs show, never against a log that does not show it)."""
 
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from typing import Any
 
+from dsv4ctl import stamps
+from dsv4ctl.catalogue import vllm_flags
 from dsv4ctl.catalogue.signatures import BY_ID
 from dsv4ctl.group.model import GroupFinding, GroupReading, MemberReading
+from dsv4ctl.group.runs import runs
 
 # A rank whose log stops this long before the group's last line while the others go on has gone silent.
 SILENCE_S = 60
 # Flags every node of a data-parallel group must share (each engine builds the same model and KV layout;
-# vLLM does not compare them across nodes). By vLLM's argument names, as `non-default args` logs them.
+# vLLM does not compare them across nodes). By vLLM's argument names, as `non-default args` logs them; each is
+# compared on the logs that show it (`shown_value`: the engine's config line, which a headless node logs too,
+# else the flags).
 MUST_MATCH = ("model", "max_model_len", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
               "enable_expert_parallel", "kv_cache_dtype", "block_size", "dtype", "quantization",
               "speculative_config", "max_num_batched_tokens", "enforce_eager")
-# Read from every engine's own config line (a headless node logs no flags): compared on every member.
-SETTINGS = ("model", "max_model_len", "tensor_parallel_size", "pipeline_parallel_size", "kv_cache_dtype",
-            "enforce_eager", "enable_expert_parallel")
 _FIX_NAME = re.compile(r"(?:^|; )([a-z0-9][a-z0-9-]*) ")
 
 
-def seconds(stamp: str | None) -> float | None:
-    """`MM-DD HH:MM:SS` as seconds (one year assumed: vLLM's record time has none)."""
-    if not stamp:
-        return None
-    try:
-        return datetime.strptime("2000-" + stamp, "%Y-%m-%d %H:%M:%S").timestamp()
-    except ValueError:
-        return None
-
-
-def _rfc_to_stamp(value: str | None) -> str | None:
-    m = re.match(r"\d{4}-(\d{2})-(\d{2})T(\d{2}:\d{2}:\d{2})", value or "")
-    return f"{m.group(1)}-{m.group(2)} {m.group(3)}" if m else None
+def seconds(stamp: str | None) -> int | None:
+    """A member's time (`MM-DD HH:MM:SS`) as seconds (`dsv4ctl.stamps`: one year assumed, the stamp has none)."""
+    return stamps.seconds(stamp)
 
 
 def _terminated(r: MemberReading) -> None:
@@ -53,20 +47,32 @@ def _terminated(r: MemberReading) -> None:
     r.root_text = f"terminated: {reason}" + (f", exit code {code}" if code is not None else "") + \
         (f", at {t['finished_at']}" if t.get("finished_at") else "") + " (the pod's status)"
     r.root_line = None
-    r.root_time = _rfc_to_stamp(t.get("finished_at")) or r.last_time
+    r.root_time = stamps.from_iso(t.get("finished_at")) or r.last_time
+
+
+def _rank(r: MemberReading) -> int:
+    """How far a failed member's root cause is from the origin: its own error 0, a consequence of its own
+    (engine core failed, a worker died) 1, an echo of another rank's failure (a collective's time-out) 2."""
+    sig = BY_ID.get(r.root_cause or "")
+    if sig is not None and sig.echo:
+        return 2
+    return 1 if sig is not None and sig.role == "symptom" else 0
 
 
 def conclude(readings: list[MemberReading], sources: list[str], bundle: str | None) -> GroupReading:
     for r in readings:
         _terminated(r)
+        r.echo = r.verdict == "failed" and _rank(r) == 2
     vllm = [r for r in readings if r.role != "other"]
     failed = [r for r in readings if r.verdict == "failed"]
+    launches, apart = runs(vllm)
+    if len(launches) > 1:
+        verdict = next((v for v in ("failed", "stuck", "inconclusive") if any(r.verdict == v for r in vllm)), "healthy")
+        return GroupReading(verdict, readings, None, None, [], [], [], sources, bundle, launches=launches, apart=apart)
 
     def order(r: MemberReading) -> tuple:
-        sig = BY_ID.get(r.root_cause or "")
-        symptom = sig is not None and sig.role == "symptom"
         t = seconds(r.root_time) or seconds(r.last_time)
-        return (symptom, t if t is not None else float("inf"))
+        return (_rank(r), t if t is not None else float("inf"))
 
     root = min(failed, key=order) if failed else None
     consequences = [r for r in failed if r is not root]
@@ -88,8 +94,9 @@ def conclude(readings: list[MemberReading], sources: list[str], bundle: str | No
                 [r.label for r in serving], "Restart the whole group (every node), after fixing the cause above",
             ))
     missing = next((f for f in findings if f.id == "group_rank_missing"), None)
-    # Serving: the API server said its startup is complete (a headless node never says it: not judged here).
-    waiting = [r for r in vllm if r.role != "headless" and not any(m.phase == "startup_complete" for m in r.milestones)]
+    # Serving: the API server said its startup is complete (a headless node, a Ray worker node never say it).
+    waiting = [r for r in vllm if r.role not in ("headless", "ray_worker") and
+               not any(m.phase == "startup_complete" for m in r.milestones)]
     if failed:
         verdict = "failed"
     elif silent or any(r.verdict == "stuck" for r in vllm):
@@ -102,8 +109,14 @@ def conclude(readings: list[MemberReading], sources: list[str], bundle: str | No
         verdict = "inconclusive"
     reason = None
     if root is not None:
-        reason = "terminated" if root.root_line is None and root.member.termination else "the earliest originating error"
-    return GroupReading(verdict, readings, root, reason, silent, consequences, findings, sources, bundle)
+        if root.root_line is None and root.member.termination:
+            reason = "terminated"
+        elif root.echo:
+            reason = "the earliest failure, an echo: no log here holds the error of the rank it waited for"
+        else:
+            reason = "the earliest originating error"
+    return GroupReading(verdict, readings, root, reason, silent, consequences, findings, sources, bundle,
+                        launches=launches)
 
 
 def _findings(vllm: list[MemberReading], silent: list[MemberReading]) -> list[GroupFinding]:
@@ -129,22 +142,20 @@ def _findings(vllm: list[MemberReading], silent: list[MemberReading]) -> list[Gr
             [r.label], "Look at that node: its processes (py-spy dump --pid), its GPUs (nvidia-smi) and its network",
         ))
     for key in MUST_MATCH:
-        values = {r.label: (r.settings.get(key) if key in r.settings else r.args.get(key)) for r in vllm}
-        if key not in SETTINGS and not all(r.args for r in vllm):
-            continue  # a flag only `non-default args` shows: compared only when every node logged its flags
-        if len(values) > 1 and len({repr(v) for v in values.values()}) > 1:
-            shown = "; ".join(f"{label}: {'not set' if v is None else v}" for label, v in values.items())
-            if key == "max_model_len":
-                lengths = [int(v) for v in values.values() if str(v).lstrip("-").isdigit() and int(v) > 0]
-                action = (f"Pass the same --max-model-len on every node: {min(lengths)} (the smallest)" if lengths
-                          else "Pass the same explicit --max-model-len on every node")
-                out.append(GroupFinding("group_lengths_differ", "The nodes use different --max-model-len", shown,
-                                        list(values), action, "each engine's config line (vllm/v1/engine/core.py)"))
-            else:
-                flag = "--" + key.replace("_", "-")
-                out.append(GroupFinding("group_settings_differ", f"The nodes differ in {flag}", shown, list(values),
-                                        f"Launch every node with the same {flag}",
-                                        "each engine's config line; non-default args (vllm/entrypoints/serve/utils/api_utils.py:286)"))
+        shown = [(r, value) for r in vllm if (value := shown_value(r, key)) is not _UNKNOWN]
+        if len(shown) < 2 or len({repr(v) for _, v in shown}) < 2:
+            continue  # compared only where at least two logs show it, never against a log that does not
+        detail = "; ".join(f"{r.label}: {v}" for r, v in shown)
+        labels = [r.label for r, _ in shown]
+        if key == "max_model_len":
+            out.append(GroupFinding("group_lengths_differ", "The nodes use different --max-model-len", detail, labels,
+                                    f"Pass the same --max-model-len on every node: {min(int(v) for _, v in shown)} (the smallest)",
+                                    "each engine's config line (vllm/v1/engine/core.py)"))
+        else:
+            flag = "--" + key.replace("_", "-")
+            out.append(GroupFinding("group_settings_differ", f"The nodes differ in {flag}", detail, labels,
+                                    f"Launch every node with the same {flag}",
+                                    "each engine's config line; non-default args (vllm/entrypoints/serve/utils/api_utils.py:286)"))
     versions = {r.label: r.vllm_version for r in vllm if r.vllm_version}
     if len(set(versions.values())) > 1:
         out.append(GroupFinding("group_versions_differ", "The nodes run different vLLM releases",
@@ -158,3 +169,36 @@ def _findings(vllm: list[MemberReading], silent: list[MemberReading]) -> list[Gr
                                 "Launch every node through dsv4ctl serve with the same --fixes, dsv4ctl installed in "
                                 "each node's vLLM environment", "dsv4ctl fixes: (dsv4ctl/fixes/__init__.py LOG_PREFIX)"))
     return out
+
+
+_UNKNOWN = object()
+
+
+def shown_value(r: MemberReading, key: str) -> Any:
+    """The value of the flag `key` as the log shows it: the engine's config line, else `non-default args`; a flag
+    those args leave out is at vLLM's default for the log's release (vllm_flags) when the log printed them, and
+    unknown when it printed none (a headless node, a Ray worker node). A value decided only later (a length or
+    dtype of `auto`, -1, no default) is unknown too: two logs are compared on what each shows."""
+    value = r.settings.get(key)
+    if value is None:
+        value = r.args.get(key)
+    if value is None and key not in r.args:
+        if not r.args_logged:
+            return _UNKNOWN
+        info = vllm_flags.flag("--" + key.replace("_", "-"), r.vllm_version)
+        value = info.default if info is not None and info.has_default else None
+    return _normal(key, value)
+
+
+def _normal(key: str, value: Any) -> Any:
+    if isinstance(value, str):
+        text = value.strip().removeprefix("torch.")
+        if text.lstrip("-").isdigit():
+            value = int(text)
+        elif text in ("True", "False", "true", "false"):
+            value = text.lower() == "true"
+        else:
+            value = text
+    if value is None or value == "auto" or (key == "max_model_len" and (not isinstance(value, int) or value <= 0)):
+        return _UNKNOWN
+    return value

@@ -20,8 +20,28 @@ def _is_bundle(path: str) -> bool:
     return is_bundle(path)
 
 
+def distinct(paths: list[str]) -> list[str]:
+    """The inputs in their order, each file once: the same file given twice (by another name, or a link to it)
+    is one log. A path that cannot be read stays, for its own error."""
+    seen: set[object] = set()
+    out: list[str] = []
+    for p in paths:
+        key: object = p
+        if p != "-":
+            try:
+                st = os.stat(p)
+                key = (st.st_dev, st.st_ino)
+            except OSError:
+                pass
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
+
+
 def is_group(paths: list[str]) -> bool:
     """A bundle, or two or more logs of separate launches (each with its own `non-default args` line)."""
+    paths = distinct(paths)
     if len(paths) == 1:
         return _is_bundle(paths[0])
     if any(_is_bundle(p) for p in paths):

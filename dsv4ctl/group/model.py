@@ -46,7 +46,7 @@ class MemberReading:
     member: Member
     ranks: list[int]  # data-parallel ranks this log's engines hold
     rank_basis: str  # where the ranks come from: "args" (non-default args), "process tags", "none"
-    role: str  # "head" | "headless" | "single" | "other" (not a vLLM log)
+    role: str  # "head" | "headless" | "single" | "ray_worker" (a Ray worker node: workers only) | "other" (not vLLM's)
     verdict: str
     exit_code: int
     root_cause: str | None
@@ -64,6 +64,16 @@ class MemberReading:
     milestones: list[Milestone] = field(default_factory=list)
     dp_leader_lines: list[str] = field(default_factory=list)
     summary: str = ""
+    # What ties the log to one run of a deployment (group.runs): whether vLLM logged its `non-default args`
+    # (a headless node and a Ray worker node never do: a flag they do not show is unknown there, not its default),
+    # the data-parallel head it joins or is ((address, RPC port)), the multi-node master it joins or is
+    # ((address, port)), its part in a Ray launch ("launch": the driver with the Ray executor, "worker": only Ray
+    # workers' lines), and whether its root cause only echoes another rank's failure (catalogue `echo`).
+    args_logged: bool = False
+    dp_head: tuple[str, str | None] | None = None
+    master: tuple[str, str | None] | None = None
+    ray: str | None = None
+    echo: bool = False
 
     @property
     def label(self) -> str:
@@ -88,7 +98,7 @@ class MemberReading:
             "root_cause": {"id": self.root_cause, "title": self.root_title, "line": self.root_line, "text": self.root_text,
                            "time": self.root_time} if self.root_cause else None,
             "first_time": self.first_time, "last_time": self.last_time, "vllm_version": self.vllm_version,
-            "max_model_len": self.max_model_len, "fixes": self.fixes, "summary": self.summary,
+            "max_model_len": self.max_model_len, "fixes": self.fixes, "summary": self.summary, "echo": self.echo,
             "milestones": [m.to_json() for m in self.milestones],
         }
 
@@ -120,9 +130,22 @@ class GroupReading:
     findings: list[GroupFinding]
     sources: list[str]
     bundle: str | None = None
+    # the vLLM logs by run (group.runs): one run is a group; more are separate launches, each read on its own
+    # (no root cause across them, no comparison), `apart` saying why
+    launches: list[list[MemberReading]] = field(default_factory=list)
+    apart: list[str] = field(default_factory=list)
+
+    @property
+    def separate(self) -> bool:
+        return len(self.launches) > 1
 
     @property
     def exit_code(self) -> ExitCode:
+        if self.separate and self.verdict == "failed":
+            # separate launches: the worst of theirs (an unknown cause before a known one)
+            codes = {r.exit_code for r in self.readings if r.verdict == "failed"}
+            unknown = int(ExitCode.FAILED_UNKNOWN_CAUSE) in codes
+            return ExitCode.FAILED_UNKNOWN_CAUSE if unknown else ExitCode.FAILED_KNOWN_CAUSE
         if self.verdict == "failed":
             code = self.root.exit_code if self.root is not None else int(ExitCode.FAILED_UNKNOWN_CAUSE)
             return ExitCode(code) if code in (3, 4) else ExitCode.FAILED_KNOWN_CAUSE
@@ -133,6 +156,11 @@ class GroupReading:
         ranks = sorted({r for m in self.readings for r in m.ranks})
         nodes = len(self.readings)
         head = f"{nodes} logs" + (f", data-parallel ranks {', '.join(map(str, ranks))}" if ranks else "")
+        if self.separate:
+            counts = ", ".join(f"{n} {v}" for v in ("failed", "stuck", "inconclusive", "healthy")
+                               if (n := sum(r.verdict == v for r in self.readings if r.role != "other")))
+            return (f"{len(self.launches)} separate launches, not the nodes of one group: each log is read on its own "
+                    f"({counts}).")
         if self.verdict == "failed" and self.root is not None:
             where = f"rank {self.root.rank_text} ({self.root.label})" if self.root.ranks else self.root.label
             return f"The group failed: {where}: {self.root.root_title or self.root_reason} ({head})."
@@ -157,8 +185,11 @@ class GroupReading:
                 "time": self.root.root_time, "source": self.root.member.name,
             } if self.root is not None else None,
             "silent": [m.label for m in self.silent],
-            "consequences": [{"member": m.label, "ranks": m.ranks, "id": m.root_cause, "title": m.root_title}
-                             for m in self.consequences],
+            "consequences": [{"member": m.label, "ranks": m.ranks, "id": m.root_cause, "title": m.root_title,
+                              "echo": m.echo} for m in self.consequences],
+            "separate_launches": self.separate,
+            "launches": [[m.label for m in run] for run in self.launches],
+            "apart": self.apart,
             "findings": [f.to_json() for f in self.findings],
             "members": [m.to_json() for m in self.readings],
             "sources": self.sources,

@@ -11,12 +11,14 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
+from dsv4ctl import stamps
 from dsv4ctl.collect.bundle import is_bundle
 from dsv4ctl.collect.names import MANIFEST
 from dsv4ctl.errors import InputError
 from dsv4ctl.group.conclude import conclude
+from dsv4ctl.group.detect import distinct
 from dsv4ctl.group.model import GroupReading, Member, MemberReading, Milestone
-from dsv4ctl.group.scan import HEAD_BYTES, TAIL_BYTES, from_parts, scan
+from dsv4ctl.group.scan import HEAD_BYTES, TAIL_BYTES, Identity, from_parts, scan
 
 # A launch's own line: vLLM logs its flags once per `vllm serve` (vllm==0.32.0
 # vllm/entrypoints/serve/utils/api_utils.py:286), a headless node instead says it launches its engines
@@ -132,17 +134,17 @@ def _read_bundle(path: str, progress: Callable[[int], None] | None, done: int) -
         m = reading.member
         m.node, m.pod, m.container, m.instance = entry.get("node"), entry.get("pod"), entry.get("container"), entry.get("instance")
         m.termination, m.restart_count, m.last_time_hint = entry.get("termination"), entry.get("restart_count"), entry.get("last_time")
-        reading.last_time = reading.last_time or m.last_time_hint
+        reading.last_time = reading.last_time or stamps.from_iso(m.last_time_hint)
         out.append(reading)
     return out + list(readings.values()), done
 
 
 def read_group(paths: list[str], progress: Callable[[int], None] | None = None) -> GroupReading:
-    """Read the logs (or bundles) as one deployment, each log once. `progress(bytes)` as `diagnose`'s
-    (a bundle's logs counted as they come out of the archive)."""
+    """Read the logs (or bundles) as one deployment, each log once (a file given twice is one log).
+    `progress(bytes)` as `diagnose`'s (a bundle's logs counted as they come out of the archive)."""
     readings: list[MemberReading] = []
     done = 0
-    for p in paths:
+    for p in distinct(paths):
         if is_bundle(p):
             more, done = _read_bundle(p, progress, done)
             readings += more
@@ -179,8 +181,12 @@ def _read_member(member: Member, source: IO[bytes] | str, progress: Callable[[in
         size = kept.size
     tl = d.timeline
     args: dict[str, Any] = dict(tl.serve_args or {})
+    args_logged = "nondefault_args" in tl.refs  # vLLM printed the launch's flags (a headless node never does)
     ranks, basis = _ranks(args, ident.dp_tags)
     role = "headless" if args.get("headless") or ident.headless else ("head" if ranks else "single")
+    ties = _ties(args, ident, args_logged)
+    if ties["ray"] == "worker":
+        role = "ray_worker"  # a Ray worker node's log: its workers' lines, no launch of its own
     if not tl.vllm_version and not args and d.verdict == "inconclusive" and not ident.fixes:
         role = "other"
     root = d.root_cause
@@ -196,11 +202,33 @@ def _read_member(member: Member, source: IO[bytes] | str, progress: Callable[[in
         member=member, ranks=ranks, rank_basis=basis, role=role, verdict=d.verdict, exit_code=int(d.exit_code),
         root_cause=root.id if root else None, root_title=root.title if root else None, root_line=root_line,
         root_text=root.evidence[0].text if root is not None and root.evidence else None,
-        root_time=ident.time_at(root_line), first_time=ident.first_time, last_time=ident.last_time or member.last_time_hint,
+        root_time=ident.time_at(root_line), first_time=ident.first_time,
+        last_time=ident.last_time or stamps.from_iso(member.last_time_hint),
         vllm_version=tl.vllm_version or ident.vllm_version,
         max_model_len=tl.effective_max_model_len or tl.max_model_len or args.get("max_model_len"),
         fixes=ident.fixes, args=args, settings=_settings(tl, args), milestones=milestones, dp_leader_lines=ident.dp_leader, summary=d.summary,
+        args_logged=args_logged, **ties,
     ), size
+
+
+def _ties(args: dict[str, Any], ident: Identity, args_logged: bool) -> dict[str, Any]:
+    """What ties the log to one run (group.runs): the data-parallel head it is or joins, the multi-node master,
+    its part in a Ray launch."""
+    def port(value: Any) -> str | None:
+        return str(value) if value not in (None, "") else None
+
+    dp_head = ident.head_address
+    if dp_head is None and args.get("data_parallel_address") and (_int(args.get("data_parallel_size")) or 1) > 1:
+        dp_head = (str(args["data_parallel_address"]), port(args.get("data_parallel_rpc_port")))
+    master = None
+    if (_int(args.get("nnodes")) or 1) > 1 and args.get("master_addr"):
+        master = (str(args["master_addr"]), port(args.get("master_port")))
+    ray = None
+    if str(args.get("distributed_executor_backend") or "") == "ray":
+        ray = "launch"
+    elif not args_logged and not ident.headless and ident.ray_workers:
+        ray = "worker"
+    return {"dp_head": dp_head, "master": master, "ray": ray}
 
 
 def _settings(tl: Any, args: dict[str, Any]) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator, Union
 
-from dsv4ctl import re_cache
+from dsv4ctl import re_cache, stamps
 from dsv4ctl.catalogue.signature_index import plain
 from dsv4ctl.errors import InputError
 from dsv4ctl.logs import formats
@@ -119,12 +119,13 @@ _LAYERS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # c10's logging (torch==2.13.0 c10/util/Logging.cpp, glog-like): "[E822 16:31:16.131931664 ProcessGroupNCCL.cpp:632] "
     ("glog", re_cache.compile(
         r"^\[(?P<glevel>[IWEF])(?P<gdate>\d{3,4}) (?P<gtime>\d{2}:\d{2}:\d{2})(?:\.\d+)?(?: +\d+)? (?P<gfile>[\w.+-]+:\d+)\]\s?")),
-    # glog itself: "E1201 12:00:00.123456  1234 file.cc:12] "
+    # glog itself: "E1201 12:00:00.123456  1234 file.cc:12] ", and torch.distributed's Python logger in its
+    # format, a path for the file ("W1103 14:20:11.402000 48190 site-packages/torch/distributed/run.py:982] ")
     ("glog", re_cache.compile(
-        r"^(?P<glevel>[IWEF])(?P<gdate>\d{4}) (?P<gtime>\d{2}:\d{2}:\d{2})\.\d+ +\d+ (?P<gfile>[\w.+-]+:\d+)\]\s?")),
+        r"^(?P<glevel>[IWEF])(?P<gdate>\d{4}) (?P<gtime>\d{2}:\d{2}:\d{2})\.\d+ +\d+ (?P<gfile>[\w./+-]+:\d+)\]\s?")),
     # Ray's C++ components: "[2025-04-16 11:52:45,123 E 858 901] (raylet) node_manager.cc:123: "
     ("glog", re_cache.compile(
-        r"^\[\d{4}-\d{2}-\d{2} (?P<gtime>\d{2}:\d{2}:\d{2})[,.]\d+ (?P<glevel>[IWEFD]) \d+ \d+\]\s(?:\((?P<gproc>\w+)\)\s)?"
+        r"^\[\d{4}-(?P<gmonth>\d{2})-(?P<gday>\d{2}) (?P<gtime>\d{2}:\d{2}:\d{2})[,.]\d+ (?P<glevel>[IWEFD]) \d+ \d+\]\s(?:\((?P<gproc>\w+)\)\s)?"
         r"(?P<gfile>[\w.+-]+:\d+):\s?")),
     # vLLM's (and Ray's) process tag
     ("process", re_cache.compile("^" + _PROC_TAG + r"\s?")),
@@ -261,8 +262,8 @@ def parse_line(raw: str, source: str = "-", lineno: int = 0) -> LogLine:
             elif name == "glog":
                 level = level or _GLOG_LEVELS.get(gd["glevel"])
                 fileinfo = fileinfo or gd["gfile"]
-                if gd.get("gdate") and timestamp is None:
-                    timestamp = f"{int(gd['gdate'][:-2]):02d}-{gd['gdate'][-2:]} {gd['gtime']}"
+                if timestamp is None and (date := gd.get("gdate") or (gd.get("gmonth") or "") + (gd.get("gday") or "")):
+                    timestamp = stamps.clock(date[:-2], date[-2:], gd["gtime"])  # the record's own time, MMDD
                 process = process or gd.get("gproc")
             elif name == "pylog":
                 level = level or ("WARNING" if gd["plevel"] == "WARN" else gd["plevel"])

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from dsv4ctl import re_cache
 from dsv4ctl.logs.reader import LogLine
+from dsv4ctl.stamps import seconds  # a line's time in seconds: one reading for every part
 
 # vLLM's own process roles (the process tag names of v1/engine and v1/executor).
 # A role names one process of a launch: a name several processes share (legacy V0's "VllmWorkerProcess", a
@@ -52,18 +53,6 @@ def marker_of(message: str) -> str | None:
         if rx.search(message):
             return kind
     return None
-
-
-def seconds(timestamp: str | None) -> int | None:
-    """Seconds since the start of the year of a vLLM record timestamp "MM-DD HH:MM:SS"."""
-    if not timestamp or len(timestamp) < 14:
-        return None
-    try:
-        month, day = int(timestamp[0:2]), int(timestamp[3:5])
-        h, m, s = int(timestamp[6:8]), int(timestamp[9:11]), int(timestamp[12:14])
-    except ValueError:
-        return None
-    return ((month * 31 + day) * 24 + h) * 3600 + m * 60 + s
 
 
 def role_of(process: str | None) -> str | None:

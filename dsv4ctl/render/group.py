@@ -5,6 +5,7 @@ export (for a bug report)."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from rich.console import Console
@@ -12,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dsv4ctl.group import GroupReading, MemberReading
+from dsv4ctl.render import print_command, print_prose
 
 PHASE_ROWS = (("engine_config", "engine configured"), ("kv_cache_size", "KV cache sized"),
               ("init_engine", "engine initialised"), ("ready", "ready"), ("startup_complete", "serving"),
@@ -61,11 +63,35 @@ def members_table(g: GroupReading) -> Table:
     return table
 
 
+def _who(r: MemberReading) -> str:
+    return f"rank {r.rank_text} ({r.label})" if r.ranks else r.label
+
+
+def render_separate(g: GroupReading, console: Console) -> None:
+    """Logs of separate launches: why they are not one group, then each log's own reading."""
+    console.print()
+    console.print(Text("Why they are separate", style="bold"))
+    for why in g.apart:
+        print_prose(console, why, indent="  ", subsequent_indent="    ")
+    console.print()
+    console.print(Text("Each log on its own", style="bold"))
+    for r in g.readings:
+        seen = f"{r.root_title} (line {r.root_line})" if r.root_title and r.root_line else (r.root_title or r.summary)
+        print_prose(console, f"{r.label}: {r.verdict}: {seen}", indent="  ", subsequent_indent="    ")
+    if g.bundle is None:
+        console.print("  Each one's full report, one log at a time:", markup=False)
+        for r in g.readings:
+            print_command(console, f"dsv4ctl diagnose {shlex.quote(r.member.path)}", indent="    ")
+
+
 def render_group(g: GroupReading, console: Console) -> None:
     style = {"failed": "bold red", "stuck": "bold yellow", "healthy": "bold green"}.get(g.verdict, "bold")
     console.print(Text(g.summary, style=style))
     console.print()
     console.print(members_table(g))
+    if g.separate:
+        render_separate(g, console)
+        return
     console.print()
     console.print(timeline_table(g))
     if g.root is not None:
@@ -84,14 +110,16 @@ def render_group(g: GroupReading, console: Console) -> None:
         console.print()
         console.print(Text("Went silent while the others went on", style="bold"))
         for r in g.silent:
-            console.print(f"  rank {r.rank_text} ({r.label}): last line at {_clock(r.last_time)}", markup=False)
+            console.print(f"  {_who(r)}: last line at {_clock(r.last_time)}", markup=False)
     others = [r for r in g.readings if r is not g.root]
     if g.root is not None and others:
         console.print()
         console.print(Text("What the other members saw", style="bold"))
         for r in others:
             seen = r.root_title or r.summary
-            console.print(f"  rank {r.rank_text} ({r.label}): {r.verdict}: {seen}", markup=False, overflow="fold")
+            if r.echo:
+                seen += " — an echo of the root cause: this rank waited for the one that failed"
+            console.print(f"  {_who(r)}: {r.verdict}: {seen}", markup=False, overflow="fold")
     if g.findings:
         console.print()
         console.print(Text("The group", style="bold"))

@@ -5,6 +5,7 @@ headless node's log with its killed engine)."""
 from __future__ import annotations
 
 import json
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,97 @@ def test_a_head_whose_headless_node_never_came_is_stuck_with_the_missing_rank(cl
     missing = next(f for f in data["findings"] if f["id"] == "group_rank_missing")
     assert missing["title"] == "No log of data-parallel rank 1"
     assert data["members"][0]["ranks"] == [0] and data["members"][0]["role"] == "head"
+
+
+# --- one launch over two nodes with Ray: node 1's worker fails to read a shard, node 0's watchdog times out 10
+# minutes later (tests/fixtures/logs/group/ray_tp8_pp2_node*.log, generated in vLLM 0.32.0's format)
+RAY0 = FIXTURES / "group" / "ray_tp8_pp2_node0.log"
+RAY1 = FIXTURES / "group" / "ray_tp8_pp2_node1.log"
+EIO = "OSError: [Errno 5] Input/output error: '/models/DeepSeek-V4-Pro/model-00077-of-00163.safetensors'"
+
+
+def _collected(cli, tmp_path: Path, *logs: Path) -> Path:
+    out = tmp_path / "group.tar.gz"
+    result = cli("collect", *logs, "-o", out)
+    assert result.exit_code == 0, result.stderr
+    return out
+
+
+def test_a_ray_launch_over_two_nodes_as_files_and_as_a_bundle_names_the_same_root_cause(cli, tmp_path):
+    result, direct = run_json(cli, RAY0, RAY1)
+    assert result.exit_code == 4 and direct["verdict"] == "failed"
+    root = direct["findings"][0]
+    assert direct["root_cause"] == "unrecognized_error" == root["id"] and root["evidence"] == EIO
+    assert root["source"] == str(RAY1)
+    watchdog = next(f for f in direct["findings"] if f["id"] == "eco_nccl_watchdog_timeout")
+    assert "the timeout is the echo" in watchdog["meaning"]
+
+    bundle = _collected(cli, tmp_path, RAY0, RAY1)
+    result, group = run_json(cli, bundle)
+    assert result.exit_code == 4 and group["verdict"] == "failed" and not group["separate_launches"]
+    root = group["root_cause"]  # the same cause, on the same node, as the files given directly
+    assert root["member"] == RAY1.name and root["text"] == EIO and root["time"] == "11-03 10:10:02"
+    assert root["reason"] == "the earliest originating error"
+    echo = group["consequences"][0]
+    assert echo["member"] == RAY0.name and echo["id"] == "eco_nccl_watchdog_timeout" and echo["echo"] is True
+    members = {m["label"]: m for m in group["members"]}
+    assert members[RAY0.name]["last_time"] == "11-03 10:30:41"  # the c10 line's own time, not 10:00:40's
+    assert members[RAY1.name]["role"] == "ray_worker"
+    assert group["findings"] == []  # the worker node's log shows no flags: nothing to compare it on
+    text = cli("diagnose", bundle).stdout
+    assert "10:20:41 (l.14)" in text and "an echo of the root cause" in text and "differ" not in text
+
+
+def test_the_manifest_times_are_the_lines_own(cli, tmp_path):
+    with tarfile.open(_collected(cli, tmp_path, RAY0, RAY1)) as tar:
+        manifest = json.load(tar.extractfile("manifest.json"))
+    times = {Path(e["path"]).name: (e["first_time"], e["last_time"]) for e in manifest["logs"]}
+    assert times[RAY0.name] == ("11-03 10:00:02", "11-03 10:30:41")
+    assert times[RAY1.name] == ("11-03 10:00:33", "11-03 10:10:02")
+
+
+def test_a_watchdog_time_out_never_outranks_another_ranks_own_error(cli, tmp_path):
+    # the same two nodes with node 0's watchdog stamped before node 1's error: the echo still is not the cause
+    early = tmp_path / RAY0.name
+    early.write_text(RAY0.read_text().replace("E1103 10:20:41", "E1103 10:05:00").replace("F1103 10:30:41", "F1103 10:06:00"))
+    _, group = run_json(cli, _collected(cli, tmp_path, early, RAY1))
+    assert group["root_cause"]["member"] == RAY1.name and group["root_cause"]["text"] == EIO
+    # alone, the echo is the group's only failure: it is named, and said to be an echo
+    _, alone = run_json(cli, _bundle(tmp_path, [(RAY0, LogEntry("logs/file/node0.log", "file", str(RAY0)))]))
+    assert alone["root_cause"]["id"] == "eco_nccl_watchdog_timeout" and "an echo" in alone["root_cause"]["reason"]
+
+
+# --- logs that are not the nodes of one group
+
+
+def test_unrelated_launches_are_separate_not_nodes_that_differ(cli, tmp_path):
+    oom, compile_error = FIXTURES / "cuda_oom_load.log", FIXTURES / "compile_error.log"
+    result, data = run_json(cli, oom, compile_error)
+    assert data["separate_launches"] is True and data["launches"] == [[oom.name], [compile_error.name]]
+    assert data["findings"] == [] and data["root_cause"] is None
+    assert "whole deployment by its own flags" in data["apart"][0]
+    assert data["verdict"] == "failed" and result.exit_code == 3
+    text = cli("diagnose", oom, compile_error).stdout
+    assert "2 separate launches" in text and "differ" not in text and "Pass the same" not in text
+    # the same through a bundle
+    _, bundled = run_json(cli, _collected(cli, tmp_path, oom, compile_error))
+    assert bundled["separate_launches"] is True and bundled["findings"] == []
+
+
+def test_logs_days_apart_are_separate_launches_even_of_one_deployment(cli, tmp_path):
+    later = tmp_path / "node1-next-week.log"
+    later.write_text(NODE.read_text().replace("12-02 ", "12-09 "))
+    _, data = run_json(cli, HEAD, later)
+    assert data["separate_launches"] is True and "days apart" in data["apart"][0] and data["findings"] == []
+
+
+def test_the_same_file_twice_is_one_log(cli, tmp_path):
+    result = cli("diagnose", HEAD, HEAD, "--json")
+    data = json.loads(result.stdout)
+    assert "kind" not in data and data["verdict"] == "healthy"
+    assert "read once" in result.stderr
+    link = tmp_path / "again.log"
+    link.symlink_to(HEAD)
+    assert "kind" not in json.loads(cli("diagnose", HEAD, link, "--json").stdout)
+    with tarfile.open(_collected(cli, tmp_path, HEAD, link, HEAD)) as tar:
+        assert len(json.load(tar.extractfile("manifest.json"))["logs"]) == 1
