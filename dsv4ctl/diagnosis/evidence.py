@@ -63,7 +63,7 @@ def make_finding(sig: Signature, hits: list[Hit], details: dict[str, Any], extra
     return Finding(
         id=sig.id,
         severity=sig.severity,
-        title=sig.title,
+        title=fill(sig.title, details) or sig.title.split("{")[0].strip(),
         meaning=meaning,
         evidence=evidence,
         details=details,
