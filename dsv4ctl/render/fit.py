@@ -13,6 +13,7 @@ from dsv4ctl.units import format_gib, format_tokens, gib
 
 
 HANG = "  "  # wrapped prose continues two spaces in (render.print_prose)
+VERDICT_LABELS = {"fits": "Fits", "shrinks": "Shrinks", "does_not_fit": "Does not fit"}
 
 
 def _tokens(n: int) -> str:
@@ -30,7 +31,7 @@ def render_fit(result: FitResult, console: Console) -> None:
         _log_line(result, console)
     console.print()
     print_table(console, _answer_table(result))
-    print_prose(console, f"{'Fits' if result.fits else 'Does not fit'}: {result.why}", subsequent_indent=HANG,
+    print_prose(console, f"{VERDICT_LABELS[result.verdict]}: {result.why}", subsequent_indent=HANG,
                 style="bold" if result.fits else "bold red")
     if result.refusal is None:
         for line in result.safe_length.lines() if result.safe_length else ():  # the one safe-length rule, explained

@@ -41,7 +41,7 @@ def _assert_one_decision(result, text: str) -> None:
     if not result.fits:
         # No command for a plan that does not fit, and no recommended length beside a refusal.
         assert command is None and doc["vllm_command"] is None and doc["vllm_flags"] == []
-        assert "vllm serve command:" not in text and "Fits:" not in text and "Does not fit:" in text
+        assert "vllm serve command:" not in text and "Does not fit:" in text
         if result.refusal is not None:
             assert doc["recommended_max_model_len"] == 0
             assert "recommended --max-model-len" not in text and "auto picks" not in text
@@ -54,7 +54,8 @@ def _assert_one_decision(result, text: str) -> None:
             for token in shlex.split(alt.change):
                 assert token in argv, (alt.change, alt.vllm_command)
         return
-    assert command is not None and "Does not fit:" not in text and "Fits:" in text
+    assert command is not None and "Does not fit:" not in text
+    assert ("Fits:" if result.verdict == "fits" else "Shrinks:") in text
     assert shlex.split(command)[:3] == ["vllm", "serve", result.geometry.model]
     assert command in text
     if result.requested_max_model_len is not None:
