@@ -48,7 +48,7 @@ CATALOGUE: tuple[Signature, ...] = (
         actions=(
             "Pin the length explicitly so every start behaves the same: --max-model-len {safe_len}",
             "{knob_action}",
-            "See how much memory a longer context needs: dsv4ctl fit-length {model} --from-log {log}{_fit_flags}",
+            "See how much memory a longer context needs: dsv4ctl fit-length {model!q} --from-log {log!q}{_fit_flags}",
         ),
         source="vllm/v1/core/kv_cache_utils.py (0.27-0.32), v1/core/kv_cache_planning.py (0.33)",
     ),
@@ -72,11 +72,11 @@ CATALOGUE: tuple[Signature, ...] = (
             "{premise_check}",
             "{length_action}",
             "{knob_action}",
-            "Launch through dsv4ctl, which sets that length for you: dsv4ctl serve {model}{_serve_flags} --max-model-len {safe_len}",
+            "Launch through dsv4ctl, which sets that length for you: dsv4ctl serve {model!q}{_serve_flags} --max-model-len {safe_len}",
             "Upgrade vLLM to {fixed} or later",
         ),
         source="vllm/models/deepseek_v4/sparse_mla.py (assert added in 0.29.0); upstream report in docs",
-        next_command="dsv4ctl serve {model}{_serve_flags} --max-model-len {safe_len}",
+        next_command="dsv4ctl serve {model!q}{_serve_flags} --max-model-len {safe_len}",
     ),
     Signature(
         id="deepgemm_metadata_oob",
@@ -96,7 +96,7 @@ CATALOGUE: tuple[Signature, ...] = (
         actions=(
             "Upgrade DeepGEMM past the unguarded kernel: vLLM 0.28.0 or later vendors a guarded copy; remove any old "
             "external deep_gemm package, which takes precedence (pip uninstall deep_gemm)",
-            "Launch through dsv4ctl, which clamps the scheduler input: dsv4ctl serve {model}{_serve_all}",
+            "Launch through dsv4ctl, which clamps the scheduler input: dsv4ctl serve {model!q}{_serve_all}",
             "Avoid FULL CUDA graphs (FULL_DECODE_ONLY still captures FULL decode graphs): "
             "--compilation-config '{{\"cudagraph_mode\": \"PIECEWISE\"}}'",
             "Last resort, no CUDA graphs at all: --enforce-eager",
@@ -126,7 +126,7 @@ CATALOGUE: tuple[Signature, ...] = (
             "Give the KV cache more memory: {more_memory_text}",
         ),
         source="vllm/v1/core/kv_cache_utils.py _check_enough_kv_cache_memory / _auto_fit_max_model_len",
-        next_command="dsv4ctl fit-length {model} --from-log {log}{_fit_flags}",
+        next_command="dsv4ctl fit-length {model!q} --from-log {log!q}{_fit_flags}",
     ),
     Signature(
         id="cuda_oom",
@@ -363,7 +363,7 @@ CATALOGUE: tuple[Signature, ...] = (
             r"torch\._dynamo\.exc",
         ),
         actions=(
-            "Retry without compilation to confirm: --enforce-eager (or -O0)",
+            "Retry without compilation to confirm (-O0 does the same): --enforce-eager",
             "Clear the compile cache (~/.cache/vllm/torch_compile_cache) and retry",
         ),
         source="torch._dynamo / torch._inductor exception names",

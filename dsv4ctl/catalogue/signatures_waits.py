@@ -148,8 +148,8 @@ SIGNATURES: tuple[Signature, ...] = (
             r"(?P<shm_bytes>[0-9]+) bytes available",
         ),
         actions=(
-            "Give the container a bigger /dev/shm: docker run --ipc=host … (or --shm-size 16g); on Kubernetes an "
-            "emptyDir with medium: Memory at /dev/shm",
+            "Give the container a bigger /dev/shm (docker run --shm-size 16g, or the host's IPC namespace; on Kubernetes "
+            "an emptyDir with medium Memory at /dev/shm): docker run --ipc=host …",
             "See the space: df -h /dev/shm",
         ),
         source="ray==2.60.0 ray/_private/services.py:2248",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any
 
 from dsv4ctl import re_cache
@@ -93,7 +94,7 @@ def _stale(d: dict[str, Any], msgs: list[str], hits: list[Hit], a: StartAnalyzer
                              "from A to B\" before capture), so that cause is to be confirmed.")
         d["premise_check"] = ("Confirm auto-fit ran: look for \"reduced max_model_len\" (or \"max_model_len: reduced\") "
                               "in the full log of this start")
-        fit = (f"; this computes one: dsv4ctl fit-length {d['model']}{d.get('_fit_flags', '')}" if d.get("model") else
+        fit = (f"; this computes one: dsv4ctl fit-length {shlex.quote(d['model'])}{d.get('_fit_flags', '')}" if d.get("model") else
                " (dsv4ctl's fit-length computes one for the model)")
         d["length_action"] = ("Set an explicit --max-model-len that fits, so auto-fit never changes it (--enforce-eager "
                               f"also avoids the capture that trips the assertion){fit}")

@@ -37,16 +37,17 @@ ANSWERED_RE = re_cache.compile(r'- "[A-Z]+ \S* HTTP/[0-9.]+" (?P<status>[0-9]{3}
 # Line rules. Each regex contains a prefilter keyword literally (tests check the tracker gives the
 # same timeline on the whole log and on prefiltered lines).
 _RE = {
-    "banner": re_cache.compile(r"vLLM server version (\S+?),? serving model (\S+)"),
+    # The model runs to the end of the line: a local path may hold spaces.
+    "banner": re_cache.compile(r"vLLM server version (\S+?),? serving model (\S(?:.*\S)?)"),
     "logo_version": re_cache.compile(r"█\s+version (\S+)"),
     # Releases before the "serving model" banner (vllm==0.6.3 vllm/entrypoints/openai/api_server.py:528).
     "api_banner": re_cache.compile(r"vLLM API server version (\S+)"),
-    "logo_model": re_cache.compile(r"█\s+model   (\S+)"),
+    "logo_model": re_cache.compile(r"█\s+model   (\S(?:.*\S)?)"),
     "engine": re_cache.compile(r"Initializing a V1 LLM engine \(v([^)]+)\) with config: (.*)"),
     "nondefault": re_cache.compile(r"non-default args: (.*)"),
     "max_len": re_cache.compile(r"Using max model len ([0-9]+)"),
     "arch": re_cache.compile(r"Resolved architecture: (\S+)"),
-    "start_load": re_cache.compile(r"Starting to load model (\S+?)(?:\.\.\.)?$"),
+    "start_load": re_cache.compile(r"Starting to load model (\S(?:.*?\S)?)(?:\.\.\.)?\s*$"),
     "shards": re_cache.compile(r"Loading safetensors checkpoint shards.*?([0-9]+)/([0-9]+)"),
     "load_weights": re_cache.compile(r"Loading weights took ([0-9]+(?:\.[0-9]+)?) seconds"),
     "model_loading": re_cache.compile(r"Model loading took ([0-9]+(?:\.[0-9]+)?) GiB(?: memory)? and ([0-9]+(?:\.[0-9]+)?) seconds"),
@@ -92,7 +93,8 @@ _RE = {
 }
 
 _ENGINE_FIELDS = {
-    "model": re_cache.compile(r"\bmodel='([^']*)'"),
+    # The model as Python's repr writes a str: in single quotes, in double quotes when it holds a single quote.
+    "model": re_cache.compile(r"""\bmodel=('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")"""),
     "max_seq_len": re_cache.compile(r"\bmax_seq_len=([0-9]+)"),
     "tp": re_cache.compile(r"\btensor_parallel_size=([0-9]+)"),
     "pp": re_cache.compile(r"\bpipeline_parallel_size=([0-9]+)"),
@@ -122,6 +124,7 @@ class StartupTracker:
     def __init__(self) -> None:
         self.timeline = StartupTimeline()
         self._last_capture_key: tuple[str, int, int] | None = None
+        self._model_rank = 0  # how the model was read: 1 a banner's text, 2 the engine config's repr, 3 the args' dict
 
     # -- helpers ---------------------------------------------------------------------------
     def _ref(self, key: str, line: LogLine, overwrite: bool = True) -> LineRef:
@@ -129,6 +132,15 @@ class StartupTracker:
         if overwrite or key not in self.timeline.refs:
             self.timeline.refs[key] = ref
         return ref
+
+    def _model(self, value: str, rank: int) -> bool:
+        """Take the model from the most faithful source seen: `non-default args` and the engine config quote it as
+        Python values (a path with spaces whole), a banner's or logo's text only runs to the end of its line."""
+        if not value or rank <= self._model_rank:
+            return False
+        self.timeline.model = value
+        self._model_rank = rank
+        return True
 
     def _event(self, phase: str, text: str, line: LogLine) -> ProgressEvent:
         tl = self.timeline
@@ -186,7 +198,7 @@ class StartupTracker:
             m = R["banner"].search(msg)
             if m:
                 tl.vllm_version = tl.vllm_version or m.group(1)
-                tl.model = tl.model or m.group(2)
+                self._model(m.group(2), 1)
                 self._ref("vllm_version", line, overwrite=False)
             else:
                 m = R["logo_version"].search(msg) or R["api_banner"].search(msg)
@@ -195,8 +207,7 @@ class StartupTracker:
                     self._ref("vllm_version", line, overwrite=False)
         if "  model   " in msg:
             m = R["logo_model"].search(msg)
-            if m and tl.model is None:
-                tl.model = m.group(1)
+            if m and self._model(m.group(1), 1):
                 self._ref("model", line, overwrite=False)
 
     def _launch(self, msg: str, line: LogLine, events: list[ProgressEvent]) -> None:
@@ -238,7 +249,7 @@ class StartupTracker:
         if "Starting to load model" in msg:
             m = R["start_load"].search(msg)
             if m:
-                tl.model = tl.model or m.group(1)
+                self._model(m.group(1), 1)
             events.append(self._event("loading_weights", "Loading weights", line))
         if "Loading safetensors checkpoint shards" in msg:
             m = R["shards"].search(msg)
@@ -446,8 +457,8 @@ class StartupTracker:
         self._ref("vllm_version", line)
         self._ref("engine_config", line)
         f = _ENGINE_FIELDS
-        if (m := f["model"].search(config)) and tl.model is None:
-            tl.model = m.group(1)
+        if m := f["model"].search(config):
+            self._model(_literal_str(m.group(1)), 2)
         if m := f["max_seq_len"].search(config):
             tl.max_model_len = int(m.group(1))
             self._ref("max_model_len", line)
@@ -477,8 +488,11 @@ class StartupTracker:
             parsed = None
         if isinstance(parsed, dict):
             tl.serve_args = {str(k): v for k, v in parsed.items()}
-        if (m := f["model"].search(args)) and tl.model is None:
-            tl.model = m.group(1)
+            model = parsed.get("model") or parsed.get("model_tag")
+            if isinstance(model, str):
+                self._model(model, 3)
+        elif m := f["model"].search(args):
+            self._model(m.group(1), 3)
         if m := f["max_model_len"].search(args):
             tl.max_model_len_arg = m.group(1).strip("'")
             self._ref("max_model_len_arg", line)
@@ -494,6 +508,15 @@ class StartupTracker:
             tl.enable_expert_parallel = m.group(1) == "True"
         if (m := f["eager"].search(args)) and tl.enforce_eager is None:
             tl.enforce_eager = m.group(1) == "True"
+
+
+def _literal_str(text: str) -> str:
+    """A str as Python's repr wrote it, read back ("" when it is not one)."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return ""
+    return value if isinstance(value, str) else ""
 
 
 def _short(text: str, limit: int = 100) -> str:

@@ -174,19 +174,25 @@ def _finding(console: Console, f: Finding, multi: bool, heading: str | None, com
 _COMMAND_START = ("dsv4ctl ", "vllm ", "VLLM_", "pip ", "docker ", "hf ", "huggingface-cli ", "nvidia-smi", "dmesg")
 
 
-def _action(console: Console, lead: str, action: str) -> None:
-    """An action: its words wrapped with the indent kept; a command in it on a line of its own, whole."""
-    # A command (or flags to paste) follows ": " and runs to the end of the action.
+def split_action(action: str) -> tuple[str, str | None]:
+    """An action's words and the command it ends with (None when it has none): a command (or flags to paste)
+    follows ": " and runs to the end of the action, so it is printed on a line of its own and pastes whole."""
     at = -1
     for start in (*_COMMAND_START, "--"):
         i = action.find(": " + start)
         if i >= 0 and (at < 0 or i + 2 < at):
             at = i + 2
     if at <= 0:
-        print_prose(console, action, indent=lead, subsequent_indent=" " * len(lead))
-        return
-    print_prose(console, action[:at].rstrip(), indent=lead, subsequent_indent=" " * len(lead))
-    print_command(console, action[at:], indent=" " * (len(lead) + 2))
+        return action, None
+    return action[:at].rstrip(), action[at:]
+
+
+def _action(console: Console, lead: str, action: str) -> None:
+    """An action: its words wrapped with the indent kept; a command in it on a line of its own, whole."""
+    words, command = split_action(action)
+    print_prose(console, words, indent=lead, subsequent_indent=" " * len(lead))
+    if command is not None:
+        print_command(console, command, indent=" " * (len(lead) + 2))
 
 
 def _timeline_rows(tl: StartupTimeline) -> list[tuple[str, str]]:

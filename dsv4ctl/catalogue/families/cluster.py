@@ -200,8 +200,8 @@ FAMILIES: tuple[Signature, ...] = (
         ),
         patterns=(r"Failed to infer device type",),  # vllm==0.32.0 vllm/config/device.py:56
         actions=(
-            "Check the GPUs inside the container: nvidia-smi (docker run --gpus all; on Kubernetes a nvidia.com/gpu "
-            "limit and the NVIDIA runtime class)",
+            "Check the GPUs inside the container (docker run --gpus all; on Kubernetes a nvidia.com/gpu limit and the "
+            "NVIDIA runtime class): nvidia-smi",
             "Check the vLLM build matches the device: python -c 'import torch; print(torch.version.cuda, torch.cuda.is_available())'",
         ),
         source="vllm==0.32.0 vllm/config/device.py:56; advice: vllm-project/vllm#14075",
@@ -219,8 +219,8 @@ FAMILIES: tuple[Signature, ...] = (
                   r"(?P<limit_text>fork: Resource temporarily unavailable)"),
         actions=(
             "See the limit inside the container: cat /sys/fs/cgroup/pids.max (cgroup v2)",
-            "Raise it where it is set: docker run --pids-limit -1 (or a few thousand); on Kubernetes the kubelet's podPidsLimit "
-            "(or the container runtime's pids_limit)",
+            "Raise it where it is set (-1, or a few thousand; on Kubernetes the kubelet's podPidsLimit or the container "
+            "runtime's pids_limit): docker run --pids-limit -1",
             "Fewer threads per process also helps: OMP_NUM_THREADS=8, TOKENIZERS_PARALLELISM=false",
         ),
         source="Python threading / glibc pthread_create (EAGAIN); the container's pids cgroup",
