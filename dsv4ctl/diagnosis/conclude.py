@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from dsv4ctl.catalogue.signatures import BY_ID
 from dsv4ctl.diagnosis.analyzer import Hit, StartAnalyzer, window_of
 from dsv4ctl.diagnosis.answers import answer_scoped
-from dsv4ctl.diagnosis.checklist import checklist
+from dsv4ctl.diagnosis.checklist import checklist, could_be_stale
 from dsv4ctl.diagnosis.dsv4 import is_dsv4
 from dsv4ctl.diagnosis.evidence import evidence_of, fill, line_of, make_finding, ref_evidence
 from dsv4ctl.diagnosis.model import Diagnosis, Finding, PhaseBasis
@@ -318,7 +318,12 @@ def conclude_start(a: StartAnalyzer, sources: list[str]) -> Diagnosis:
             _requests_just_before(root, findings)
     findings.sort(key=lambda f: (not f.is_root_cause, _SEVERITY_RANK.get(f.severity, 3), f.order or (0, 0)))
     pre_records = w.live_startup if not tl.ready else []
-    answers = checklist(a, tl, findings, pre_records) if (dsv4 or tl.autofit is not None or tl.autofit_full_fit) else []
+    answers = []
+    if not a.light and (dsv4 or tl.autofit is not None or tl.autofit_full_fit):
+        # Asked only where the failure could be the stale-length crash.
+        answers = checklist(a, tl, findings, pre_records)
+        if not could_be_stale(verdict, phase, root, answers):
+            answers = []
     return Diagnosis(
         verdict=verdict,
         findings=findings,
