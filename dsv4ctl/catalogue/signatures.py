@@ -132,7 +132,7 @@ CATALOGUE: tuple[Signature, ...] = (
         id="cuda_oom",
         severity="critical",
         title="CUDA out of memory",
-        meaning="The GPU ran out of memory while {phase_text}.",
+        meaning="The GPU ran out of memory{phase_text}.",
         patterns=(
             r"CUDA out of memory",
             # torch's own type (torch.OutOfMemoryError, torch.cuda.OutOfMemoryError): the type alone, a message cut off.
@@ -141,7 +141,8 @@ CATALOGUE: tuple[Signature, ...] = (
             r"Failed to load model - not enough GPU memory",
             r"CUDA error: out of memory",
         ),
-        actions=("{phase_action}", "Check what else holds GPU memory: dsv4ctl gpus"),
+        actions=("{phase_action}", "{phase_action_2}", "{phase_action_3}", "{phase_action_4}",
+                 "Check what else holds GPU memory: dsv4ctl gpus"),
         source="torch.OutOfMemoryError; vllm/v1/worker/gpu_model_runner.py load_model",
         next_command="dsv4ctl gpus",
     ),

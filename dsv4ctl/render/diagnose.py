@@ -125,7 +125,8 @@ def _finding(console: Console, f: Finding, multi: bool, heading: str | None, com
     if details.get("kernel"):
         console.print(Text(f"  Faulting kernel: {details['kernel']}"))
     if f.id == "cuda_oom" and details.get("phase"):
-        console.print(Text(f"  Phase: {details['phase']}"))
+        possible = details.get("possible_phases")
+        console.print(Text(f"  Phase: {details['phase']}" + (f" (one of: {', '.join(possible)})" if possible else "")))
     safe = details.get("safe_length")
     if safe and not compact:
         print_prose(console, safe["line"][:1].upper() + safe["line"][1:], indent="  ", subsequent_indent="    ")

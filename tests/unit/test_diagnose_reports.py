@@ -49,3 +49,37 @@ def test_the_checklist_keeps_identifiers_whole_at_80_columns(cli):
     text = report(cli, "--example", "stale-max-model-len")
     assert "sparse_mla.py::_build_c128a_metadata?" in text
     assert "ModelState.max_model_len" in text
+
+
+# ---- the phase of a CUDA OOM ----------------------------------------------------------------------
+
+
+def test_an_oom_with_no_phase_evidence_says_phase_unknown_and_advises_each_phase(cli):
+    d = diagnose([REPORTS / "cuda_oom_no_phase.log"])
+    oom = d.root_cause
+    assert oom.id == "cuda_oom" and d.phase == "startup"
+    # "EngineCore failed to start": the engine was starting, so it was not serving; nothing says which step.
+    assert oom.details["phase"] == "unknown" and oom.details["possible_phases"] == ["load", "profile", "capture"]
+    assert "loading the weights" not in oom.meaning.split(";")[0]
+    assert "does not show in which phase" in oom.meaning
+    advice = " ".join(oom.actions)
+    for words in ("If it ran out loading the weights", "If it ran out profiling memory", "If it ran out capturing CUDA graphs"):
+        assert words in advice
+    doc = json.loads(cli("diagnose", str(REPORTS / "cuda_oom_no_phase.log"), "--json").stdout)
+    root = next(f for f in doc["findings"] if f["is_root_cause"])
+    assert doc["phase"] == "startup" and root["details"]["phase"] == "unknown"
+    text = report(cli, str(REPORTS / "cuda_oom_no_phase.log"))
+    assert "Phase: unknown (one of: load, profile, capture)" in text and "Phase: load" not in text
+
+
+def test_an_oom_is_placed_by_the_method_a_workers_wrapper_names():
+    oom = diagnose([REPORTS / "cuda_oom_worker_method.log"]).root_cause
+    assert oom.details["phase"] == "load" and "possible_phases" not in oom.details
+    assert oom.meaning == "The GPU ran out of memory while loading the weights."
+
+
+@pytest.mark.parametrize(("name", "phase"), [("cuda_oom_load", "load"), ("cuda_oom_profile", "profile"),
+                                             ("cuda_oom_capture", "capture"), ("cuda_oom_serving", "serving")])
+def test_an_oom_with_phase_evidence_keeps_its_phase(name, phase):
+    oom = next(f for f in diagnose([FIXTURES / f"{name}.log"]).findings if f.id == "cuda_oom")
+    assert oom.details["phase"] == phase
