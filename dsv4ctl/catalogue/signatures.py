@@ -546,6 +546,29 @@ DERIVED: tuple[Signature, ...] = (
         ),
     ),
     Signature(
+        id="log_ends_before_ready",
+        severity="warning",
+        role="note",
+        title="The log ends while {phase_text}",
+        meaning=(
+            "Nothing in the log failed, and it ends while {phase_text}{progress_text}. The log cannot say why it stops "
+            "there: the process may still be at work, have been stopped from outside (the host's OOM killer, a probe, a "
+            "restart), or hang. The checks below tell these apart; none of them is shown by the log."
+        ),
+        patterns=(),
+        actions=(
+            "Check whether the server is still running, and so still at work: pgrep -af vllm",
+            "{storage_check}",
+            "Check whether the host's OOM killer ended it (a process of the start killed for host memory): "
+            "dmesg -T | grep -i -E 'killed process|out of memory'",
+            "In a container, check its shared memory (Docker gives 64 MB unless --shm-size or --ipc=host; vLLM's workers "
+            "need more): df -h /dev/shm",
+            "If a startup or liveness probe watches the server (Kubernetes), check that it allows longer than the start "
+            "takes and did not restart it (kubectl describe pod: Events, Last State)",
+        ),
+        source="vllm==0.32.0 model_executor/model_loader/weight_utils.py (the shards bar); the startup timeline",
+    ),
+    Signature(
         id="not_a_vllm_log",
         severity="warning",
         role="note",

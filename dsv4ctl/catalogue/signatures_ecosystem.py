@@ -380,7 +380,7 @@ SIGNATURES: tuple[Signature, ...] = (
             "See what the memory monitor killed and why: ray logs raylet.out -ip {node_ip}",
             "See the node's memory: free -g (on that node)",
             "Give the node more host memory, or run fewer workers on it; the kill threshold is "
-            "RAY_memory_usage_threshold (set it when starting Ray: ray start …)",
+            "RAY_memory_usage_threshold, set in the environment of ray start",
         ),
         source=(
             "ray==2.60.0 ray/core/src/ray/raylet/raylet (src/ray/raylet/node_manager.cc); "
@@ -403,7 +403,7 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
         actions=(
             "Check host memory on the worker's node: dmesg -T | grep -i -E 'killed process|out of memory'",
-            "Read the dead worker's own log on its node: ray logs worker-*.err (the Worker PID Ray names)",
+            "Read the dead worker's own log on its node (the Worker PID Ray names): ray logs worker-*.err",
             "If it crashed (SIGSEGV), rerun once with --enforce-eager to rule out CUDA-graph capture",
         ),
         source="ray==2.60.0 ray/core/src/ray/raylet/raylet (the raylet binary's string table)",

@@ -22,6 +22,7 @@ from dsv4ctl.diagnosis.serving_view import (
     signed_lines,
 )
 from dsv4ctl.diagnosis.stuck import shortage_finding, stuck_finding, waited_before
+from dsv4ctl.diagnosis.unfinished import unfinished_finding
 from dsv4ctl.diagnosis.windows import (
     is_request_error,
     serving_warnings,
@@ -309,6 +310,8 @@ def conclude_start(a: StartAnalyzer, sources: list[str]) -> Diagnosis:
         verdict = "stuck"
     else:
         verdict = "healthy" if up else "inconclusive"
+    if verdict == "inconclusive" and not a.light and (ends := unfinished_finding(a, tl)) is not None:
+        findings.append(ends)
     if root is not None:
         root.is_root_cause = True
         if verdict == "failed" and phase == "serving" and tl.ready_ref is not None and "while serving" not in root.meaning:

@@ -9,12 +9,20 @@ prefiltered lines. Formats are vLLM's own (0.27-0.33; see docs/diagnose.md for t
 
 from __future__ import annotations
 
-import ast
 import re
 
 from dsv4ctl import re_cache
 from dsv4ctl.logs.reader import LogLine, strip_ansi
-from dsv4ctl.logs.timeline_model import PHASES, AutoFit, CaptureProgress, LineRef, ProgressEvent, StartupTimeline
+from dsv4ctl.logs.timeline_launch import read_engine_config, read_nondefault
+from dsv4ctl.logs.timeline_model import (
+    PHASES,
+    AutoFit,
+    CaptureProgress,
+    LineRef,
+    ProgressEvent,
+    StartupTimeline,
+    WeightsProgress,
+)
 from dsv4ctl.units import format_tokens
 
 __all__ = ["PHASES", "AutoFit", "CaptureProgress", "LineRef", "ProgressEvent", "StartupTimeline", "StartupTracker"]
@@ -48,7 +56,10 @@ _RE = {
     "max_len": re_cache.compile(r"Using max model len ([0-9]+)"),
     "arch": re_cache.compile(r"Resolved architecture: (\S+)"),
     "start_load": re_cache.compile(r"Starting to load model (\S(?:.*?\S)?)(?:\.\.\.)?\s*$"),
-    "shards": re_cache.compile(r"Loading safetensors checkpoint shards.*?([0-9]+)/([0-9]+)"),
+    # tqdm's bar (vllm==0.32.0 model_executor/model_loader/weight_utils.py "Loading safetensors checkpoint shards"),
+    # the last redraw of the line: "13% Completed | 6/46 [00:51<05:40, 8.51s/it]".
+    "shards": re_cache.compile(r"Loading safetensors checkpoint shards:?\s*(?:([0-9]+)% Completed \| )?([0-9]+)/([0-9]+)"
+                               r"(?: \[([0-9:]+)<([0-9:?]+),? ?([^\]]*)\])?"),
     "load_weights": re_cache.compile(r"Loading weights took ([0-9]+(?:\.[0-9]+)?) seconds"),
     "model_loading": re_cache.compile(r"Model loading took ([0-9]+(?:\.[0-9]+)?) GiB(?: memory)? and ([0-9]+(?:\.[0-9]+)?) seconds"),
     "profiling": re_cache.compile(
@@ -91,32 +102,6 @@ _RE = {
         r"|^Shutting down$|Waiting for application shutdown|Finished server process|^KeyboardInterrupt"
     ),
 }
-
-_ENGINE_FIELDS = {
-    # The model as Python's repr writes a str: in single quotes, in double quotes when it holds a single quote.
-    "model": re_cache.compile(r"""\bmodel=('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")"""),
-    "max_seq_len": re_cache.compile(r"\bmax_seq_len=([0-9]+)"),
-    "tp": re_cache.compile(r"\btensor_parallel_size=([0-9]+)"),
-    "pp": re_cache.compile(r"\bpipeline_parallel_size=([0-9]+)"),
-    "dp": re_cache.compile(r"\bdata_parallel_size=([0-9]+)"),
-    "kv_dtype": re_cache.compile(r"\bkv_cache_dtype=([A-Za-z0-9_]+)"),
-    "eager": re_cache.compile(r"\benforce_eager=(True|False)"),
-    "mode": re_cache.compile(r"'mode': (?:<CompilationMode\.([A-Z_]+)[^>]*>|([0-9]+)|'([A-Za-z_]+)')"),
-    "cg_mode": re_cache.compile(r"'cudagraph_mode': (?:<CUDAGraphMode\.([A-Z_]+)[^>]*>|'([A-Za-z_]+)')"),
-}
-_COMPILATION_MODE_NAMES = {"0": "NONE", "1": "STOCK_TORCH_COMPILE", "2": "DYNAMO_TRACE_ONCE", "3": "VLLM_COMPILE"}
-
-_ARG_FIELDS = {
-    "model": re_cache.compile(r"'model(?:_tag)?': '([^']*)'"),
-    "max_model_len": re_cache.compile(r"'max_model_len': (-?[0-9]+|'[^']*')"),
-    "kv_cache_dtype": re_cache.compile(r"'kv_cache_dtype': '([^']*)'"),
-    "tp": re_cache.compile(r"'tensor_parallel_size': ([0-9]+)"),
-    "pp": re_cache.compile(r"'pipeline_parallel_size': ([0-9]+)"),
-    "dp": re_cache.compile(r"'data_parallel_size': ([0-9]+)"),
-    "ep": re_cache.compile(r"'enable_expert_parallel': (True|False)"),
-    "eager": re_cache.compile(r"'enforce_eager': (True|False)"),
-}
-
 
 class StartupTracker:
     """Feed log lines in order; get progress events back and a growing `timeline`."""
@@ -217,13 +202,13 @@ class StartupTracker:
         if "Initializing a V1 LLM engine" in msg:
             m = R["engine"].search(msg)
             if m:
-                self._parse_engine_config(m.group(1), m.group(2), line)
+                read_engine_config(tl, m.group(1), m.group(2), line, self._model)
                 if tl.last_phase is None:
                     events.append(self._event("starting", f"Starting vLLM {tl.vllm_version or ''}".strip(), line))
         if "non-default args" in msg:
             m = R["nondefault"].search(msg)
             if m:
-                self._parse_nondefault(m.group(1), line)
+                read_nondefault(tl, m.group(1), line, self._model)
                 if tl.last_phase is None:
                     events.append(self._event("starting", "Starting vLLM", line))
 
@@ -252,9 +237,14 @@ class StartupTracker:
                 self._model(m.group(1), 1)
             events.append(self._event("loading_weights", "Loading weights", line))
         if "Loading safetensors checkpoint shards" in msg:
-            m = R["shards"].search(msg)
+            at = msg.rfind("Loading safetensors checkpoint shards")
+            m = R["shards"].search(msg, at)
             if m:
-                events.append(self._event("loading_weights", f"Loading weights {m.group(1)}/{m.group(2)} shards", line))
+                percent, done, total, elapsed, remaining, rate = m.groups()
+                tl.weights_progress = WeightsProgress(
+                    int(done), int(total), int(percent) if percent else None, elapsed, remaining if remaining != "?" else None,
+                    rate.strip() if rate and "?" not in rate else None, line.source, line.lineno, msg[at:m.end()])
+                events.append(self._event("loading_weights", f"Loading weights {done}/{total} shards", line))
         if "Loading weights took" in msg:
             m = R["load_weights"].search(msg)
             if m and tl.weights_seconds is None:
@@ -450,73 +440,6 @@ class StartupTracker:
         self._last_capture_key = key
         text = f"{desc} {n}/{total}" if total else desc
         return self._event("capturing", text, line)
-
-    def _parse_engine_config(self, version: str, config: str, line: LogLine) -> None:
-        tl = self.timeline
-        tl.vllm_version = version
-        self._ref("vllm_version", line)
-        self._ref("engine_config", line)
-        f = _ENGINE_FIELDS
-        if m := f["model"].search(config):
-            self._model(_literal_str(m.group(1)), 2)
-        if m := f["max_seq_len"].search(config):
-            tl.max_model_len = int(m.group(1))
-            self._ref("max_model_len", line)
-        if m := f["tp"].search(config):
-            tl.tensor_parallel_size = int(m.group(1))
-        if m := f["pp"].search(config):
-            tl.pipeline_parallel_size = int(m.group(1))
-        if m := f["dp"].search(config):
-            tl.data_parallel_size = int(m.group(1))
-        if m := f["kv_dtype"].search(config):
-            tl.kv_cache_dtype = m.group(1)
-        if m := f["eager"].search(config):
-            tl.enforce_eager = m.group(1) == "True"
-        if m := f["mode"].search(config):
-            name = m.group(1) or m.group(3) or _COMPILATION_MODE_NAMES.get(m.group(2) or "", m.group(2))
-            tl.compilation_mode = name
-        if m := f["cg_mode"].search(config):
-            tl.cudagraph_mode = m.group(1) or m.group(2)
-
-    def _parse_nondefault(self, args: str, line: LogLine) -> None:
-        tl = self.timeline
-        f = _ARG_FIELDS
-        self._ref("nondefault_args", line)
-        try:
-            parsed = ast.literal_eval(args.strip())
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            parsed = None
-        if isinstance(parsed, dict):
-            tl.serve_args = {str(k): v for k, v in parsed.items()}
-            model = parsed.get("model") or parsed.get("model_tag")
-            if isinstance(model, str):
-                self._model(model, 3)
-        elif m := f["model"].search(args):
-            self._model(m.group(1), 3)
-        if m := f["max_model_len"].search(args):
-            tl.max_model_len_arg = m.group(1).strip("'")
-            self._ref("max_model_len_arg", line)
-        if m := f["kv_cache_dtype"].search(args):
-            tl.kv_cache_dtype = tl.kv_cache_dtype or m.group(1)
-        if (m := f["tp"].search(args)) and tl.tensor_parallel_size is None:
-            tl.tensor_parallel_size = int(m.group(1))
-        if (m := f["pp"].search(args)) and tl.pipeline_parallel_size is None:
-            tl.pipeline_parallel_size = int(m.group(1))
-        if (m := f["dp"].search(args)) and tl.data_parallel_size is None:
-            tl.data_parallel_size = int(m.group(1))
-        if m := f["ep"].search(args):
-            tl.enable_expert_parallel = m.group(1) == "True"
-        if (m := f["eager"].search(args)) and tl.enforce_eager is None:
-            tl.enforce_eager = m.group(1) == "True"
-
-
-def _literal_str(text: str) -> str:
-    """A str as Python's repr wrote it, read back ("" when it is not one)."""
-    try:
-        value = ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return ""
-    return value if isinstance(value, str) else ""
 
 
 def _short(text: str, limit: int = 100) -> str:

@@ -28,6 +28,8 @@ _VERDICT_STYLE = {"failed": "bold white on red", "healthy": "bold white on green
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
 _ANSWER_STYLE = {"yes": "bold", "no": "bold", "not in log": "dim"}
 _TEXT_LIMIT = 160
+# Notes shown first and whole, like a root cause (their checks in full), when the start has none.
+_LEAD_NOTES = ("log_ends_before_ready",)
 
 
 def _clip(text: str, limit: int = _TEXT_LIMIT) -> str:
@@ -45,9 +47,11 @@ def render_diagnosis(d: Diagnosis, console: Console) -> None:
     console.print(head)
     console.print()
 
-    if d.root_cause is not None:
-        _finding(console, d.root_cause, multi, heading="Root cause")
-    others = [f for f in d.findings if not f.is_root_cause]
+    # Without a root cause, a note that says where the log ends leads, with its checks in full.
+    lead = d.root_cause or next((f for f in d.findings if f.id in _LEAD_NOTES), None)
+    if lead is not None:
+        _finding(console, lead, multi, heading="Root cause" if lead is d.root_cause else "")
+    others = [f for f in d.findings if f is not lead]
     if others:
         console.print(Text("Other findings", style="bold underline"))
         for f in others:
@@ -99,7 +103,7 @@ def _finding(console: Console, f: Finding, multi: bool, heading: str | None, com
     if heading:
         title.append(f"{heading}: ", style="bold")
     title.append(f"[{f.severity}] ", style=_SEVERITY_STYLE.get(f.severity, ""))
-    title.append(f.title, style="bold" if heading else "")
+    title.append(f.title, style="bold" if heading is not None else "")
     title.append(f"  ({f.id}", style="dim")
     if f.line is not None:
         title.append(f", line {f.line}", style="dim")
@@ -172,7 +176,8 @@ def _finding(console: Console, f: Finding, multi: bool, heading: str | None, com
     console.print()
 
 
-_COMMAND_START = ("dsv4ctl ", "vllm ", "VLLM_", "pip ", "docker ", "hf ", "huggingface-cli ", "nvidia-smi", "dmesg")
+_COMMAND_START = ("dsv4ctl ", "vllm ", "VLLM_", "pip ", "docker ", "hf ", "huggingface-cli ", "nvidia-smi", "dmesg",
+                  "pgrep ", "df ", "ss ", "ls ", "cat ", "kubectl ", "python ", "python3 ", "ray ")
 
 
 def split_action(action: str) -> tuple[str, str | None]:

@@ -83,3 +83,48 @@ def test_an_oom_is_placed_by_the_method_a_workers_wrapper_names():
 def test_an_oom_with_phase_evidence_keeps_its_phase(name, phase):
     oom = next(f for f in diagnose([FIXTURES / f"{name}.log"]).findings if f.id == "cuda_oom")
     assert oom.details["phase"] == phase
+
+
+# ---- a log that stops before ready ----------------------------------------------------------------
+
+
+def test_a_log_that_stops_loading_the_weights_says_how_far_and_what_to_check(cli):
+    d = diagnose([REPORTS / "stops_loading_weights.log"])
+    assert d.verdict == "inconclusive" and d.root_cause is None
+    note = next(f for f in d.findings if f.id == "log_ends_before_ready")
+    assert note.title == "The log ends while loading the weights"
+    assert note.details["progress"] == {"shards_done": 6, "shards_total": 46, "percent": 13, "elapsed": "00:51",
+                                        "remaining": "05:40", "rate": "8.51s/it", "line": 17}
+    assert "6 of 46 shards (13%) after 00:51" in note.meaning and "10-21 09:00:51" in note.meaning
+    assert note.evidence[0].line == 17 and "6/46" in note.evidence[0].text  # the bar's last redraw, as logged
+    checks = " ".join(note.actions)
+    for words in ("still running", "slow or network storage", "OOM killer", "dmesg", "/dev/shm", "probe"):
+        assert words in checks
+    # Checks, not fixes: the log shows none of these causes.
+    assert all(a.startswith(("Check", "In a container, check", "If a startup")) for a in note.actions)
+    text = report(cli, str(REPORTS / "stops_loading_weights.log"))
+    assert "What to do:" in text and "pgrep -af vllm" in text
+    assert text.index("The log ends while loading the weights") < text.index("Startup timeline")
+
+
+def test_a_log_that_stops_capturing_names_the_capture_and_leaves_the_storage_alone():
+    note = next(f for f in diagnose([FIXTURES / "inconclusive_capture.log"]).findings if f.id == "log_ends_before_ready")
+    assert "capturing CUDA graphs" in note.title and "40 of 83" in note.meaning
+    assert not any("storage" in a for a in note.actions)
+
+
+def test_a_local_checkpoints_storage_is_checked_by_its_path(tmp_path):
+    log = tmp_path / "local.log"
+    log.write_text((REPORTS / "stops_loading_weights.log").read_text().replace("deepseek-ai/DeepSeek-V4-Flash",
+                                                                                "/models/DeepSeek V4"))
+    note = next(f for f in diagnose([log]).findings if f.id == "log_ends_before_ready")
+    assert any(a.endswith("df -hT '/models/DeepSeek V4'") for a in note.actions)
+
+
+def test_the_shards_bar_is_read_at_its_last_redraw():
+    from dsv4ctl.logs.reader import iter_log_lines
+    from dsv4ctl.logs.timeline import StartupTracker
+
+    tracker = StartupTracker()
+    events = [e for line in iter_log_lines([REPORTS / "stops_loading_weights.log"]) for e in tracker.feed(line)]
+    assert events[-1].text == "Loading weights 6/46 shards"  # was the first redraw's 0/46
