@@ -128,3 +128,35 @@ def test_the_shards_bar_is_read_at_its_last_redraw():
     tracker = StartupTracker()
     events = [e for line in iter_log_lines([REPORTS / "stops_loading_weights.log"]) for e in tracker.feed(line)]
     assert events[-1].text == "Loading weights 6/46 shards"  # was the first redraw's 0/46
+
+
+# ---- the safe length of a checkpoint this machine cannot read ---------------------------------------
+
+
+def test_a_local_checkpoint_is_planned_as_the_geometry_its_log_shows():
+    """A checkpoint directory of the server's, not on this machine: the log's architecture and its auto-fit (980,224
+    tokens in 9.81 GiB) are Flash's, so the length is Flash's plan, the one the hub id gets, and says so."""
+    hub = diagnose([EXAMPLES / "stale-max-model-len.log"]).root_cause.details
+    local = diagnose([REPORTS / "stale_local_path.log"])
+    details = local.root_cause.details
+    assert details["safe_len"] == hub["safe_len"] == 840704
+    assert details["safe_length"]["estimate"] is False
+    assert details["safe_length"]["basis"].startswith("planned as deepseek-ai/DeepSeek-V4-Flash, the geometry the log shows")
+    assert local.next_command.startswith("dsv4ctl serve /models/DeepSeek-V4-Flash ")
+    assert local.next_command.endswith("--max-model-len 840704")
+
+
+def test_a_log_no_geometry_matches_gets_an_estimate_that_says_so(tmp_path):
+    """The same log with an auto-fit no built-in geometry gives at that memory (another DeepSeek-V4 variant): no plan,
+    so the length is scaled, an upper bound, and the report says it is an estimate."""
+    log = tmp_path / "variant.log"
+    log.write_text((REPORTS / "stale_local_path.log").read_text().replace("1048576 to 980224", "1048576 to 700416"))
+    safe = diagnose([log]).root_cause.details["safe_length"]
+    assert safe["estimate"] is True and safe["autofit_max_model_len"] == 700416
+    assert safe["line"].startswith("safe length at most ") and ", an estimate (no plan for this model" in safe["line"]
+    assert "0.50 GiB" in safe["line"] and "a 0.50 GiB margin" not in safe["line"]
+
+
+def test_the_report_says_where_the_safe_length_comes_from(cli):
+    text = report(cli, str(REPORTS / "stale_local_path.log"), width=200)
+    assert "Safe length 840,704 (planned as deepseek-ai/DeepSeek-V4-Flash, the geometry the log shows" in text
