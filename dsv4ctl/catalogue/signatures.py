@@ -414,7 +414,7 @@ CATALOGUE: tuple[Signature, ...] = (
         role="symptom",
         title="Engine core failed",
         meaning=(
-            "The engine reported that startup failed. This line is a consequence; the cause is the first "
+            "The engine reported that {what_failed}. This line is a consequence; the cause is the first "
             "worker error above it."
         ),
         patterns=(

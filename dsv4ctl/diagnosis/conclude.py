@@ -468,8 +468,12 @@ def _replace(findings: list[Finding], f: Finding) -> Finding:
 def not_a_vllm_log(sources: list[str], lines_read: int, selected: int) -> Diagnosis:
     sig = BY_ID["not_a_vllm_log"]
     details = {"lines_read": lines_read}
+    title, meaning = sig.title, fill(sig.meaning, details) or sig.meaning
+    if lines_read == 0:
+        details["empty"] = True
+        title, meaning = "The input is empty", "The input holds no line at all, so there is no start to diagnose."
     f = Finding(
-        id=sig.id, severity=sig.severity, title=sig.title, meaning=fill(sig.meaning, details) or sig.meaning,
+        id=sig.id, severity=sig.severity, title=title, meaning=meaning,
         evidence=[], details=details, actions=list(sig.actions), role=sig.role,
     )
     return Diagnosis(

@@ -80,7 +80,9 @@ def _fits(d: dict[str, Any], a: StartAnalyzer, fits: int) -> None:
 
 def derive(sig_id: str, hits: list[Hit], a: StartAnalyzer, tl: StartupTimeline, log: str) -> dict[str, Any]:
     """Numbers a finding shows, derived from the log itself."""
-    d: dict[str, Any] = {"occurrences": a.occurrences(sig_id), **command_parts(tl, log)}
+    d: dict[str, Any] = {"occurrences": a.occurrences(sig_id)}
+    if not a.light:  # an earlier start's commands are never shown
+        d.update(command_parts(tl, log))
     af = tl.autofit
     if sig_id in ("autofit_reduced", "stale_max_model_len") and af is not None:
         d.update(
@@ -210,6 +212,17 @@ def _cuda_oom(d: dict[str, Any], msgs: list[str], hits: list[Hit], a: StartAnaly
         d["tried_to_allocate"] = m.group(1)
 
 
+def _engine_core_failed(d: dict[str, Any], msgs: list[str], hits: list[Hit], a: StartAnalyzer, tl: StartupTimeline) -> None:
+    """What the engine's own words say failed: its start, its loop while serving, or a worker (words of neither)."""
+    text = " ".join(msgs)
+    if any(w in text for w in _STARTING_WORDS):
+        d["what_failed"] = "its startup failed"
+    elif any(w in text for w in _SERVING_WORDS) or "EngineDeadError" in text or all(h.after_ready for h in hits):
+        d["what_failed"] = "it died while serving"
+    else:
+        d["what_failed"] = "a worker raised an exception"
+
+
 _FREE_RE = re_cache.compile(
     r"\(([0-9]+(?:\.[0-9]+)?)/([0-9]+(?:\.[0-9]+)?) GiB\) on startup is less than desired GPU memory utilization "
     r"\(([0-9]+(?:\.[0-9]+)?), ([0-9]+(?:\.[0-9]+)?) GiB\)"
@@ -269,6 +282,7 @@ _DERIVE = {
     "stale_max_model_len": _stale,
     "kv_cache_insufficient": _kv_insufficient,
     "cuda_oom": _cuda_oom,
+    "engine_core_failed": _engine_core_failed,
     "free_memory_below_utilization": _free_memory,
     "worker_died": _worker_died,
 }

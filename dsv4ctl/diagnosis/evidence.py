@@ -74,12 +74,13 @@ def make_finding(sig: Signature, hits: list[Hit], details: dict[str, Any], extra
         seen.add(k)
         evidence.append(evidence_of(line))
     evidence = evidence[:MAX_EVIDENCE]
+    title = fill(sig.title, details) or sig.title.split("{")[0].strip()
     meaning = fill(sig.meaning, details) or sig.meaning.split("{")[0].strip()
     actions = [a for a in (fill(t, details) for t in sig.actions) if a]
     return Finding(
         id=sig.id,
         severity=sig.severity,
-        title=sig.title,
+        title=title,
         meaning=meaning,
         evidence=evidence,
         details=details,

@@ -55,7 +55,6 @@ def unfinished_finding(a: StartAnalyzer, tl: StartupTimeline) -> Finding | None:
         evidence.append(a.last)
     sig = BY_ID["log_ends_before_ready"]
     f = make_finding(sig, [], details, extra=evidence)
-    f.title = fill(sig.title, details) or f.title
     f.actions = [x for x in (fill(t, details) for t in sig.actions) if x]
     f.order = (max(a.last_ts.values(), default=""), 1 << 62)  # where the log ends: after every other finding
     return f

@@ -8,7 +8,9 @@ reads it, so a local path with spaces or quotes stays whole.
 from __future__ import annotations
 
 import ast
-from typing import Callable
+import copy
+import functools
+from typing import Any, Callable
 
 from dsv4ctl import re_cache
 from dsv4ctl.logs.reader import LogLine
@@ -76,12 +78,9 @@ def read_nondefault(tl: StartupTimeline, args: str, line: LogLine, set_model: Se
     """`non-default args: {…}`: the launch's own flags (a Python dict, read as one), the model and the length given."""
     f = _ARG_FIELDS
     tl.refs["nondefault_args"] = LineRef.of(line)
-    try:
-        parsed = ast.literal_eval(args.strip())
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        parsed = None
-    if isinstance(parsed, dict):
-        tl.serve_args = {str(k): v for k, v in parsed.items()}
+    parsed = _literal_dict(args.strip())
+    if parsed is not None:
+        tl.serve_args = copy.deepcopy(parsed)
         model = parsed.get("model") or parsed.get("model_tag")
         if isinstance(model, str):
             set_model(model, 3)
@@ -102,6 +101,17 @@ def read_nondefault(tl: StartupTimeline, args: str, line: LogLine, set_model: Se
         tl.enable_expert_parallel = m.group(1) == "True"
     if (m := f["eager"].search(args)) and tl.enforce_eager is None:
         tl.enforce_eager = m.group(1) == "True"
+
+
+@functools.lru_cache(maxsize=16)
+def _literal_dict(text: str) -> dict[str, Any] | None:
+    """`non-default args` read as the dict it is (None when it is not one); kept for the next start, which a crash loop
+    launches with the same args (the caller copies it)."""
+    try:
+        parsed = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return {str(k): v for k, v in parsed.items()} if isinstance(parsed, dict) else None
 
 
 def literal_str(text: str) -> str:

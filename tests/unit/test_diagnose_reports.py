@@ -9,6 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dsv4ctl.advice import diagnose
 
@@ -160,3 +162,152 @@ def test_a_log_no_geometry_matches_gets_an_estimate_that_says_so(tmp_path):
 def test_the_report_says_where_the_safe_length_comes_from(cli):
     text = report(cli, str(REPORTS / "stale_local_path.log"), width=200)
     assert "Safe length 840,704 (planned as deepseek-ai/DeepSeek-V4-Flash, the geometry the log shows" in text
+
+
+# ---- a crash loop's starts --------------------------------------------------------------------------
+
+
+def _loop(tmp_path: Path, *parts: tuple[Path, int]) -> Path:
+    """A log of starts: each fixture (its comment lines left out) repeated so many times, in order."""
+    text = []
+    for path, times in parts:
+        one = "".join(line for line in path.read_text(encoding="utf-8").splitlines(keepends=True)
+                      if not line.startswith("#"))
+        text.append(one * times)
+    log = tmp_path / "loop.log"
+    log.write_text("".join(text), encoding="utf-8")
+    return log
+
+
+def test_a_crash_loop_is_summarised_in_bounded_output(cli, tmp_path):
+    log = _loop(tmp_path, (REPORTS / "port_in_use_start.log", 300))
+    text = report(cli, str(log))
+    section = text[text.index("Starts in this log"):text.index("Startup timeline")]
+    assert section.splitlines()[0] == "Starts in this log: 300, the report is about the last"
+    assert re.search(r"^\s*300\s+failed\s+address_in_use\s+#1\s+#300$", section, re.M)  # counted by how they ended
+    assert re.search(r"^\s*…\s+294 more$", section, re.M)
+    rows = re.findall(r"^\s*(\d+)\s+\d+–\d+\s", section, re.M)
+    assert rows == ["1", "2", "3", "298", "299", "300"]  # the first and the last few
+    assert len(text.splitlines()) < 60
+    doc = json.loads(cli("diagnose", str(log), "--json").stdout)
+    assert len(doc["starts"]) == 300  # the JSON lists every start
+    assert doc["start_kinds"] == [{"verdict": "failed", "phase": "startup", "root_cause": "address_in_use",
+                                   "count": 300, "first_start": 1, "last_start": 300}]
+
+
+def test_a_start_begins_at_its_own_first_line(tmp_path):
+    """The platform line vLLM prints before its banner, and the logo's whole record, belong to the start they open."""
+    d = diagnose([_loop(tmp_path, (REPORTS / "port_in_use_start.log", 3))])
+    assert [(st.first.line, st.last.line) for st in d.starts] == [(1, 18), (19, 36), (37, 54)]
+    healthy = _loop(tmp_path, (EXAMPLES / "healthy.log", 3))
+    lines = healthy.read_text().count("\n") // 3
+    starts = diagnose([healthy]).starts
+    assert [(st.first.line, st.last.line) for st in starts] == [(1 + k * lines, (k + 1) * lines) for k in range(3)]
+
+
+def test_the_starts_title_does_not_wrap_at_80_columns(cli, tmp_path):
+    text = report(cli, str(_loop(tmp_path, (REPORTS / "port_in_use_start.log", 3))))
+    assert "Starts in this log: 3, the report is about the last\n" in text
+
+
+LOOP_PARTS = [REPORTS / "port_in_use_start.log", FIXTURES / "cuda_oom_load.log", EXAMPLES / "stale-max-model-len.log",
+              FIXTURES / "compile_error.log", EXAMPLES / "healthy.log", FIXTURES / "inconclusive_capture.log"]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(order=st.lists(st.tuples(st.sampled_from(range(len(LOOP_PARTS))), st.integers(1, 4)), min_size=1, max_size=6))
+def test_a_start_that_repeats_the_one_before_concludes_as_it_would_alone(order, tmp_path, monkeypatch):
+    """A repeated start takes the conclusion of the one before it without being analysed: the report (every start's
+    lines, verdict and cause, the last start's findings) is the one a full analysis of every start gives."""
+    from dsv4ctl.diagnosis import repeats
+
+    log = _loop(tmp_path, *((LOOP_PARTS[i], n) for i, n in order))
+    fast = diagnose([log]).to_json()
+    monkeypatch.setattr(repeats, "PRINT_MAX_LINES", 0)  # no start compared: each analysed
+    assert diagnose([log]).to_json() == fast
+
+
+def test_a_crash_loop_analyses_its_distinct_starts_only(tmp_path):
+    from dsv4ctl.diagnosis.run import LogPass
+
+    feed = LogPass.feed_raw
+    passes = []
+
+    def spy(self, *args, **kwargs):
+        passes.append(self)
+        return feed(self, *args, **kwargs)
+
+    log = _loop(tmp_path, (REPORTS / "port_in_use_start.log", 50))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(LogPass, "feed_raw", spy)
+        d = diagnose([log])
+    assert len(d.starts) == 50
+    # the first start analysed, the second too (its first line, the platform line, was the first start's last
+    # line before the split), every other repeat taken as is, the last read in full for the report
+    assert passes[0].replayed == 47
+
+
+# ---- the report's own wording -----------------------------------------------------------------------
+
+
+def test_ids_are_shown_without_the_catalogues_prefix(cli):
+    path = FIXTURES / "catalogue" / "eco_hf_gated_repo.log"
+    text = report(cli, str(path))
+    assert "(hf_gated_repo, line" in text and "eco_" not in text
+    assert json.loads(cli("diagnose", str(path), "--json").stdout)["root_cause"] == "eco_hf_gated_repo"
+
+
+def test_a_title_with_placeholders_is_filled():
+    title = diagnose([FIXTURES / "address_in_use.log"]).root_cause.title
+    assert "{" not in title and title == "The address is already taken"
+
+
+def test_the_engines_wrapper_says_what_failed():
+    serving = next(f for f in diagnose([FIXTURES / "cuda_oom_serving.log"]).findings if f.id == "engine_core_failed")
+    assert serving.meaning.startswith("The engine reported that it died while serving.")
+    starting = next(f for f in diagnose([FIXTURES / "compile_error.log"]).findings if f.id == "engine_core_failed")
+    assert starting.meaning.startswith("The engine reported that its startup failed.")
+
+
+def test_evidence_is_listed_in_the_logs_order(cli):
+    text = report(cli, str(FIXTURES / "catalogue" / "eco_hf_gated_repo.log"), width=200)
+    numbers = [int(m) for m in re.findall(r"^\s{4,}(\d+)  ", text.split("What to do")[0], re.M)]
+    assert len(numbers) > 2 and numbers == sorted(numbers)
+
+
+def test_an_empty_input_says_it_is_empty(cli, tmp_path):
+    empty = tmp_path / "empty.log"
+    empty.write_bytes(b"")
+    result = cli("diagnose", str(empty))
+    assert result.exit_code == 5
+    assert "The input is empty" in result.stdout and "read 0 lines" not in result.stdout
+
+
+def test_stdin_from_a_terminal_is_asked_for(monkeypatch, capsys):
+    import sys
+
+    from dsv4ctl.commands import diagnose as command
+
+    class Terminal:
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stdin", Terminal())
+    command._prompt_for_stdin(["-"])
+    assert "Reading the log from stdin" in capsys.readouterr().err
+    command._prompt_for_stdin(["vllm.log"])
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("args", [("--example", "stale-max-model-len"), ("--example", "healthy"), ("--list-examples",),
+                                  (str(FIXTURES / "catalogue" / "eco_hf_gated_repo.log"),)])
+def test_no_report_line_ends_in_blanks(cli, args):
+    for width in (80, 120):
+        text = report(cli, *args, width=width)
+        assert [line for line in text.splitlines() if line != line.rstrip()] == []
+
+
+def test_a_deployments_tables_pad_their_cells(cli):
+    logs = sorted((FIXTURES / "group").glob("*.log"))
+    text = report(cli, *map(str, logs), width=120)
+    assert "┃ log " in text and "┃log" not in text
