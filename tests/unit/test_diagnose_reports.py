@@ -76,8 +76,8 @@ def test_an_oom_with_no_phase_evidence_says_phase_unknown_and_advises_each_phase
 
 def test_an_oom_is_placed_by_the_method_a_workers_wrapper_names():
     oom = diagnose([REPORTS / "cuda_oom_worker_method.log"]).root_cause
-    assert oom.details["phase"] == "load" and "possible_phases" not in oom.details
-    assert oom.meaning == "The GPU ran out of memory while loading the weights."
+    assert oom.details["phase"] == "profile" and "possible_phases" not in oom.details
+    assert oom.meaning == "The GPU ran out of memory while profiling memory / allocating the KV cache."
 
 
 @pytest.mark.parametrize(("name", "phase"), [("cuda_oom_load", "load"), ("cuda_oom_profile", "profile"),
