@@ -14,16 +14,27 @@ if TYPE_CHECKING:
     from dsv4ctl.planning import SafeLength
 
 
+# How close the planner's auto-fit for a built-in geometry must come to the length the log's auto-fit chose for the log
+# to be that geometry (the mirror plans from the logged memory, rounded to 0.01 GiB: within 0.3 % on every fixture;
+# Flash and Pro differ by a factor of 6 or more at the same memory).
+PRESET_MATCH = 0.01
+
+
 def safe_length_from_log(tl: StartupTimeline, fits: int) -> "SafeLength":
     """The explicit --max-model-len to recommend when the log says `fits` tokens fit: what
     `fit-length MODEL --from-log LOG` recommends (the one safe-length rule, planned from the log's KV
-    memory and the launch's own flags); scaled from `fits` when dsv4ctl cannot plan the model."""
+    memory and the launch's own flags). A model this machine cannot read (a checkpoint directory of the
+    server's) is planned as the built-in DeepSeek-V4 geometry the log's own figures show it is
+    (`_planned_as_preset`); else the length is scaled from `fits`, an estimate that says so."""
     from dsv4ctl.planning import safe_length_scaled  # the planner only when a length is asked
 
     if tl.model and tl.available_kv_gib and tl.available_kv_gib > 0.005:
         args = json.dumps(deployment.launch_args(tl), sort_keys=True, default=str)
         planned = _planned_safe_length(tl.model, tl.available_kv_gib, tl.vllm_version, args)
         if planned is not None and planned.ceiling > 0:
+            return planned
+        planned = _planned_as_preset(tl, args)
+        if planned is not None:
             return planned
     # vLLM logs the memory rounded to 0.01 GiB: the margin is taken from the low end of that interval.
     memory = int(round(tl.available_kv_gib * GiB) - 0.005 * GiB) if tl.available_kv_gib and tl.available_kv_gib > 0.005 else None
@@ -45,6 +56,34 @@ def _planned_safe_length(model: str, available_kv_gib: float, vllm_version: str 
         return plan_fit(FitRequest(model=model, inherit_from_log=True), log_facts=calibration).safe_length
     except Dsv4ctlError:
         return None
+
+
+def _planned_as_preset(tl: StartupTimeline, args: str) -> "SafeLength | None":
+    """The plan for the one built-in DeepSeek-V4 geometry the log shows: its architecture is DeepSeek-V4's, its length
+    is the geometry's, and the planner's auto-fit at the log's KV memory gives the length the log's auto-fit chose
+    (within PRESET_MATCH). None when the log shows no auto-fit to compare, or no geometry or more than one matches."""
+    from dataclasses import replace
+
+    from dsv4ctl.planning import builtin_model_ids, load_geometry
+
+    if tl.autofit is None or "DeepseekV4" not in (tl.architecture or ""):
+        return None
+    matches = []
+    for model_id in builtin_model_ids():
+        planned = _planned_safe_length(model_id, tl.available_kv_gib, tl.vllm_version, args)
+        if planned is None or planned.ceiling <= 0:
+            continue
+        if tl.max_model_len and load_geometry(model_id).model_max_model_len != tl.max_model_len:
+            continue
+        if abs(planned.ceiling - tl.autofit.to_len) <= PRESET_MATCH * tl.autofit.to_len:
+            matches.append((model_id, planned))
+    if len(matches) != 1:
+        return None
+    model_id, planned = matches[0]
+    basis = (f"planned as {model_id}, the geometry the log shows: its {tl.architecture} auto-fit "
+             f"{format_tokens(tl.autofit.to_len)} tokens in {tl.available_kv_gib} GiB, and {model_id} plans "
+             f"{format_tokens(planned.ceiling)} there")
+    return replace(planned, basis=basis)
 
 
 def safe_length_details(tl: StartupTimeline, fits: int) -> dict[str, Any]:

@@ -51,7 +51,7 @@ CATALOGUE: tuple[Signature, ...] = (
         actions=(
             "Pin the length explicitly so every start behaves the same: --max-model-len {safe_len}",
             "{knob_action}",
-            "See how much memory a longer context needs: dsv4ctl fit-length {model} --from-log {log}{_fit_flags}",
+            "See how much memory a longer context needs: dsv4ctl fit-length {model!q} --from-log {log!q}{_fit_flags}",
         ),
         source="vllm/v1/core/kv_cache_utils.py (0.27-0.32), v1/core/kv_cache_planning.py (0.33)",
     ),
@@ -75,11 +75,11 @@ CATALOGUE: tuple[Signature, ...] = (
             "{premise_check}",
             "{length_action}",
             "{knob_action}",
-            "Launch through dsv4ctl, which sets that length for you: dsv4ctl serve {model}{_serve_flags} --max-model-len {safe_len}",
+            "Launch through dsv4ctl, which sets that length for you: dsv4ctl serve {model!q}{_serve_flags} --max-model-len {safe_len}",
             "Upgrade vLLM to {fixed} or later",
         ),
         source="vllm/models/deepseek_v4/sparse_mla.py (assert added in 0.29.0); upstream report in docs",
-        next_command="dsv4ctl serve {model}{_serve_flags} --max-model-len {safe_len}",
+        next_command="dsv4ctl serve {model!q}{_serve_flags} --max-model-len {safe_len}",
     ),
     Signature(
         id="deepgemm_metadata_oob",
@@ -99,7 +99,7 @@ CATALOGUE: tuple[Signature, ...] = (
         actions=(
             "Upgrade DeepGEMM past the unguarded kernel: vLLM 0.28.0 or later vendors a guarded copy; remove any old "
             "external deep_gemm package, which takes precedence (pip uninstall deep_gemm)",
-            "Launch through dsv4ctl, which clamps the scheduler input: dsv4ctl serve {model}{_serve_all}",
+            "Launch through dsv4ctl, which clamps the scheduler input: dsv4ctl serve {model!q}{_serve_all}",
             "Avoid FULL CUDA graphs (FULL_DECODE_ONLY still captures FULL decode graphs): "
             "--compilation-config '{{\"cudagraph_mode\": \"PIECEWISE\"}}'",
             "Last resort, no CUDA graphs at all: --enforce-eager",
@@ -129,13 +129,13 @@ CATALOGUE: tuple[Signature, ...] = (
             "Give the KV cache more memory: {more_memory_text}",
         ),
         source="vllm/v1/core/kv_cache_utils.py _check_enough_kv_cache_memory / _auto_fit_max_model_len",
-        next_command="dsv4ctl fit-length {model} --from-log {log}{_fit_flags}",
+        next_command="dsv4ctl fit-length {model!q} --from-log {log!q}{_fit_flags}",
     ),
     Signature(
         id="cuda_oom",
         severity="critical",
         title="CUDA out of memory",
-        meaning="The GPU ran out of memory while {phase_text}.",
+        meaning="The GPU ran out of memory{phase_text}.",
         patterns=(
             r"CUDA out of memory",
             # torch's own type (torch.OutOfMemoryError, torch.cuda.OutOfMemoryError): the type alone, a message cut off.
@@ -144,7 +144,8 @@ CATALOGUE: tuple[Signature, ...] = (
             r"Failed to load model - not enough GPU memory",
             r"CUDA error: out of memory",
         ),
-        actions=("{phase_action}", "Check what else holds GPU memory: dsv4ctl gpus"),
+        actions=("{phase_action}", "{phase_action_2}", "{phase_action_3}", "{phase_action_4}",
+                 "Check what else holds GPU memory: dsv4ctl gpus"),
         source="torch.OutOfMemoryError; vllm/v1/worker/gpu_model_runner.py load_model",
         next_command="dsv4ctl gpus",
     ),
@@ -366,7 +367,7 @@ CATALOGUE: tuple[Signature, ...] = (
             r"torch\._dynamo\.exc",
         ),
         actions=(
-            "Retry without compilation to confirm: --enforce-eager (or -O0)",
+            "Retry without compilation to confirm (-O0 does the same): --enforce-eager",
             "Clear the compile cache (~/.cache/vllm/torch_compile_cache) and retry",
         ),
         source="torch._dynamo / torch._inductor exception names",
@@ -416,7 +417,7 @@ CATALOGUE: tuple[Signature, ...] = (
         role="symptom",
         title="Engine core failed",
         meaning=(
-            "The engine reported that startup failed. This line is a consequence; the cause is the first "
+            "The engine reported that {what_failed}. This line is a consequence; the cause is the first "
             "worker error above it."
         ),
         patterns=(
@@ -546,6 +547,29 @@ DERIVED: tuple[Signature, ...] = (
         actions=(
             "Read the traceback around the quoted line",
         ),
+    ),
+    Signature(
+        id="log_ends_before_ready",
+        severity="warning",
+        role="note",
+        title="The log ends while {phase_text}",
+        meaning=(
+            "Nothing in the log failed, and it ends while {phase_text}{progress_text}. The log cannot say why it stops "
+            "there: the process may still be at work, have been stopped from outside (the host's OOM killer, a probe, a "
+            "restart), or hang. The checks below tell these apart; none of them is shown by the log."
+        ),
+        patterns=(),
+        actions=(
+            "Check whether the server is still running, and so still at work: pgrep -af vllm",
+            "{storage_check}",
+            "Check whether the host's OOM killer ended it (a process of the start killed for host memory): "
+            "dmesg -T | grep -i -E 'killed process|out of memory'",
+            "In a container, check its shared memory (Docker gives 64 MB unless docker run --shm-size or --ipc=host; vLLM's workers "
+            "need more): df -h /dev/shm",
+            "If a startup or liveness probe watches the server (Kubernetes), check that it allows longer than the start "
+            "takes and did not restart it (kubectl describe pod: Events, Last State)",
+        ),
+        source="vllm==0.32.0 model_executor/model_loader/weight_utils.py (the shards bar); the startup timeline",
     ),
     Signature(
         id="not_a_vllm_log",

@@ -48,9 +48,9 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
         actions=(
             "Launch through dsv4ctl, whose fix flashmla-empty-prefill-chunk skips empty query ranges: "
-            "dsv4ctl serve {model}{_serve_all}",
+            "dsv4ctl serve {model!q}{_serve_all}",
             "Your own launch gets the same fix once dsv4ctl is installed in vLLM's Python environment: "
-            "DSV4CTL_FIXES=all vllm serve {model}{_serve_all}",
+            "DSV4CTL_FIXES=all vllm serve {model!q}{_serve_all}",
             "With dsv4ctl installed in vLLM's Python environment, DSV4CTL_FIXES=all in the server's environment turns on "
             "its fix flashmla-empty-prefill-chunk, which skips empty query ranges",
             "Check the fix ran: every worker logs 'dsv4ctl fixes: flashmla-empty-prefill-chunk applied'",
@@ -85,7 +85,7 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
         actions=(
             "Plan the split before the start; dsv4ctl names the tensor-parallel sizes that work: "
-            "dsv4ctl fit-length {model}{_fit_flags}",
+            "dsv4ctl fit-length {model!q}{_fit_flags}",
             "Use a smaller --tensor-parallel-size whose slices are whole blocks, and reach the other GPUs through "
             "--data-parallel-size with --enable-expert-parallel (experts are not cut then)",
             "Or keep the GPUs and split by layers instead: --pipeline-parallel-size",
@@ -110,7 +110,7 @@ SIGNATURES: tuple[Signature, ...] = (
         patterns=(r"Custom collectives are disabled because this multi-node group does not support MNNVL multicast",),
         actions=(
             "Skip the cross-node rendezvous (a hang there has no later line): "
-            "vllm serve {model}{_serve_all} --disable-custom-all-reduce",
+            "vllm serve {model!q}{_serve_all} --disable-custom-all-reduce",
         ),
         source=f"vllm==0.27.1 {_CAR}:255; vllm==0.32.0 {_CAR}:354; vllm==0.33.0 {_CAR}:351",
     ),
@@ -147,9 +147,9 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
         actions=(
             "On H20 (or wherever the multicast check fails), turn torch's multicast off: "
-            "TORCH_SYMM_MEM_DISABLE_MULTICAST=1 vllm serve {model}{_serve_all}",
+            "TORCH_SYMM_MEM_DISABLE_MULTICAST=1 vllm serve {model!q}{_serve_all}",
             "Or run without vLLM's symmetric-memory all-reduce (what the message itself says): "
-            "VLLM_ALLREDUCE_USE_SYMM_MEM=0 vllm serve {model}{_serve_all}",
+            "VLLM_ALLREDUCE_USE_SYMM_MEM=0 vllm serve {model!q}{_serve_all}",
         ),
         source=f"vllm==0.33.0 {_SYMM}:100; vllm==0.32.0 {_SYMM}:100; vllm==0.27.1 {_SYMM}:100",
     ),

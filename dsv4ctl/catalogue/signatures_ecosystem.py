@@ -79,7 +79,7 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
         actions=(
             _NCCL_DEBUG_ACTION,
-            "In a container give NCCL shared memory: docker run --ipc=host … (or --shm-size 16g)",
+            "In a container give NCCL shared memory (with docker run --shm-size 16g, or the host's IPC namespace): docker run --ipc=host …",
             "Across nodes, list the network interfaces (ip -br addr) and set NCCL_SOCKET_IFNAME to the one the "
             "nodes reach each other on",
         ),
@@ -177,8 +177,8 @@ SIGNATURES: tuple[Signature, ...] = (
             r"NCCL WARN Error while [a-z ]+ shared memory segment /dev/shm/nccl-",
         ),
         actions=(
-            "Give the container the host's IPC namespace or a bigger /dev/shm: docker run --ipc=host … "
-            "(or --shm-size 16g); on Kubernetes mount an emptyDir with medium: Memory at /dev/shm",
+            "Give the container the host's IPC namespace or a bigger /dev/shm (docker run --shm-size 16g; on Kubernetes mount an "
+            "emptyDir with medium Memory at /dev/shm): docker run --ipc=host …",
             "See the space: df -h /dev/shm",
         ),
         source=(
@@ -204,8 +204,7 @@ SIGNATURES: tuple[Signature, ...] = (
             r"\*\*\* SIGBUS received at time=",
         ),
         actions=(
-            "Give the container the host's IPC namespace or a bigger /dev/shm: docker run --ipc=host … "
-            "(or --shm-size 16g)",
+            "Give the container the host's IPC namespace or a bigger /dev/shm (docker run --shm-size 16g): docker run --ipc=host …",
             "See the space: df -h /dev/shm",
         ),
         source=_WORKER_EXIT_SOURCE,
@@ -383,7 +382,7 @@ SIGNATURES: tuple[Signature, ...] = (
             "See what the memory monitor killed and why: ray logs raylet.out -ip {node_ip}",
             "See the node's memory: free -g (on that node)",
             "Give the node more host memory, or run fewer workers on it; the kill threshold is "
-            "RAY_memory_usage_threshold (set it when starting Ray: ray start …)",
+            "RAY_memory_usage_threshold, set in the environment of ray start",
         ),
         source=(
             "ray==2.60.0 ray/core/src/ray/raylet/raylet (src/ray/raylet/node_manager.cc); "
@@ -406,7 +405,7 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
         actions=(
             "Check host memory on the worker's node: dmesg -T | grep -i -E 'killed process|out of memory'",
-            "Read the dead worker's own log on its node: ray logs worker-*.err (the Worker PID Ray names)",
+            "Read the dead worker's own log on its node (the Worker PID Ray names): ray logs worker-*.err",
             "If it crashed (SIGSEGV), rerun once with --enforce-eager to rule out CUDA-graph capture",
         ),
         source="ray==2.60.0 ray/core/src/ray/raylet/raylet (the raylet binary's string table)",
@@ -477,7 +476,7 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
         actions=(
             "Accept the model's terms on its Hugging Face page with your account",
-            "Log in on this machine with a token of that account: hf auth login (or set HF_TOKEN in the server's environment)",
+            "Log in on this machine with a token of that account, or set HF_TOKEN in the server's environment: hf auth login",
         ),
         source=(
             "huggingface_hub==2.4.0 huggingface_hub/utils/_http.py:890; "
@@ -496,9 +495,9 @@ SIGNATURES: tuple[Signature, ...] = (
             r"Repository Not Found for url",
         ),
         actions=(
-            "Check the model id (organisation/name, case included): hf models info {model}",
-            "For a private repository, log in with a token that can read it: hf auth login (or set HF_TOKEN in the "
-            "server's environment)",
+            "Check the model id (organisation/name, case included): hf models info {model!q}",
+            "For a private repository, log in with a token that can read it, or set HF_TOKEN in the server's "
+            "environment: hf auth login",
         ),
         source=(
             "huggingface_hub==2.4.0 huggingface_hub/utils/_http.py:947"
@@ -518,7 +517,7 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
         actions=(
             "Download the model once where the Hub is reachable, into the cache this server reads: "
-            "hf download {model}",
+            "hf download {model!q}",
             "Check which cache this process reads: echo $HF_HOME $HF_HUB_CACHE (or pass a local directory as the model)",
         ),
         source=(
@@ -537,7 +536,7 @@ SIGNATURES: tuple[Signature, ...] = (
         patterns=(r"Invalid credentials in Authorization header",),
         actions=(
             "Check which token is used and whether it is valid: hf auth whoami",
-            "Replace it: hf auth login --force (and unset or fix HF_TOKEN, which takes precedence)",
+            "Replace it, and unset or fix HF_TOKEN, which takes precedence: hf auth login --force",
         ),
         source="huggingface_hub==2.4.0 huggingface_hub/utils/_http.py:935",
     ),
@@ -573,9 +572,9 @@ SIGNATURES: tuple[Signature, ...] = (
             r"429 Too Many Requests for url",
         ),
         actions=(
-            "Log in, so the requests count against your account's higher limit: hf auth login (or set HF_TOKEN in "
-            "the server's environment)",
-            "Download the model once and start the servers from the cache without Hub look-ups: hf download {model}, "
+            "Log in, or set HF_TOKEN in the server's environment, so the requests count against your account's higher "
+            "limit: hf auth login",
+            "Download the model once and start the servers from the cache without Hub look-ups: hf download {model!q}, "
             "then run vLLM with HF_HUB_OFFLINE=1",
         ),
         source="huggingface_hub==2.4.0 huggingface_hub/utils/_http.py:974; huggingface_hub==2.4.0 huggingface_hub/utils/_http.py:986",
@@ -591,7 +590,7 @@ SIGNATURES: tuple[Signature, ...] = (
         patterns=(r"Revision Not Found for url",),
         actions=(
             "Use a branch, tag or commit the repository has (its Files page lists them), or drop --revision to use main",
-            "Check the repository: hf models info {model}",
+            "Check the repository: hf models info {model!q}",
         ),
         source="huggingface_hub==2.4.0 huggingface_hub/utils/_http.py:881",
     ),

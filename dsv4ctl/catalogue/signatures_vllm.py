@@ -38,7 +38,7 @@ SIGNATURES: tuple[Signature, ...] = (
             "Use at most the model's length: --max-model-len {derived}",
             "Or let vLLM take the model's length and fit it to memory: --max-model-len auto",
             "Only if the model really supports the longer context (you configured its RoPE scaling): "
-            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 vllm serve {model}{_serve_flags} --max-model-len {requested}",
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 vllm serve {model!q}{_serve_flags} --max-model-len {requested}",
         ),
         source="vllm==0.33.0 vllm/config/model.py:2664; vllm==0.27.1 vllm/config/model.py:2363",
     ),
@@ -75,7 +75,7 @@ SIGNATURES: tuple[Signature, ...] = (
         actions=(
             "Check which GPUs this process can see (CUDA_VISIBLE_DEVICES, the container's GPUs): dsv4ctl gpus",
             "Fit the node: --tensor-parallel-size and --pipeline-parallel-size whose product is at most {gpus}",
-            "To span several nodes: --distributed-executor-backend ray, or vLLM's multi-node multiprocessing with --nnodes",
+            "To span several nodes, run over Ray (or vLLM's multi-node multiprocessing, --nnodes): --distributed-executor-backend ray",
         ),
         source="vllm==0.33.0 vllm/config/parallel.py:1072; vllm==0.27.1 vllm/config/parallel.py:929",
         next_command="dsv4ctl gpus",
@@ -187,7 +187,7 @@ SIGNATURES: tuple[Signature, ...] = (
             r"capability: (?P<min_cap>[0-9]+)\. Current capability: (?P<cap>[0-9]+)",
         ),
         actions=(
-            "Run on a GPU with compute capability {min_cap} or higher (check: dsv4ctl gpus)",
+            "Run on a GPU with compute capability {min_cap} or higher; see what this one has: dsv4ctl gpus",
             "Or a checkpoint that is not {quantization}-quantized: one quantized with a method this GPU supports, or "
             "the unquantized model",
         ),
@@ -222,7 +222,7 @@ SIGNATURES: tuple[Signature, ...] = (
         patterns=(r"Bfloat16 is only supported on GPUs with compute capability of at least 8\.0",),
         actions=(
             "Run in float16 instead: --dtype half",
-            "Or run on an Ampere or newer GPU (check: dsv4ctl gpus)",
+            "Or run on an Ampere or newer GPU; see which this one is: dsv4ctl gpus",
         ),
         source="vllm==0.33.0 vllm/platforms/cuda.py:651; vllm==0.27.1 vllm/platforms/cuda.py:625",
     ),
@@ -333,7 +333,7 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
         patterns=(r"Cannot find any model weights with `(?P<model_path>[^`]*)`",),
         actions=(
-            "List what is there: ls -la {model_path}",
+            "List what is there: ls -la {model_path!q}",
             "Finish the download into that directory, or point vLLM at the directory that holds the *.safetensors shards",
         ),
         source="vllm==0.33.0 vllm/model_executor/model_loader/default_loader.py:260; "
@@ -415,7 +415,7 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
         actions=(
             "Look above for a worker error or a stalled progress bar (where did loading stop?)",
-            "If it was only slow, allow more time: VLLM_ENGINE_READY_TIMEOUT_S=3600 vllm serve {model}{_serve_all}",
+            "If it was only slow, allow more time: VLLM_ENGINE_READY_TIMEOUT_S=3600 vllm serve {model!q}{_serve_all}",
         ),
         source="vllm==0.33.0 vllm/v1/engine/core_client.py:765; vllm==0.27.1 vllm/v1/engine/core_client.py:659",
     ),
@@ -469,7 +469,7 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
         patterns=(r"invalid tool call parser: (?P<parser>\S+) \(chose from",),
         actions=(
-            "Pick a name from the list in the message (DeepSeek-V4: --tool-call-parser deepseek_v4 where listed)",
+            "Pick a name from the list in the message; for DeepSeek-V4, where listed: --tool-call-parser deepseek_v4",
         ),
         source="vllm==0.33.0 vllm/entrypoints/common/cli_args.py:621; "
         "vllm==0.27.1 vllm/entrypoints/openai/api_server.py:606",
@@ -481,7 +481,7 @@ SIGNATURES: tuple[Signature, ...] = (
         meaning="'{parser}' is not a registered reasoning parser; the message lists the names this vLLM knows.",
         patterns=(r"invalid reasoning parser: (?P<parser>\S+) \(chose from",),
         actions=(
-            "Pick a name from the list in the message (DeepSeek-V4: --reasoning-parser deepseek_v4 where listed)",
+            "Pick a name from the list in the message; for DeepSeek-V4, where listed: --reasoning-parser deepseek_v4",
         ),
         source="vllm==0.33.0 vllm/entrypoints/common/cli_args.py:630; "
         "vllm==0.27.1 vllm/entrypoints/openai/api_server.py:615",
@@ -512,7 +512,7 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
         actions=(
             "Shorten the prompt or ask for fewer output tokens (max_tokens) in the client",
-            "If the GPUs have room for a longer context, see what fits: dsv4ctl fit-length {model}{_fit_flags}",
+            "If the GPUs have room for a longer context, see what fits: dsv4ctl fit-length {model!q}{_fit_flags}",
         ),
         source="vllm==0.33.0 vllm/renderers/params.py:544; vllm==0.27.1 vllm/renderers/params.py:450; "
         "vllm==0.33.0 vllm/v1/engine/input_processor.py:590; vllm==0.27.1 vllm/v1/engine/input_processor.py:429; "

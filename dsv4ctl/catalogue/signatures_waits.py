@@ -117,7 +117,7 @@ SIGNATURES: tuple[Signature, ...] = (
             r"placement group\.(?! Required)",
         ),
         actions=(
-            "See the cluster's GPUs: ray status (every node must have joined with its GPUs)",
+            "See the cluster's GPUs (every node must have joined with its GPUs): ray status",
             "Ask for no more GPUs than the cluster has: --tensor-parallel-size × --pipeline-parallel-size ≤ its GPUs",
         ),
         source=f"vllm==0.27.1 {_RAY_UTILS}:631; vllm==0.32.0 {_RAY_UTILS}:614; vllm==0.33.0 {_RAY_UTILS}:365",
@@ -148,8 +148,8 @@ SIGNATURES: tuple[Signature, ...] = (
             r"(?P<shm_bytes>[0-9]+) bytes available",
         ),
         actions=(
-            "Give the container a bigger /dev/shm: docker run --ipc=host … (or --shm-size 16g); on Kubernetes an "
-            "emptyDir with medium: Memory at /dev/shm",
+            "Give the container a bigger /dev/shm (docker run --shm-size 16g, or the host's IPC namespace; on Kubernetes "
+            "an emptyDir with medium Memory at /dev/shm): docker run --ipc=host …",
             "See the space: df -h /dev/shm",
         ),
         source="ray==2.60.0 ray/_private/services.py:2248",
@@ -165,7 +165,7 @@ SIGNATURES: tuple[Signature, ...] = (
             r"(?: bytes)?; capacity: (?P<capacity>[0-9.]+(?: ?[KMGT]i?B)?)",
         ),
         actions=(
-            "See the space: df -h /tmp (Ray's session directory is /tmp/ray unless ray start --temp-dir says otherwise)",
+            "See the space (Ray's session directory is /tmp/ray unless ray start --temp-dir says otherwise): df -h /tmp",
             "Give Ray a larger directory: ray start --temp-dir=/path/on/a/big/disk, or mount a bigger /tmp",
         ),
         source="ray==2.60.0 ray/core/src/ray/raylet/raylet (file_system_monitor.cc: ' is over ', "

@@ -70,6 +70,8 @@ def diagnose_command(
     from dsv4ctl.render.progress import input_bytes, read_progress
     from dsv4ctl.group import is_group
 
+    _prompt_for_stdin(sources)
+
     if is_group(sources):
         _diagnose_group(sources, json_out, svg)
     if svg is not None:
@@ -82,6 +84,17 @@ def diagnose_command(
     else:
         render_diagnosis(result, out_console())
     raise typer.Exit(int(result.exit_code))
+
+
+def _prompt_for_stdin(sources: list[str]) -> None:
+    """`-` read from a terminal: say so on stderr, or the command seems to hang waiting for a paste."""
+    import sys
+
+    if "-" in sources and sys.stdin is not None and sys.stdin.isatty():
+        from dsv4ctl.render import err_console
+
+        err_console().print("Reading the log from stdin: paste it, then press Ctrl-D on a line of its own "
+                            "(Ctrl-Z, Enter on Windows).", markup=False)
 
 
 def _diagnose_group(sources: list[str], json_out: bool, svg: Path | None) -> None:

@@ -48,6 +48,11 @@ _ERROR_LEVELS = (None, "ERROR", "CRITICAL")
 # not take it down.
 _DOWN_STATUSES = ("500", "503")
 
+# The method a worker ran when it raised, as the executor's wrapper names it (vllm==0.6.3
+# executor/multiproc_worker_utils.py "Exception in worker %s while processing method %s."; worker/worker_base.py
+# "Error executing method %r. This might cause deadlock in distributed execution.").
+_WORKER_METHOD_RE = re_cache.compile(r"while processing method (\w+)|Error executing method '?(\w+)")
+
 # The stale-max_model_len fix as dsv4ctl's plugin reports it in every process (dsv4ctl/fixes summary_line).
 _STALE_FIX_RE = re_cache.compile(r"dsv4ctl fixes:.*\bstale-max-model-len applied")
 
@@ -165,6 +170,7 @@ class StartAnalyzer:
         self._pre_engine: dict[str, LogLine] | None = {}
         self._compiling: dict[tuple[str, str | None], LogLine] = {}  # torch.compile's suffix line, per process
         self.rerun: tuple[LogLine, LogLine] | None = None
+        self.worker_methods: set[str] = set()  # the methods a worker raised in, as its executor's wrapper names them
 
     @property
     def quiet_serving(self) -> bool:
@@ -228,6 +234,8 @@ class StartAnalyzer:
         if "paged_mqa_logits_metadata" in msg or "IndexerMetadataBuilder" in msg:
             if len(self.traced_deepgemm) < 2 * MAX_EVIDENCE:
                 self.traced_deepgemm.append((seq, line))
+        if "ing method " in msg and len(self.worker_methods) < 8 and (m := _WORKER_METHOD_RE.search(msg)) is not None:
+            self.worker_methods.add(m.group(1) or m.group(2))
         if "dsv4ctl fixes:" in msg and _STALE_FIX_RE.search(msg):
             self.stale_fix_active = True
         # An access line proves the API server answered, not that the process that logged an error went on: the

@@ -33,7 +33,8 @@ _COMPILATION = Part(
     "failed or was killed mid-compile fails the next load.",
     ("Move the compile cache aside and start again (vLLM rebuilds it): mv ~/.cache/vllm/torch_compile_cache "
      "~/.cache/vllm/torch_compile_cache.old (under $VLLM_CACHE_ROOT where that is set)",
-     "If it fails again with an empty cache, the compile itself fails: --enforce-eager (or -O0) starts without it"),
+     "If it fails again with an empty cache, the compile itself fails; start without it (-O0 does the same): "
+     "--enforce-eager"),
 )
 
 

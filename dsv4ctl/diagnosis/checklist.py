@@ -39,6 +39,21 @@ def checklist(a: StartAnalyzer, tl: StartupTimeline, findings: list[Finding], pr
     ]
 
 
+# The answers that rule the stale-length crash out when "no": no auto length, no reduction, a traceback that ends
+# elsewhere, a failure that is no AssertionError (or is a CUDA OOM), a release that has the fix or predates the bug.
+_RULES_OUT = (0, 1, 2, 3, 5)
+
+
+def could_be_stale(verdict: str, phase: str | None, root: Finding | None, answers: list[ChecklistItem]) -> bool:
+    """Whether the checklist is worth asking: the root cause is the stale-length assertion, or the startup failed and
+    none of the answers rules that crash out (a port in use, a CUDA OOM, an NCCL error, a failure while serving do)."""
+    if root is not None and root.id == "stale_max_model_len":
+        return True
+    if verdict != "failed" or phase != "startup" or len(answers) != len(CHECKLIST_QUESTIONS):
+        return False
+    return all(answers[i].answer != "no" for i in _RULES_OUT)
+
+
 def _auto_length(tl: StartupTimeline) -> ChecklistItem:
     q, refs, arg = CHECKLIST_QUESTIONS[0], tl.refs, tl.max_model_len_arg
     if arg is not None and arg.lower() in ("-1", "auto"):
@@ -82,8 +97,9 @@ def _ends_in_c128a(a: StartAnalyzer, pre_exc: list[ErrorRecord]) -> ChecklistIte
     if pre_exc:
         first = originating(pre_exc) or pre_exc[0]
         frame = first.origin.last_frame if first.origin else None
-        where = f"{Path(frame.file).name}::{frame.function}" if frame else "no frames"
-        return ChecklistItem(q, "no", evidence_of(first.line), f"the traceback ends in {where}")
+        if frame is None:
+            return ChecklistItem(q, "not in log", evidence_of(first.line), "the error is quoted without its traceback's frames")
+        return ChecklistItem(q, "no", evidence_of(first.line), f"the traceback ends in {Path(frame.file).name}::{frame.function}")
     return ChecklistItem(q, "not in log", None, "no traceback before the startup ended")
 
 

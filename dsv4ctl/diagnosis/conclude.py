@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from dsv4ctl.catalogue.signatures import BY_ID
 from dsv4ctl.diagnosis.analyzer import Hit, StartAnalyzer, window_of
 from dsv4ctl.diagnosis.answers import answer_scoped
-from dsv4ctl.diagnosis.checklist import checklist
+from dsv4ctl.diagnosis.checklist import checklist, could_be_stale
 from dsv4ctl.diagnosis.dsv4 import is_dsv4
 from dsv4ctl.diagnosis.evidence import evidence_of, fill, line_of, make_finding, ref_evidence
 from dsv4ctl.diagnosis.model import Diagnosis, Finding, PhaseBasis
@@ -22,6 +22,7 @@ from dsv4ctl.diagnosis.serving_view import (
     signed_lines,
 )
 from dsv4ctl.diagnosis.stuck import shortage_finding, stuck_finding, waited_before
+from dsv4ctl.diagnosis.unfinished import unfinished_finding
 from dsv4ctl.diagnosis.windows import (
     is_request_error,
     serving_warnings,
@@ -309,6 +310,8 @@ def conclude_start(a: StartAnalyzer, sources: list[str]) -> Diagnosis:
         verdict = "stuck"
     else:
         verdict = "healthy" if up else "inconclusive"
+    if verdict == "inconclusive" and not a.light and (ends := unfinished_finding(a, tl)) is not None:
+        findings.append(ends)
     if root is not None:
         root.is_root_cause = True
         if verdict == "failed" and phase == "serving" and tl.ready_ref is not None and "while serving" not in root.meaning:
@@ -316,9 +319,14 @@ def conclude_start(a: StartAnalyzer, sources: list[str]) -> Diagnosis:
             root.meaning += f" It came while serving: the server was up (line {tl.ready_ref.line}) before it."
         if verdict == "failed" and phase == "serving":
             _requests_just_before(root, findings)
-    findings.sort(key=lambda f: (not f.is_root_cause, _SEVERITY_RANK.get(f.severity, 3), f.order or (0, 0)))
+    findings.sort(key=lambda f: (not f.is_root_cause, _SEVERITY_RANK.get(f.severity, 3), f.order or ("", 0)))
     pre_records = w.live_startup if not tl.ready else []
-    answers = checklist(a, tl, findings, pre_records) if (dsv4 or tl.autofit is not None or tl.autofit_full_fit) else []
+    answers = []
+    if not a.light and (dsv4 or tl.autofit is not None or tl.autofit_full_fit):
+        # Asked only where the failure could be the stale-length crash.
+        answers = checklist(a, tl, findings, pre_records)
+        if not could_be_stale(verdict, phase, root, answers):
+            answers = []
     return Diagnosis(
         verdict=verdict,
         findings=findings,
@@ -460,8 +468,12 @@ def _replace(findings: list[Finding], f: Finding) -> Finding:
 def not_a_vllm_log(sources: list[str], lines_read: int, selected: int) -> Diagnosis:
     sig = BY_ID["not_a_vllm_log"]
     details = {"lines_read": lines_read}
+    title, meaning = sig.title, fill(sig.meaning, details) or sig.meaning
+    if lines_read == 0:
+        details["empty"] = True
+        title, meaning = "The input is empty", "The input holds no line at all, so there is no start to diagnose."
     f = Finding(
-        id=sig.id, severity=sig.severity, title=sig.title, meaning=fill(sig.meaning, details) or sig.meaning,
+        id=sig.id, severity=sig.severity, title=title, meaning=meaning,
         evidence=[], details=details, actions=list(sig.actions), role=sig.role,
     )
     return Diagnosis(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any
 
 from dsv4ctl import re_cache
@@ -13,8 +14,9 @@ from dsv4ctl.diagnosis.evidence import command_parts
 from dsv4ctl.logs.timeline import StartupTimeline
 from dsv4ctl.units import format_tokens
 
+# The startup phase the timeline had reached before an OOM: the phase it ran out in. No phase (an excerpt of the
+# error alone) is no evidence of one.
 PHASE_TO_OOM = {
-    None: "load",
     "starting": "load",
     "loading_weights": "load",
     "weights_loaded": "profile",
@@ -22,15 +24,40 @@ PHASE_TO_OOM = {
     "kv_cache": "profile",
     "capturing": "capture",
     "ready": "serving",
-    "failed": "profile",
     "shutdown": "serving",
 }
+
+# The functions an OOM's traceback runs through, the innermost phase first (vllm==0.32.0 v1/worker/gpu_model_runner.py
+# capture_model, profile_run, load_model; v1/worker/gpu_worker.py determine_available_memory, load_model,
+# execute_model; v1/engine/core.py _initialize_kv_caches, run_busy_loop, step).
+_OOM_FRAMES = (
+    ("capture", frozenset({"capture_model", "_capture_cudagraphs", "capture_graphs"})),
+    ("profile", frozenset({"profile_run", "determine_available_memory", "_initialize_kv_caches", "initialize_from_config",
+                           "determine_num_available_blocks", "compile_or_warm_up_model", "_dummy_sampler_run"})),
+    ("load", frozenset({"load_model", "load_weights", "weight_loader"})),
+    ("serving", frozenset({"execute_model", "run_busy_loop", "step", "step_with_batch_queue", "sample_tokens"})),
+)
+
+# The engine's own words for what it was doing (as `conclude.PHASE_WORDS`): starting, or running its loop.
+_STARTING_WORDS = ("EngineCore failed to start", "WorkerProc failed to start", "WorkerProc initialization failed",
+                   "Engine core initialization failed")
+_SERVING_WORDS = ("EngineCore encountered a fatal error", "output_handler failed")
 
 _OOM_PHASE_TEXT = {
     "load": "loading the weights",
     "profile": "profiling memory / allocating the KV cache",
     "capture": "capturing CUDA graphs",
     "serving": "serving requests",
+}
+_OOM_PHASE_IF = {
+    "load": "If it ran out loading the weights, the weights do not fit: free GPU memory held by other processes, add "
+    "GPUs (--tensor-parallel-size, or --data-parallel-size with --enable-expert-parallel), or use a quantized checkpoint",
+    "profile": "If it ran out profiling memory or allocating the KV cache: lower the activation peak "
+    "(--max-num-batched-tokens, --max-num-seqs) or leave more headroom with a lower --gpu-memory-utilization",
+    "capture": "If it ran out capturing CUDA graphs: lower --gpu-memory-utilization so graphs have room, lower "
+    "--max-num-seqs, or run with --enforce-eager",
+    "serving": "If it ran out serving requests: lower --max-num-seqs / --max-num-batched-tokens, or lower "
+    "--gpu-memory-utilization",
 }
 
 _OOM_PHASE_ACTION = {
@@ -53,7 +80,9 @@ def _fits(d: dict[str, Any], a: StartAnalyzer, fits: int) -> None:
 
 def derive(sig_id: str, hits: list[Hit], a: StartAnalyzer, tl: StartupTimeline, log: str) -> dict[str, Any]:
     """Numbers a finding shows, derived from the log itself."""
-    d: dict[str, Any] = {"occurrences": a.occurrences(sig_id), **command_parts(tl, log)}
+    d: dict[str, Any] = {"occurrences": a.occurrences(sig_id)}
+    if not a.light:  # an earlier start's commands are never shown
+        d.update(command_parts(tl, log))
     af = tl.autofit
     if sig_id in ("autofit_reduced", "stale_max_model_len") and af is not None:
         d.update(
@@ -93,7 +122,7 @@ def _stale(d: dict[str, Any], msgs: list[str], hits: list[Hit], a: StartAnalyzer
                              "from A to B\" before capture), so that cause is to be confirmed.")
         d["premise_check"] = ("Confirm auto-fit ran: look for \"reduced max_model_len\" (or \"max_model_len: reduced\") "
                               "in the full log of this start")
-        fit = (f"; this computes one: dsv4ctl fit-length {d['model']}{d.get('_fit_flags', '')}" if d.get("model") else
+        fit = (f"; this computes one: dsv4ctl fit-length {shlex.quote(d['model'])}{d.get('_fit_flags', '')}" if d.get("model") else
                " (dsv4ctl's fit-length computes one for the model)")
         d["length_action"] = ("Set an explicit --max-model-len that fits, so auto-fit never changes it (--enforce-eager "
                               f"also avoids the capture that trips the assertion){fit}")
@@ -143,18 +172,55 @@ def _kv_insufficient(d: dict[str, Any], msgs: list[str], hits: list[Hit], a: Sta
                                  "less, and so does memory something else holds on the GPU (nvidia-smi)")
 
 
-def _cuda_oom(d: dict[str, Any], msgs: list[str], hits: list[Hit], a: StartAnalyzer, tl: StartupTimeline) -> None:
-    first = hits[0]
-    phase = PHASE_TO_OOM.get(first.phase, "profile")
-    if "Failed to load model" in first.line.message:
-        phase = "load"
-    elif "warming up" in first.line.message:
-        phase = "profile"
+def oom_phase(first: Hit, a: StartAnalyzer) -> tuple[str, tuple[str, ...]]:
+    """The phase an OOM came in, from the evidence only: the server was ready before it, the OOM's own words or frames,
+    else the last phase the timeline reached; "unknown" when none shows it, with the phases it can have been (the
+    engine's own words narrow them: it failed to start, or died running its loop)."""
+    message = first.line.message
     if first.after_ready:
-        phase = "serving"
-    d.update(phase=phase, phase_text=_OOM_PHASE_TEXT[phase], phase_action=_OOM_PHASE_ACTION[phase])
+        return "serving", ()
+    if "Failed to load model" in message:
+        return "load", ()
+    if "warming up" in message:
+        return "profile", ()
+    record = next((r for r in a.records if r.spans(first.line)), None)
+    functions = (set(record.functions) if record is not None else set()) | a.worker_methods
+    for phase, names in _OOM_FRAMES:
+        if functions & names:
+            return phase, ()
+    if first.phase in PHASE_TO_OOM:
+        return PHASE_TO_OOM[first.phase], ()
+    words = " ".join(h.line.message for h in a.hits if h.sig.id in ("engine_core_failed", "shutdown_noise"))
+    if any(w in words for w in _SERVING_WORDS):
+        return "serving", ()
+    if any(w in words for w in _STARTING_WORDS):
+        return "unknown", ("load", "profile", "capture")
+    return "unknown", ("load", "profile", "capture", "serving")
+
+
+def _cuda_oom(d: dict[str, Any], msgs: list[str], hits: list[Hit], a: StartAnalyzer, tl: StartupTimeline) -> None:
+    phase, possible = oom_phase(hits[0], a)
+    if phase != "unknown":
+        d.update(phase=phase, phase_text=f" while {_OOM_PHASE_TEXT[phase]}", phase_action=_OOM_PHASE_ACTION[phase])
+    else:
+        texts = [_OOM_PHASE_TEXT[p] for p in possible]
+        d.update(phase="unknown", possible_phases=list(possible),
+                 phase_text=f"; the log does not show in which phase ({', '.join(texts[:-1])} or {texts[-1]})")
+        for k, p in enumerate(possible):
+            d["phase_action" if k == 0 else f"phase_action_{k + 1}"] = _OOM_PHASE_IF[p]
     if m := re.search(r"Tried to allocate ([0-9.]+ [GM]iB)", " ".join(msgs)):
         d["tried_to_allocate"] = m.group(1)
+
+
+def _engine_core_failed(d: dict[str, Any], msgs: list[str], hits: list[Hit], a: StartAnalyzer, tl: StartupTimeline) -> None:
+    """What the engine's own words say failed: its start, its loop while serving, or a worker (words of neither)."""
+    text = " ".join(msgs)
+    if any(w in text for w in _STARTING_WORDS):
+        d["what_failed"] = "its startup failed"
+    elif any(w in text for w in _SERVING_WORDS) or "EngineDeadError" in text or all(h.after_ready for h in hits):
+        d["what_failed"] = "it died while serving"
+    else:
+        d["what_failed"] = "a worker raised an exception"
 
 
 _FREE_RE = re_cache.compile(
@@ -216,6 +282,7 @@ _DERIVE = {
     "stale_max_model_len": _stale,
     "kv_cache_insufficient": _kv_insufficient,
     "cuda_oom": _cuda_oom,
+    "engine_core_failed": _engine_core_failed,
     "free_memory_below_utilization": _free_memory,
     "worker_died": _worker_died,
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import string
 from typing import TYPE_CHECKING, Any
 
 from dsv4ctl.catalogue.signature import Signature
@@ -34,10 +35,25 @@ def evidence_of(line: LogLine) -> Evidence:
 def ref_evidence(ref: LineRef | None) -> Evidence | None:
     return Evidence(ref.source, ref.line, ref.text) if ref else None
 
+class _Fill(string.Formatter):
+    """`str.format` with one conversion more: `{name!q}` is the value as one shell word (`shlex.quote`), for a value
+    that stands in a command (a model path, a log file: `/models/DeepSeek V4` stays one argument)."""
+
+    def convert_field(self, value: Any, conversion: str | None) -> Any:
+        if conversion == "q":
+            return shlex.quote(str(value))
+        return super().convert_field(value, conversion)
+
+
+_FILL = _Fill()
+
+
 def fill(template: str, details: dict[str, Any]) -> str | None:
     try:
+        if "!q}" in template:
+            return _FILL.vformat(template, (), details)
         return template.format(**details)
-    except (KeyError, ValueError, IndexError, TypeError):
+    except (KeyError, ValueError, IndexError, TypeError, AttributeError):
         return None
 
 def make_finding(sig: Signature, hits: list[Hit], details: dict[str, Any], extra: list[LogLine] | None = None) -> Finding:
@@ -58,12 +74,13 @@ def make_finding(sig: Signature, hits: list[Hit], details: dict[str, Any], extra
         seen.add(k)
         evidence.append(evidence_of(line))
     evidence = evidence[:MAX_EVIDENCE]
+    title = fill(sig.title, details) or sig.title.split("{")[0].strip()
     meaning = fill(sig.meaning, details) or sig.meaning.split("{")[0].strip()
     actions = [a for a in (fill(t, details) for t in sig.actions) if a]
     return Finding(
         id=sig.id,
         severity=sig.severity,
-        title=fill(sig.title, details) or sig.title.split("{")[0].strip(),
+        title=title,
         meaning=meaning,
         evidence=evidence,
         details=details,
@@ -74,15 +91,16 @@ def make_finding(sig: Signature, hits: list[Hit], details: dict[str, Any], extra
     )
 
 def command_parts(tl: StartupTimeline, log: str) -> dict[str, Any]:
-    """What suggested commands are built from: the model and log (only when known: a command with a
-    placeholder would not run) and the launch's own flags (`_…` keys stay out of the JSON details)."""
+    """What suggested commands are built from: the model and log as they are (only when known: a command with a
+    placeholder would not run; a template quotes them as shell words, `{model!q}`) and the launch's own flags, quoted
+    already (`_…` keys stay out of the JSON details)."""
     parts: dict[str, Any] = {
         "_serve_flags": deployment.serve_flags(tl),
         "_serve_all": deployment.serve_flags(tl, drop=()),
         "_fit_flags": deployment.fit_length_flags(tl),
     }
     if tl.model:
-        parts["model"] = deployment.model_arg(tl)
+        parts["model"] = tl.model
     if log != "<log>" and tl.available_kv_gib is not None:
-        parts["log"] = shlex.quote(log)  # for `fit-length --from-log`, which needs the measured KV memory
+        parts["log"] = log  # for `fit-length --from-log`, which needs the measured KV memory
     return parts

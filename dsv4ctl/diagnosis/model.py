@@ -114,6 +114,33 @@ class StartSummary:
         }
 
 @dataclass(frozen=True)
+class StartKind:
+    """Starts that ended alike (the same verdict, phase and root cause): how many, and the first and last of them
+    (1-based, as the report numbers starts)."""
+
+    verdict: str
+    phase: str | None
+    root_cause: str | None
+    count: int
+    first: int
+    last: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "phase": self.phase, "root_cause": self.root_cause, "count": self.count,
+                "first_start": self.first, "last_start": self.last}
+
+
+def start_kinds(starts: list[StartSummary]) -> list[StartKind]:
+    """The starts counted by how they ended, in the order each kind first came."""
+    kinds: dict[tuple, list[int]] = {}
+    for n, st in enumerate(starts, 1):
+        seen = kinds.setdefault((st.verdict, st.phase, st.root_cause), [0, n, n])
+        seen[0] += 1
+        seen[2] = n
+    return [StartKind(v, p, r, count, first, last) for (v, p, r), (count, first, last) in kinds.items()]
+
+
+@dataclass(frozen=True)
 class PhaseBasis:
     """What the phase of a failure rests on: the ready line, the words of an error, or nothing (the default)."""
 
@@ -181,6 +208,7 @@ class Diagnosis:
             "lines_read": self.lines_read,
             "lines_selected": self.lines_selected,
             "starts": [st.to_json() for st in self.starts],
+            "start_kinds": [k.to_json() for k in start_kinds(self.starts)] if len(self.starts) > 1 else [],
         }
 
 def summary_text(d: Diagnosis) -> str:
@@ -188,6 +216,8 @@ def summary_text(d: Diagnosis) -> str:
     nth = f" (the last of {len(d.starts)} starts)" if len(d.starts) > 1 else ""
     if any(f.id == "not_a_vllm_log" for f in d.findings):
         n = d.lines_read
+        if n == 0:
+            return "The input is empty: there is no log to diagnose."
         return f"Not a vLLM log: read {n:,} line{'s' if n != 1 else ''}, none of them from vLLM or Python."
     if d.verdict == "failed":
         what = "The server failed while serving" if d.phase == "serving" else "Startup failed"

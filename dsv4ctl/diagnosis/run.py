@@ -18,6 +18,7 @@ from dsv4ctl.diagnosis.analyzer import ANSWER_CAP, HELD_LINES, SERVING_SORTER, S
 from dsv4ctl.diagnosis.conclude import conclude_start, not_a_vllm_log
 from dsv4ctl.diagnosis.evidence import evidence_of
 from dsv4ctl.diagnosis.model import Diagnosis, StartSummary
+from dsv4ctl.diagnosis.repeats import Replay, StartPrint, preamble_length
 from dsv4ctl.logs import parallel, prefilter
 from dsv4ctl.logs.reader import LogLine, Source, close_source, open_source, parse_line, source_list, source_name
 from dsv4ctl.logs.starts import StartSplitter
@@ -27,7 +28,9 @@ class LogPass:
 
     With one input, a start that a new one followed is concluded at once and only its summary is kept
     (lines never go back to it), so memory stays bounded on a crash loop of any length; with several
-    inputs a further file's lines may belong to an earlier start, so every start stays open."""
+    inputs a further file's lines may belong to an earlier start, so every start stays open. With one input a start
+    is also read against the one before it (`repeats.Replay`): one that repeats it line for line takes its
+    conclusion without an analyzer, so a crash loop costs its distinct starts."""
 
     def __init__(self) -> None:
         self.splitter = StartSplitter()
@@ -41,6 +44,11 @@ class LogPass:
         self.evidence_seen = False
         self.selected = 0  # lines the prefilter selected (analysed or held)
         self.full: set[str] = set()  # sources whose every line was fed (read in full), not only the selected ones
+        self._recent: deque[LogLine] = deque(maxlen=8)  # the current start's last lines: a new start's may be among them
+        self._print = StartPrint()  # the current start's lines, as the next start is compared with them
+        self._before: StartPrint | None = None  # the last start concluded, when the next may repeat it
+        self._replay: Replay | None = None  # the current start while it repeats `_before`
+        self.replayed = 0  # starts concluded as repeats of the one before
 
     def feed_batch(
         self, base: int, batch: prefilter.Batch, source: str,
@@ -88,7 +96,10 @@ class LogPass:
     def _quiet(self, source: str) -> bool:
         """Whether lines of `source` are held rather than parsed: the current start serves quietly there."""
         a = self.analyzers.get(self.splitter.current)
-        return a is not None and a.quiet_serving and source == a.ready_source
+        if a is not None and a.quiet_serving and source == a.ready_source:
+            self._print.held = True  # it held lines unread: a comparison cannot repeat that
+            return True
+        return False
 
     def feed_raw(
         self, raw: str, source: str, lineno: int, parsed: LogLine | None = None, kind: int | None = None,
@@ -132,13 +143,63 @@ class LogPass:
     def feed(self, line: LogLine) -> None:
         self.seq += 1
         self.sources.add(line.source)
-        current = self.analyzers[self.splitter.current]
-        index, opened = self.splitter.route(line, current.settled)
+        one = len(self.sources) == 1
+        current = self.analyzers.get(self.splitter.current)
+        index, opened = self.splitter.route(line, current.settled if current is not None else True)
         if opened:
-            if len(self.sources) == 1:
+            # The lines just before the marker that are the new launch's (the logo's record, the platform line).
+            run = preamble_length(self._recent, line)
+            first = self._recent[-run] if run else None
+            last = self._recent[-run - 1] if len(self._recent) > run else None
+            if self._replay is not None:
+                self._end_replay(last)
+            elif one and current is not None:
+                if run and last is not None:
+                    current.last = last
                 self._close(current)
-            self.analyzers[index] = StartAnalyzer(index)
+            self._recent.clear()
+            self._print = StartPrint()
+            if one and self._before is not None and self._before.usable:
+                self._replay = Replay(index, self._before, first)
+            else:
+                self.analyzers[index] = StartAnalyzer(index)
+                self.analyzers[index].first = first
+        self._recent.append(line)
+        if self._replay is not None:
+            if self._replay.take(line, self.seq):
+                return
+            self._materialize()
         self.analyzers[index].feed(line, self.seq)
+        self._print.add(line)
+
+    def _materialize(self) -> None:
+        """The start being replayed differs from the one before it: an analyzer reads it from its first line."""
+        replay, self._replay = self._replay, None
+        a = self.analyzers[replay.index] = StartAnalyzer(replay.index)
+        a.first = replay.first
+        for line, seq in replay.lines:
+            a.feed(line, seq)
+            self._print.add(line)
+
+    def _end_replay(self, last: LogLine | None) -> None:
+        """A new start opened while the current one was replayed: a repeat of the one before takes its conclusion,
+        with its own first and last line; anything else is analysed and concluded."""
+        replay = self._replay
+        if not replay.complete:
+            self._materialize()
+            a = self.analyzers[replay.index]
+            if last is not None:
+                a.last = last
+            self._close(a)
+            return
+        self._replay = None
+        before = replay.before
+        first = replay.first or replay.lines[0][0]
+        end = last if last is not None else replay.lines[-1][0]
+        self.closed.append(replace(before.summary, first=evidence_of(first), last=evidence_of(end)))
+        self.log_lines += before.log_lines
+        self.evidence_seen = self.evidence_seen or before.evidence_seen
+        self.replayed += 1
 
     def _close(self, a: StartAnalyzer) -> None:
         del self.analyzers[a.index]
@@ -146,9 +207,14 @@ class LogPass:
         a.full_read = self.read_in_full()
         self.log_lines += a.log_lines
         self.evidence_seen = self.evidence_seen or a.evidence_seen
+        self._before = None
         if a.first is not None:
             a.light = True
-            self.closed.append(summary_of(a, conclude_start(a, sorted(self.sources))))
+            summary = summary_of(a, conclude_start(a, sorted(self.sources)))
+            self.closed.append(summary)
+            if self._print.usable:
+                self._print.summary, self._print.log_lines, self._print.evidence_seen = summary, a.log_lines, a.evidence_seen
+                self._before = self._print
 
     def read_in_full(self) -> bool:
         """Whether every source was fed line by line in full (then a line after another is all that came after)."""
@@ -159,6 +225,8 @@ class LogPass:
         if self._held:
             self.feed(parse_line(*self._held[-1]))
             self._held.clear()
+        if self._replay is not None:
+            self._materialize()  # the report is about the last start: read in full
         open_starts = sorted(self.analyzers.values(), key=lambda a: a.index)
         for a in open_starts:
             a.finish()

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -319,7 +320,7 @@ def _applies(action: str, run: WaitRun, a: StartAnalyzer, tl: StartupTimeline) -
 def _unstick(run: WaitRun, tl: StartupTimeline, serving: bool) -> list[str]:
     """Flags reported to unstick such a wait, each with where it was reported."""
     if run.kind == "wait_download":
-        model = f" {tl.model}" if tl.model else ""
+        model = f" {shlex.quote(tl.model)}" if tl.model else ""
         return [f"Download the checkpoint before the start, where the network is fast: hf download{model} (the start then "
                 "reads it from the Hugging Face cache; set HF_HUB_DOWNLOAD_TIMEOUT higher on a slow link)"] if model else []
     if run.kind == "wait_placement_group":

@@ -91,7 +91,8 @@ PATTERNS: tuple[str, ...] = (
     "BackendCompilerFailed",
     "Address already in use",
     "_tracker",
-    # startup milestones
+    # startup milestones (the platform line: printed before the banner, the first line of a start)
+    "Automatically detected platform",
     "LLM server version",
     "API server version",
     "█",

@@ -9,12 +9,20 @@ prefiltered lines. Formats are vLLM's own (0.27-0.33; see docs/diagnose.md for t
 
 from __future__ import annotations
 
-import ast
 import re
 
 from dsv4ctl import re_cache
 from dsv4ctl.logs.reader import LogLine, strip_ansi
-from dsv4ctl.logs.timeline_model import PHASES, AutoFit, CaptureProgress, LineRef, ProgressEvent, StartupTimeline
+from dsv4ctl.logs.timeline_launch import read_engine_config, read_nondefault
+from dsv4ctl.logs.timeline_model import (
+    PHASES,
+    AutoFit,
+    CaptureProgress,
+    LineRef,
+    ProgressEvent,
+    StartupTimeline,
+    WeightsProgress,
+)
 from dsv4ctl.units import format_tokens
 
 __all__ = ["PHASES", "AutoFit", "CaptureProgress", "LineRef", "ProgressEvent", "StartupTimeline", "StartupTracker"]
@@ -37,17 +45,21 @@ ANSWERED_RE = re_cache.compile(r'- "[A-Z]+ \S* HTTP/[0-9.]+" (?P<status>[0-9]{3}
 # Line rules. Each regex contains a prefilter keyword literally (tests check the tracker gives the
 # same timeline on the whole log and on prefiltered lines).
 _RE = {
-    "banner": re_cache.compile(r"vLLM server version (\S+?),? serving model (\S+)"),
+    # The model runs to the end of the line: a local path may hold spaces.
+    "banner": re_cache.compile(r"vLLM server version (\S+?),? serving model (\S(?:.*\S)?)"),
     "logo_version": re_cache.compile(r"█\s+version (\S+)"),
     # Releases before the "serving model" banner (vllm==0.6.3 vllm/entrypoints/openai/api_server.py:528).
     "api_banner": re_cache.compile(r"vLLM API server version (\S+)"),
-    "logo_model": re_cache.compile(r"█\s+model   (\S+)"),
+    "logo_model": re_cache.compile(r"█\s+model   (\S(?:.*\S)?)"),
     "engine": re_cache.compile(r"Initializing a V1 LLM engine \(v([^)]+)\) with config: (.*)"),
     "nondefault": re_cache.compile(r"non-default args: (.*)"),
     "max_len": re_cache.compile(r"Using max model len ([0-9]+)"),
     "arch": re_cache.compile(r"Resolved architecture: (\S+)"),
-    "start_load": re_cache.compile(r"Starting to load model (\S+?)(?:\.\.\.)?$"),
-    "shards": re_cache.compile(r"Loading safetensors checkpoint shards.*?([0-9]+)/([0-9]+)"),
+    "start_load": re_cache.compile(r"Starting to load model (\S(?:.*?\S)?)(?:\.\.\.)?\s*$"),
+    # tqdm's bar (vllm==0.32.0 model_executor/model_loader/weight_utils.py "Loading safetensors checkpoint shards"),
+    # the last redraw of the line: "13% Completed | 6/46 [00:51<05:40, 8.51s/it]".
+    "shards": re_cache.compile(r"Loading safetensors checkpoint shards:?\s*(?:([0-9]+)% Completed \| )?([0-9]+)/([0-9]+)"
+                               r"(?: \[([0-9:]+)<([0-9:?]+),? ?([^\]]*)\])?"),
     "load_weights": re_cache.compile(r"Loading weights took ([0-9]+(?:\.[0-9]+)?) seconds"),
     "model_loading": re_cache.compile(r"Model loading took ([0-9]+(?:\.[0-9]+)?) GiB(?: memory)? and ([0-9]+(?:\.[0-9]+)?) seconds"),
     "profiling": re_cache.compile(
@@ -91,37 +103,13 @@ _RE = {
     ),
 }
 
-_ENGINE_FIELDS = {
-    "model": re_cache.compile(r"\bmodel='([^']*)'"),
-    "max_seq_len": re_cache.compile(r"\bmax_seq_len=([0-9]+)"),
-    "tp": re_cache.compile(r"\btensor_parallel_size=([0-9]+)"),
-    "pp": re_cache.compile(r"\bpipeline_parallel_size=([0-9]+)"),
-    "dp": re_cache.compile(r"\bdata_parallel_size=([0-9]+)"),
-    "kv_dtype": re_cache.compile(r"\bkv_cache_dtype=([A-Za-z0-9_]+)"),
-    "eager": re_cache.compile(r"\benforce_eager=(True|False)"),
-    "mode": re_cache.compile(r"'mode': (?:<CompilationMode\.([A-Z_]+)[^>]*>|([0-9]+)|'([A-Za-z_]+)')"),
-    "cg_mode": re_cache.compile(r"'cudagraph_mode': (?:<CUDAGraphMode\.([A-Z_]+)[^>]*>|'([A-Za-z_]+)')"),
-}
-_COMPILATION_MODE_NAMES = {"0": "NONE", "1": "STOCK_TORCH_COMPILE", "2": "DYNAMO_TRACE_ONCE", "3": "VLLM_COMPILE"}
-
-_ARG_FIELDS = {
-    "model": re_cache.compile(r"'model(?:_tag)?': '([^']*)'"),
-    "max_model_len": re_cache.compile(r"'max_model_len': (-?[0-9]+|'[^']*')"),
-    "kv_cache_dtype": re_cache.compile(r"'kv_cache_dtype': '([^']*)'"),
-    "tp": re_cache.compile(r"'tensor_parallel_size': ([0-9]+)"),
-    "pp": re_cache.compile(r"'pipeline_parallel_size': ([0-9]+)"),
-    "dp": re_cache.compile(r"'data_parallel_size': ([0-9]+)"),
-    "ep": re_cache.compile(r"'enable_expert_parallel': (True|False)"),
-    "eager": re_cache.compile(r"'enforce_eager': (True|False)"),
-}
-
-
 class StartupTracker:
     """Feed log lines in order; get progress events back and a growing `timeline`."""
 
     def __init__(self) -> None:
         self.timeline = StartupTimeline()
         self._last_capture_key: tuple[str, int, int] | None = None
+        self._model_rank = 0  # how the model was read: 1 a banner's text, 2 the engine config's repr, 3 the args' dict
 
     # -- helpers ---------------------------------------------------------------------------
     def _ref(self, key: str, line: LogLine, overwrite: bool = True) -> LineRef:
@@ -129,6 +117,15 @@ class StartupTracker:
         if overwrite or key not in self.timeline.refs:
             self.timeline.refs[key] = ref
         return ref
+
+    def _model(self, value: str, rank: int) -> bool:
+        """Take the model from the most faithful source seen: `non-default args` and the engine config quote it as
+        Python values (a path with spaces whole), a banner's or logo's text only runs to the end of its line."""
+        if not value or rank <= self._model_rank:
+            return False
+        self.timeline.model = value
+        self._model_rank = rank
+        return True
 
     def _event(self, phase: str, text: str, line: LogLine) -> ProgressEvent:
         tl = self.timeline
@@ -186,7 +183,7 @@ class StartupTracker:
             m = R["banner"].search(msg)
             if m:
                 tl.vllm_version = tl.vllm_version or m.group(1)
-                tl.model = tl.model or m.group(2)
+                self._model(m.group(2), 1)
                 self._ref("vllm_version", line, overwrite=False)
             else:
                 m = R["logo_version"].search(msg) or R["api_banner"].search(msg)
@@ -195,8 +192,7 @@ class StartupTracker:
                     self._ref("vllm_version", line, overwrite=False)
         if "  model   " in msg:
             m = R["logo_model"].search(msg)
-            if m and tl.model is None:
-                tl.model = m.group(1)
+            if m and self._model(m.group(1), 1):
                 self._ref("model", line, overwrite=False)
 
     def _launch(self, msg: str, line: LogLine, events: list[ProgressEvent]) -> None:
@@ -206,13 +202,13 @@ class StartupTracker:
         if "Initializing a V1 LLM engine" in msg:
             m = R["engine"].search(msg)
             if m:
-                self._parse_engine_config(m.group(1), m.group(2), line)
+                read_engine_config(tl, m.group(1), m.group(2), line, self._model)
                 if tl.last_phase is None:
                     events.append(self._event("starting", f"Starting vLLM {tl.vllm_version or ''}".strip(), line))
         if "non-default args" in msg:
             m = R["nondefault"].search(msg)
             if m:
-                self._parse_nondefault(m.group(1), line)
+                read_nondefault(tl, m.group(1), line, self._model)
                 if tl.last_phase is None:
                     events.append(self._event("starting", "Starting vLLM", line))
 
@@ -238,12 +234,17 @@ class StartupTracker:
         if "Starting to load model" in msg:
             m = R["start_load"].search(msg)
             if m:
-                tl.model = tl.model or m.group(1)
+                self._model(m.group(1), 1)
             events.append(self._event("loading_weights", "Loading weights", line))
         if "Loading safetensors checkpoint shards" in msg:
-            m = R["shards"].search(msg)
+            at = msg.rfind("Loading safetensors checkpoint shards")
+            m = R["shards"].search(msg, at)
             if m:
-                events.append(self._event("loading_weights", f"Loading weights {m.group(1)}/{m.group(2)} shards", line))
+                percent, done, total, elapsed, remaining, rate = m.groups()
+                tl.weights_progress = WeightsProgress(
+                    int(done), int(total), int(percent) if percent else None, elapsed, remaining if remaining != "?" else None,
+                    rate.strip() if rate and "?" not in rate else None, line.source, line.lineno, msg[at:m.end()])
+                events.append(self._event("loading_weights", f"Loading weights {done}/{total} shards", line))
         if "Loading weights took" in msg:
             m = R["load_weights"].search(msg)
             if m and tl.weights_seconds is None:
@@ -439,61 +440,6 @@ class StartupTracker:
         self._last_capture_key = key
         text = f"{desc} {n}/{total}" if total else desc
         return self._event("capturing", text, line)
-
-    def _parse_engine_config(self, version: str, config: str, line: LogLine) -> None:
-        tl = self.timeline
-        tl.vllm_version = version
-        self._ref("vllm_version", line)
-        self._ref("engine_config", line)
-        f = _ENGINE_FIELDS
-        if (m := f["model"].search(config)) and tl.model is None:
-            tl.model = m.group(1)
-        if m := f["max_seq_len"].search(config):
-            tl.max_model_len = int(m.group(1))
-            self._ref("max_model_len", line)
-        if m := f["tp"].search(config):
-            tl.tensor_parallel_size = int(m.group(1))
-        if m := f["pp"].search(config):
-            tl.pipeline_parallel_size = int(m.group(1))
-        if m := f["dp"].search(config):
-            tl.data_parallel_size = int(m.group(1))
-        if m := f["kv_dtype"].search(config):
-            tl.kv_cache_dtype = m.group(1)
-        if m := f["eager"].search(config):
-            tl.enforce_eager = m.group(1) == "True"
-        if m := f["mode"].search(config):
-            name = m.group(1) or m.group(3) or _COMPILATION_MODE_NAMES.get(m.group(2) or "", m.group(2))
-            tl.compilation_mode = name
-        if m := f["cg_mode"].search(config):
-            tl.cudagraph_mode = m.group(1) or m.group(2)
-
-    def _parse_nondefault(self, args: str, line: LogLine) -> None:
-        tl = self.timeline
-        f = _ARG_FIELDS
-        self._ref("nondefault_args", line)
-        try:
-            parsed = ast.literal_eval(args.strip())
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            parsed = None
-        if isinstance(parsed, dict):
-            tl.serve_args = {str(k): v for k, v in parsed.items()}
-        if (m := f["model"].search(args)) and tl.model is None:
-            tl.model = m.group(1)
-        if m := f["max_model_len"].search(args):
-            tl.max_model_len_arg = m.group(1).strip("'")
-            self._ref("max_model_len_arg", line)
-        if m := f["kv_cache_dtype"].search(args):
-            tl.kv_cache_dtype = tl.kv_cache_dtype or m.group(1)
-        if (m := f["tp"].search(args)) and tl.tensor_parallel_size is None:
-            tl.tensor_parallel_size = int(m.group(1))
-        if (m := f["pp"].search(args)) and tl.pipeline_parallel_size is None:
-            tl.pipeline_parallel_size = int(m.group(1))
-        if (m := f["dp"].search(args)) and tl.data_parallel_size is None:
-            tl.data_parallel_size = int(m.group(1))
-        if m := f["ep"].search(args):
-            tl.enable_expert_parallel = m.group(1) == "True"
-        if (m := f["eager"].search(args)) and tl.enforce_eager is None:
-            tl.enforce_eager = m.group(1) == "True"
 
 
 def _short(text: str, limit: int = 100) -> str:

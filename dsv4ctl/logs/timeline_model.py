@@ -45,6 +45,23 @@ class ProgressEvent:
 
 
 @dataclass
+class WeightsProgress:
+    """How far loading the weights got, as tqdm's last redraw of the shards bar says: shards `done` of `total`, the
+    percent, the time elapsed and tqdm's estimate of the time left ("05:40"), the rate ("8.51s/it"), and the line (its
+    last redraw as `text`)."""
+
+    done: int
+    total: int
+    percent: int | None
+    elapsed: str | None
+    remaining: str | None
+    rate: str | None
+    source: str
+    line: int
+    text: str
+
+
+@dataclass
 class AutoFit:
     """vLLM's auto-fit of max_model_len: reduced `from_len` -> `to_len` with `memory_text` available."""
 
@@ -108,6 +125,7 @@ class StartupTimeline:
     startup_plan_applied: bool = False  # a worker re-applied a plan (memory profiling skipped)
     weights_gib: float | None = None
     weights_seconds: float | None = None
+    weights_progress: WeightsProgress | None = None
     available_kv_gib: float | None = None
     available_kv_line: str | None = None
     autofit: AutoFit | None = None

@@ -54,6 +54,23 @@ class _Stdout:
 
 STDOUT = _Stdout()
 
+# The blanks Rich pads a line's last cell with (and the style codes around them), before the line's end.
+_TRAILING_RE = re.compile(r"(?:[ \t]|\x1b\[[0-9;]*m)*[ \t](?:[ \t]|\x1b\[[0-9;]*m)*(?=\n)")
+_STYLE_RE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class _Report(_Stdout):
+    """stdout for a report: each line without the blanks Rich pads its tables and fills with (a pasted report, a
+    diff, a grep `$` never meets them); the style codes among them are kept."""
+
+    def write(self, text: str) -> int:
+        if " \n" in text or "\t\n" in text or "m\n" in text:
+            text = _TRAILING_RE.sub(lambda m: "".join(_STYLE_RE.findall(m.group(0))), text)
+        return super().write(text)
+
+
+REPORT = _Report()
+
 
 def reset_stdout() -> None:
     """A fresh command: no JSON document written yet, stdout's reader assumed present."""
@@ -81,7 +98,7 @@ def plain() -> dict[str, Any]:
 
 def out_console() -> Console:
     """The console for a command's report (stdout)."""
-    return Console(file=STDOUT, highlight=False, soft_wrap=False, **plain())  # type: ignore[arg-type]
+    return Console(file=REPORT, highlight=False, soft_wrap=False, **plain())  # type: ignore[arg-type]
 
 
 def err_console() -> Console:

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dsv4ctl.diagnosis.model import Diagnosis, Finding
+from dsv4ctl.diagnosis.model import Diagnosis, Finding, start_kinds
 from dsv4ctl.catalogue.signatures import BY_ID
 from dsv4ctl.logs.timeline import StartupTimeline
 from dsv4ctl.render import cut_around, print_command, print_prose
@@ -28,6 +28,8 @@ _VERDICT_STYLE = {"failed": "bold white on red", "healthy": "bold white on green
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
 _ANSWER_STYLE = {"yes": "bold", "no": "bold", "not in log": "dim"}
 _TEXT_LIMIT = 160
+# Notes shown first and whole, like a root cause (their checks in full), when the start has none.
+_LEAD_NOTES = ("log_ends_before_ready",)
 
 
 def _clip(text: str, limit: int = _TEXT_LIMIT) -> str:
@@ -45,9 +47,11 @@ def render_diagnosis(d: Diagnosis, console: Console) -> None:
     console.print(head)
     console.print()
 
-    if d.root_cause is not None:
-        _finding(console, d.root_cause, multi, heading="Root cause")
-    others = [f for f in d.findings if not f.is_root_cause]
+    # Without a root cause, a note that says where the log ends leads, with its checks in full.
+    lead = d.root_cause or next((f for f in d.findings if f.id in _LEAD_NOTES), None)
+    if lead is not None:
+        _finding(console, lead, multi, heading="Root cause" if lead is d.root_cause else "")
+    others = [f for f in d.findings if f is not lead]
     if others:
         console.print(Text("Other findings", style="bold underline"))
         for f in others:
@@ -62,30 +66,65 @@ def render_diagnosis(d: Diagnosis, console: Console) -> None:
         print_command(console, d.next_command)
 
 
+# A log of more starts than this shows the first and the last few (`_EDGE` each) and counts the others by how they ended.
+_ALL_STARTS = 10
+_EDGE = 3
+_KINDS_SHOWN = 8
+
+
+def shown_id(finding_id: str | None) -> str:
+    """A finding's id as a person reads it: without the `eco_` that files the ecosystem's signatures apart in the
+    catalogue (the JSON keeps the id whole)."""
+    return (finding_id or "").removeprefix("eco_")
+
+
+def _verdict(verdict: str, phase: str | None) -> str:
+    return verdict + (" (serving)" if phase == "serving" else "")
+
+
 def _starts(console: Console, d: Diagnosis, multi: bool) -> None:
-    """Every start of vLLM in the input, when there are several; the report above is about the last."""
-    if len(d.starts) < 2:
+    """Every start of vLLM in the input, when there are several (the report above is about the last): a crash loop's
+    hundreds in bounded output, counted by how they ended, with the first and last few."""
+    n = len(d.starts)
+    if n < 2:
         return
-    table = Table(
-        title=f"Starts in this log ({len(d.starts)}; the report is about the last)",
-        title_justify="left",
-        title_style="bold underline",
-        header_style="dim",
-        box=None,
-        pad_edge=False,
-    )
+    console.print(Text(f"Starts in this log: {n:,}, the report is about the last", style="bold underline"))
+    rows = list(enumerate(d.starts))
+    if n > _ALL_STARTS:
+        kinds = start_kinds(d.starts)
+        tally = Table(show_header=True, header_style="dim", box=None, pad_edge=False)
+        tally.add_column("starts", justify="right", no_wrap=True)
+        tally.add_column("verdict", no_wrap=True)
+        tally.add_column("root cause", overflow="fold")
+        tally.add_column("first", justify="right", style="dim", no_wrap=True)
+        tally.add_column("last", justify="right", style="dim", no_wrap=True)
+        for k in kinds[:_KINDS_SHOWN]:
+            tally.add_row(Text(f"{k.count:,}"), Text(_verdict(k.verdict, k.phase)), Text(shown_id(k.root_cause)),
+                          Text(f"#{k.first:,}"), Text(f"#{k.last:,}"))
+        print_table(console, tally)
+        if len(kinds) > _KINDS_SHOWN:
+            rest = sum(k.count for k in kinds[_KINDS_SHOWN:])
+            console.print(Text(f"… {len(kinds) - _KINDS_SHOWN:,} more kinds of start ({rest:,} starts; dsv4ctl "
+                               "diagnose --json lists every start)", style="dim"))
+        console.print()
+        rows = rows[:_EDGE] + [None] + rows[-_EDGE:]
+    table = Table(header_style="dim", box=None, pad_edge=False)
     table.add_column("#", justify="right", style="dim", no_wrap=True)
     table.add_column("lines", style="cyan", no_wrap=True)
     table.add_column("vLLM", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
     table.add_column("root cause", overflow="fold")
-    for st in d.starts:
+    for row in rows:
+        if row is None:
+            table.add_row(Text("…"), Text(f"{n - 2 * _EDGE:,} more"), Text(""), Text(""), Text(""))
+            continue
+        i, st = row
         span = ""
         if st.first and st.last:
             span = f"{_where(st.first.source, st.first.line, multi)}–{_where(st.last.source, st.last.line, multi)}"
-        verdict = st.verdict + (" (serving)" if st.phase == "serving" else "")
         # Text, not str: nothing in a row is Rich markup, and a Text is not parsed again by each measure
-        table.add_row(Text(str(st.index + 1)), Text(span), Text(st.vllm_version or ""), Text(verdict), Text(st.root_cause or ""))
+        table.add_row(Text(f"{i + 1:,}"), Text(span), Text(st.vllm_version or ""), Text(_verdict(st.verdict, st.phase)),
+                      Text(shown_id(st.root_cause)))
     print_table(console, table)
     console.print()
 
@@ -99,8 +138,8 @@ def _finding(console: Console, f: Finding, multi: bool, heading: str | None, com
     if heading:
         title.append(f"{heading}: ", style="bold")
     title.append(f"[{f.severity}] ", style=_SEVERITY_STYLE.get(f.severity, ""))
-    title.append(f.title, style="bold" if heading else "")
-    title.append(f"  ({f.id}", style="dim")
+    title.append(f.title, style="bold" if heading is not None else "")
+    title.append(f"  ({shown_id(f.id)}", style="dim")
     if f.line is not None:
         title.append(f", line {f.line}", style="dim")
     title.append(")", style="dim")
@@ -125,7 +164,8 @@ def _finding(console: Console, f: Finding, multi: bool, heading: str | None, com
     if details.get("kernel"):
         console.print(Text(f"  Faulting kernel: {details['kernel']}"))
     if f.id == "cuda_oom" and details.get("phase"):
-        console.print(Text(f"  Phase: {details['phase']}"))
+        possible = details.get("possible_phases")
+        console.print(Text(f"  Phase: {details['phase']}" + (f" (one of: {', '.join(possible)})" if possible else "")))
     safe = details.get("safe_length")
     if safe and not compact:
         print_prose(console, safe["line"][:1].upper() + safe["line"][1:], indent="  ", subsequent_indent="    ")
@@ -144,13 +184,15 @@ def _finding(console: Console, f: Finding, multi: bool, heading: str | None, com
         console.print(Text(f"  vLLM {details.get('vllm_version')} {status} (affected {details['affected']}, fixed in {details['fixed']})."))
     limit = 3 if compact else len(f.evidence)
     keep = BY_ID[f.id].patterns if f.id in BY_ID else ()
-    for k, ev in enumerate(f.evidence[:limit]):
+    # The lines that matter most (the finding's own line first), shown in the log's order.
+    shown = sorted(f.evidence[:limit], key=lambda e: (e.source, e.line))
+    for ev in shown:
         line = Text("    ")
         line.append(f"{_where(ev.source, ev.line, multi):>6}  ", style="cyan")
         if ev.process:
             line.append(f"({ev.process}) ", style="dim")
         room = max(40, console.width - len(line.plain))
-        if k == 0 and heading and len(ev.text) > room:
+        if ev is f.evidence[0] and heading and len(ev.text) > room:
             # The root cause's own line is read whole: wrapped under itself, not cut.
             print_prose(console, _clip(ev.text, 4 * _TEXT_LIMIT), indent=line.plain, subsequent_indent=" " * len(line.plain))
             continue
@@ -171,22 +213,29 @@ def _finding(console: Console, f: Finding, multi: bool, heading: str | None, com
     console.print()
 
 
-_COMMAND_START = ("dsv4ctl ", "vllm ", "VLLM_", "pip ", "docker ", "hf ", "huggingface-cli ", "nvidia-smi", "dmesg")
+_COMMAND_START = ("dsv4ctl ", "vllm ", "VLLM_", "pip ", "docker ", "hf ", "huggingface-cli ", "nvidia-smi", "dmesg",
+                  "pgrep ", "df ", "ss ", "ls ", "cat ", "kubectl ", "python ", "python3 ", "ray ")
 
 
-def _action(console: Console, lead: str, action: str) -> None:
-    """An action: its words wrapped with the indent kept; a command in it on a line of its own, whole."""
-    # A command (or flags to paste) follows ": " and runs to the end of the action.
+def split_action(action: str) -> tuple[str, str | None]:
+    """An action's words and the command it ends with (None when it has none): a command (or flags to paste)
+    follows ": " and runs to the end of the action, so it is printed on a line of its own and pastes whole."""
     at = -1
     for start in (*_COMMAND_START, "--"):
         i = action.find(": " + start)
         if i >= 0 and (at < 0 or i + 2 < at):
             at = i + 2
     if at <= 0:
-        print_prose(console, action, indent=lead, subsequent_indent=" " * len(lead))
-        return
-    print_prose(console, action[:at].rstrip(), indent=lead, subsequent_indent=" " * len(lead))
-    print_command(console, action[at:], indent=" " * (len(lead) + 2))
+        return action, None
+    return action[:at].rstrip(), action[at:]
+
+
+def _action(console: Console, lead: str, action: str) -> None:
+    """An action: its words wrapped with the indent kept; a command in it on a line of its own, whole."""
+    words, command = split_action(action)
+    print_prose(console, words, indent=lead, subsequent_indent=" " * len(lead))
+    if command is not None:
+        print_command(console, command, indent=" " * (len(lead) + 2))
 
 
 def _timeline_rows(tl: StartupTimeline) -> list[tuple[str, str]]:

@@ -30,7 +30,7 @@ def _column(r: MemberReading) -> str:
 
 
 def timeline_table(g: GroupReading) -> Table:
-    table = Table(title="Timeline per rank", title_justify="left", show_lines=False, pad_edge=False)
+    table = Table(title="Timeline per rank", title_justify="left", show_lines=False)
     table.add_column("", no_wrap=True)
     ordered = sorted(g.readings, key=lambda r: (r.ranks[0] if r.ranks else 1 << 30, r.label))
     for r in ordered:
@@ -48,7 +48,7 @@ def timeline_table(g: GroupReading) -> Table:
 
 
 def members_table(g: GroupReading) -> Table:
-    table = Table(title="Members", title_justify="left", pad_edge=False)
+    table = Table(title="Members", title_justify="left")
     for name in ("log", "node", "pod/container", "ranks", "role", "vLLM", "status"):
         table.add_column(name, overflow="fold")
     for r in g.readings:

@@ -1,9 +1,10 @@
-"""Tables at any width: a number is never cropped, ellipsized or folded.
+"""Tables at any width: a number or an identifier is never cropped, ellipsized or folded.
 
 Rich squeezes a table that is wider than the terminal by cutting its cells (`139.…`, `cu…`). Here a
 table is laid out by `fit_table` instead: a `no_wrap` column (figures) keeps its widest cell, a
 wrapping column (names, notes) shrinks to what is left but never below its longest word that holds
-a number; other long words (paths, identifiers) may fold, which keeps every character. When that
+a number or names code or a path (`sparse_mla.py::_build_c128a_metadata`, a flag, a file); other long
+words may fold, which keeps every character. When that
 does not fit, `print_table` prints the same cells as key/value lines (`print_rows`), which fit any
 width. Identical devices are collapsed by `group_same` before a table is built, so eight identical
 GPUs are one row.
@@ -11,6 +12,7 @@ GPUs are one row.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TypeVar
 
@@ -63,8 +65,13 @@ def plain(console: Console, cell: RenderableType | None) -> str:
     return str(cell)
 
 
+# A name of code or a path (`sparse_mla.py::_build_c128a_metadata`, `--max-model-len`, `/dev/shm`): folded, it
+# reads as two names, so it is kept whole like a number.
+_IDENTIFIER_RE = re.compile(r"[_/]|::|\w\.\w|^--?\w")
+
+
 def _min_word(word: str) -> int:
-    return len(word) if NUMBER_RE.search(word) else min(len(word), _FOLD_FLOOR)
+    return len(word) if NUMBER_RE.search(word) or _IDENTIFIER_RE.search(word) else min(len(word), _FOLD_FLOOR)
 
 
 def natural_width(console: Console, table: Table) -> int:
@@ -83,7 +90,7 @@ def fit_table(console: Console, table: Table) -> bool:
     """Size `table` to the console without cutting a figure; False when that cannot be done.
 
     `no_wrap` columns keep their widest cell. Wrapping columns give up width, the widest first,
-    down to their longest word with a number in it (Rich's own squeeze would cut below that)."""
+    down to their longest word with a number in it or naming code (Rich's own squeeze would cut below that)."""
     wide = console.options.update_width(_UNBOUNDED)
     excess = natural_width(console, table) - console.width
     if excess <= 0:

@@ -247,21 +247,28 @@ def test_dry_run_plans_a_deepseek_v4_length_from_kv_cache_memory_bytes(cli, mode
     from dsv4ctl.planning import FitRequest, plan_fit
 
     model = str(models["dsv4"])
-    for budget in ("700M", KV_BUDGET):
-        plan = plan_fit(FitRequest(model=model, max_model_len=-1, kv_cache_memory_bytes=int(budget[:-1]) << 20))
-        result = cli("serve", model, "--dry-run", "--json", "--pin-length", "--max-model-len", "auto", "--kv-cache-memory-bytes", budget)
-        assert result.exit_code == 0, result.output
-        decision = json.loads(result.stdout)["serve_preflight"]
-        assert decision["action"] == "set-length" and decision["basis"] == "exact"
-        # the plan's safe length; when no length survives the planning margin, the auto-fit ceiling
-        chosen = plan.recommended_max_model_len or plan.autofit_max_model_len
-        assert chosen > 0
-        assert decision["max_model_len"] == chosen
-        assert decision["plan"]["recommended_max_model_len"] == plan.recommended_max_model_len
-        assert decision["vllm_argv"] == [
-            "vllm", "serve", model, "--max-model-len", str(chosen), "--kv-cache-memory-bytes", budget,
-        ]
-        assert any("no NVIDIA GPU" in note for note in decision["notes"])
+    budget = "700M"
+    plan = plan_fit(FitRequest(model=model, max_model_len=-1, kv_cache_memory_bytes=700 << 20))
+    result = cli("serve", model, "--dry-run", "--json", "--pin-length", "--max-model-len", "auto", "--kv-cache-memory-bytes", budget)
+    assert result.exit_code == 0, result.output
+    decision = json.loads(result.stdout)["serve_preflight"]
+    assert decision["action"] == "set-length" and decision["basis"] == "exact"
+    chosen = plan.recommended_max_model_len  # the plan's safe length, below the auto-fit by the margin
+    assert 0 < chosen < plan.autofit_max_model_len
+    assert decision["max_model_len"] == chosen
+    assert decision["plan"]["recommended_max_model_len"] == chosen
+    assert decision["vllm_argv"] == [
+        "vllm", "serve", model, "--max-model-len", str(chosen), "--kv-cache-memory-bytes", budget,
+    ]
+    assert any("no NVIDIA GPU" in note for note in decision["notes"])
+
+    # 64 MiB: vLLM would start (its auto-fit is positive) but no length survives the margin: one decision, refused.
+    tight = plan_fit(FitRequest(model=model, max_model_len=-1, kv_cache_memory_bytes=64 << 20))
+    assert tight.refusal is None and tight.autofit_max_model_len > 0 and tight.verdict == "does_not_fit"
+    refused = cli("serve", model, "--dry-run", "--pin-length", "--max-model-len", "auto", "--kv-cache-memory-bytes", KV_BUDGET)
+    assert refused.exit_code == 6, refused.output
+    assert "no safe length" in refused.stderr and "--keep-auto" in refused.stderr
+    assert refused.stdout == ""  # a refused plan prints no command
 
     # Without --pin-length, auto stays auto on the installed 0.32 (no stale-length crash there).
     kept = cli("serve", model, "--dry-run", "--json", "--max-model-len", "auto", "--kv-cache-memory-bytes", KV_BUDGET)

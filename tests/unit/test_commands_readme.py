@@ -2,7 +2,7 @@
 
 Each `dsv4ctl …` line of the README's bash blocks runs through a shell, in a directory that holds
 the files the README names (vllm.log and last-start.log: a built-in example log; other-box.json: a
-GPU snapshot; the Flash checkpoint in the Hugging Face cache, headers only). A command that runs
+GPU snapshot; node-a.json and node-b.json: a snapshot per node; the Flash checkpoint in the Hugging Face cache, headers only). A command that runs
 ends with a verdict (0, 3-7), never 1 (error) or 2 (usage).
 """
 
@@ -66,6 +66,13 @@ def readme_dir(tmp_path, monkeypatch):
     shutil.copy(EXAMPLE_LOG, tmp_path / "vllm.log")
     shutil.copy(EXAMPLE_LOG, tmp_path / "last-start.log")
     shutil.copy(SNAPSHOT, tmp_path / "other-box.json")
+    import json
+
+    from fitkit import h200, snapshot
+
+    for node in ("node-a", "node-b"):  # one 8-GPU snapshot per node of a two-node launch
+        snap = snapshot(*(h200(i) for i in range(8)))
+        (tmp_path / f"{node}.json").write_text(json.dumps({**snap.to_json(), "hostname": node}))
     # The node's Hugging Face cache holds the Flash checkpoint (safetensors headers, sparse data).
     hub = tmp_path / "hf" / "hub" / "models--deepseek-ai--DeepSeek-V4-Flash"
     make_checkpoint(hub / "snapshots" / "r1", builtin_config(FLASH),

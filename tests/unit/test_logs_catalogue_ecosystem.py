@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from dsv4ctl.diagnosis.evidence import fill
 from dsv4ctl.logs import prefilter
 from dsv4ctl.catalogue import signatures as signatures_module
 from dsv4ctl.logs.reader import iter_log_lines
@@ -210,7 +211,7 @@ def test_placeholders_are_always_filled():
             for _, name, _, _ in fmt.parse(action):
                 if name is not None:
                     assert name == "model" or any(name in g for g in groups), (s.id, name)
-            assert action.format(model="deepseek-ai/DeepSeek-V4-Flash", **{n: "X" for g in groups for n in g})
+            assert fill(action, {"model": "deepseek-ai/DeepSeek-V4-Flash", **{n: "X" for g in groups for n in g}})
 
 
 SOURCE_RE = re.compile(r"^(?P<pkg>[A-Za-z0-9_.-]+)==(?P<ver>[0-9][0-9A-Za-z.+]*) (?P<path>\S+?)(?::(?P<line>[0-9]+)| \((?P<unit>[^)]+)\))$")

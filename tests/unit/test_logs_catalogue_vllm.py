@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from dsv4ctl.diagnosis.evidence import fill
 from dsv4ctl.logs import prefilter
 from dsv4ctl.advice import diagnose
 from dsv4ctl.logs.reader import iter_log_lines
@@ -264,7 +265,7 @@ def test_only_the_intended_signature_matches_and_it_matches_the_cause_line(path)
     sig = OURS[want]
     details = sig.match(first.message).groupdict()
     sig.meaning.format(**details)
-    filled = [a.format(**details) for a in sig.actions if _placeholders(a) <= set(details)]
+    filled = [fill(a, details) for a in sig.actions if _placeholders(a) <= set(details)]
     assert filled and all("{" not in a or '"' in a for a in filled)
 
 

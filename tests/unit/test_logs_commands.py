@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from dsv4ctl.advice import diagnose
+from dsv4ctl.catalogue.signatures import CATALOGUE
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
 EXAMPLES = Path(__file__).resolve().parents[2] / "dsv4ctl" / "examples"
@@ -101,3 +102,63 @@ def test_every_serve_command_parses_with_vllms_parser(path, vllm_available):
             assert namespace.tensor_parallel_size == tl.tensor_parallel_size, argv
         if tl.serve_args.get("gpu_memory_utilization"):
             assert namespace.gpu_memory_utilization == tl.serve_args["gpu_memory_utilization"], argv
+
+
+SPACED_MODEL = "/srv/my models/DeepSeek V4 (Flash)"
+
+
+def _printed_commands(d) -> list[str]:
+    """Every command the report prints: the command each action ends with (on a line of its own), the next command."""
+    from dsv4ctl.render.diagnose import split_action
+
+    out = [command for f in d.findings for a in f.actions if (command := split_action(a)[1]) is not None]
+    return out + ([d.next_command] if d.next_command else [])
+
+
+@pytest.mark.parametrize("path", LOGS, ids=lambda p: p.stem)
+def test_a_model_path_with_spaces_stays_one_argument(path, tmp_path):
+    """The model as the launch named it, spaces and all: in the timeline and, as one shell word, in every command."""
+    before = diagnose([path])
+    model = before.timeline.model
+    if not model:
+        pytest.skip("the log names no model")
+    log = tmp_path / "the log.log"
+    log.write_text(path.read_text(encoding="utf-8").replace(model, SPACED_MODEL), encoding="utf-8")
+    after = diagnose([log])
+    assert after.timeline.model == SPACED_MODEL
+    with_model = 0
+    for command in _printed_commands(after):
+        argv = shlex.split(command)  # every printed command parses
+        operators = list(shlex.shlex(command, posix=True, punctuation_chars=True))
+        assert "(" not in operators and ")" not in operators, command  # the path's parentheses are quoted
+        assert "/srv/my" not in argv, command  # the path never cut at its first space
+        with_model += SPACED_MODEL in argv
+    assert with_model == sum(model in shlex.split(c) for c in _printed_commands(before))
+
+
+def test_the_json_details_hold_the_model_as_it_is():
+    """The JSON holds values, not shell words: the model and the log unquoted; only the printed commands quote them."""
+    d = diagnose([EXAMPLES / "stale-max-model-len.log"])
+    assert d.root_cause.details["model"] == "deepseek-ai/DeepSeek-V4-Flash"
+
+
+def test_commands_in_the_catalogues_actions_are_commands():
+    """What follows an action's ": " is pasted as one command line: no prose in it (a parenthesis outside quotes is
+    a shell syntax error), and every value that stands in it is quoted (`{model!q}`)."""
+    import string
+
+    from dsv4ctl.catalogue.families import FAMILIES
+    from dsv4ctl.render.diagnose import split_action
+
+    sigs = [*CATALOGUE, *FAMILIES]
+    for sig in sigs:
+        for action in sig.actions:
+            command = split_action(action)[1]
+            if command is None:
+                continue
+            lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+            tokens = list(lexer)
+            assert "(" not in tokens and ")" not in tokens, (sig.id, action)
+            for _, name, _, conversion in string.Formatter().parse(command):
+                if name in ("model", "log", "repo", "model_path", "adapter", "parent"):
+                    assert conversion == "q", (sig.id, action)

@@ -6,6 +6,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dsv4ctl.logs import prefilter
 from dsv4ctl.logs.reader import iter_log_lines, parse_line
@@ -93,3 +95,32 @@ def test_feed_is_incremental_and_ignores_noise():
         "memory_gib": 9.81,
         "line": 0,
     }
+
+
+# A model as a launch may name it: a hub id, or a local path with spaces, parentheses, quotes and non-ASCII letters.
+# (printable: Python's repr, which vLLM's engine config line uses, escapes the others)
+_PATH_CHARS = st.characters(blacklist_categories=("Cc", "Cs", "Cn", "Co", "Zl", "Zp"), blacklist_characters="\n\r\x85").filter(str.isprintable)
+MODEL_NAMES = st.one_of(
+    st.from_regex(r"[A-Za-z0-9_.-]{1,12}/[A-Za-z0-9_.-]{1,20}", fullmatch=True),
+    st.builds(lambda parts: "/" + "/".join(parts), st.lists(st.text(_PATH_CHARS, min_size=1, max_size=12).filter(
+        lambda p: p.strip() == p and "/" not in p), min_size=1, max_size=4)),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(model=MODEL_NAMES)
+def test_the_model_is_read_whole_from_every_line_that_names_it(model):
+    """The logo and banner run to the end of their line; `non-default args` and the engine config quote the model as
+    Python values. Each reads it whole, and the quoted forms win over the logo that comes first."""
+    tag = "(APIServer pid=1) INFO 10-21 09:00:02 "
+    logo = f"{tag}[api_utils.py:330]   █▄█▀ █     █     █     █  model   {model}"
+    banner = f"{tag}[api_utils.py:330] vLLM server version 0.32.0, serving model {model}"
+    args = f"{tag}[api_utils.py:286] non-default args: {{'model_tag': {model!r}, 'model': {model!r}, 'max_model_len': -1}}"
+    engine = (f"(EngineCore pid=2) INFO 10-21 09:00:22 [core.py:134] Initializing a V1 LLM engine (v0.32.0) with config: "
+              f"model={model!r}, speculative_config=None, max_seq_len=1048576, tensor_parallel_size=2")
+    load = f"(Worker_TP0 pid=3) INFO 10-21 09:00:50 [model_runner.py:390] Starting to load model {model}..."
+    for lines in ([logo], [banner], [logo, args], [logo, engine], [load], [logo, args, engine, load]):
+        tracker = StartupTracker()
+        for n, raw in enumerate(lines, 1):
+            tracker.feed(parse_line(raw, "vllm.log", n))
+        assert tracker.timeline.model == model, lines

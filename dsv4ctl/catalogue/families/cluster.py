@@ -48,8 +48,8 @@ FAMILIES: tuple[Signature, ...] = (
         patterns=(r"Ray does not allocate any GPUs on the driver node",),
         actions=(
             "Run the vLLM server process on a GPU node of the Ray cluster (the head, when it has GPUs)",
-            "Make the addresses agree on every node: ray start --node-ip-address ADDR and VLLM_HOST_IP=ADDR (the same "
-            "interface); compare with ray status",
+            "Make the addresses agree on every node, one interface for both (ray start --node-ip-address ADDR, "
+            "VLLM_HOST_IP=ADDR); compare with what Ray sees: ray status",
         ),
         source="vllm executor/ray_distributed_executor.py (older: engine/llm_engine.py); advice: vllm-project/vllm#8908, #13521",
     ),
@@ -116,7 +116,7 @@ FAMILIES: tuple[Signature, ...] = (
         meaning="No node of the Ray cluster has the resources of a bundle vLLM requested; the placement group never forms.",
         patterns=(r"No available node types can fulfill resource request (?P<request>\{[^}]*\})",),
         actions=(
-            "Check that every node joined with its GPUs: ray status (TP × PP must not exceed the GPUs Ray sees)",
+            "Check that every node joined with its GPUs (TP × PP must not exceed the GPUs Ray sees): ray status",
             "Pin Ray's node address to the interface vLLM uses: ray start --node-ip-address ADDR with VLLM_HOST_IP=ADDR",
         ),
         source="Ray autoscaler; vllm executor/ray_utils.py; advice: vllm-project/vllm#7815, eugr/spark-vllm-docker#227",
@@ -200,8 +200,8 @@ FAMILIES: tuple[Signature, ...] = (
         ),
         patterns=(r"Failed to infer device type",),  # vllm==0.32.0 vllm/config/device.py:56
         actions=(
-            "Check the GPUs inside the container: nvidia-smi (docker run --gpus all; on Kubernetes a nvidia.com/gpu "
-            "limit and the NVIDIA runtime class)",
+            "Check the GPUs inside the container (docker run --gpus all; on Kubernetes a nvidia.com/gpu limit and the "
+            "NVIDIA runtime class): nvidia-smi",
             "Check the vLLM build matches the device: python -c 'import torch; print(torch.version.cuda, torch.cuda.is_available())'",
         ),
         source="vllm==0.32.0 vllm/config/device.py:56; advice: vllm-project/vllm#14075",
@@ -218,9 +218,9 @@ FAMILIES: tuple[Signature, ...] = (
         patterns=(r"(?P<limit_text>can't start new thread)", r"(?P<limit_text>pthread_create failed)",
                   r"(?P<limit_text>fork: Resource temporarily unavailable)"),
         actions=(
-            "See the limit inside the container: cat /sys/fs/cgroup/pids.max (cgroup v2)",
-            "Raise it where it is set: docker run --pids-limit -1 (or a few thousand); on Kubernetes the kubelet's podPidsLimit "
-            "(or the container runtime's pids_limit)",
+            "See the limit inside the container (cgroup v2): cat /sys/fs/cgroup/pids.max",
+            "Raise it where it is set (-1, or a few thousand; on Kubernetes the kubelet's podPidsLimit or the container "
+            "runtime's pids_limit): docker run --pids-limit -1",
             "Fewer threads per process also helps: OMP_NUM_THREADS=8, TOKENIZERS_PARALLELISM=false",
         ),
         source="Python threading / glibc pthread_create (EAGAIN); the container's pids cgroup",

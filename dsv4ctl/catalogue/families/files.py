@@ -27,7 +27,7 @@ FAMILIES: tuple[Signature, ...] = (
         actions=(
             "Point {cache_var} at a directory this user can write (a mounted volume or /tmp): {cache_var}={cache_example}",
             "{uid_action}",
-            "Check who the process runs as and what it can write there: id; ls -ld {parent}",
+            "Check who the process runs as and what it can write there: id; ls -ld {parent!q}",
         ),
         source=(
             "Python OSError (errno 13/30); transformers==5.19.0 utils/hub.py; huggingface_hub==2.4.0 constants.py (HF_HOME), "

@@ -34,8 +34,8 @@ FAMILIES: tuple[Signature, ...] = (
             "Accept the licence on https://huggingface.co/{repo} with the account whose token the server uses",
             "Pass that account's read token to the server process: HF_TOKEN in its environment (docker run -e HF_TOKEN, a "
             "Kubernetes Secret as env), or log in on the node: hf auth login",
-            "Check what the token can read: hf auth whoami; hf models info {repo}",
-            "Or serve a local copy: download it once where a token works (hf download {repo}) and pass the directory as the model",
+            "Check what the token can read: hf auth whoami; hf models info {repo!q}",
+            "Or serve a local copy: download it once where a token works (hf download {repo!q}) and pass the directory as the model",
         ),
         source=(
             "huggingface_hub==2.4.0 utils/_http.py:890 (gated), :935 (credentials); requests' HTTPError text (older "
@@ -110,7 +110,7 @@ FAMILIES: tuple[Signature, ...] = (
         title="The revision asked for does not exist in {repo_or_model}",
         meaning="The Hub (or ModelScope) has no branch, tag or commit of that name in the repository.",
         patterns=(r"RevisionNotFoundError", r"Invalid rev id: (?P<rev>\S+)", r"has no revision: (?P<rev>\S+)"),
-        actions=("Pass a revision the repository has (--revision, --tokenizer-revision); list them: hf models info {repo}",
+        actions=("Pass a revision the repository has (--revision, --tokenizer-revision); list them: hf models info {repo!q}",
                  "Pass a revision the repository has (--revision, --tokenizer-revision); on ModelScope the default branch is master"),
         source="huggingface_hub==2.4.0 utils/_http.py:881; modelscope hub/api.py; advice: vllm-project/vllm#8501, vllm-project/vllm-ascend#829",
     ),

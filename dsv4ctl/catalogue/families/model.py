@@ -53,7 +53,7 @@ FAMILIES: tuple[Signature, ...] = (
             "in this model: it was made for another base model, or it adapts parts (a vision tower, lm_head) vLLM skips."
         ),
         patterns=(r"While loading (?P<adapter>\S+), expected target modules in (?P<expected>\[[^\]]*\]) but received (?P<received>\[[^\]]*\])",),
-        actions=("Check the adapter's base model and target_modules: cat {adapter}/adapter_config.json",
+        actions=("Check the adapter's base model and target_modules: cat {adapter!q}/adapter_config.json",
                  "Use an adapter trained for this base model, targeting only the language model's modules"),
         source="vllm==0.32.0 vllm/lora/lora_model.py (check_unexpected_modules); advice: vllm-project/vllm#7344, #41702",
     ),
@@ -288,8 +288,8 @@ FAMILIES: tuple[Signature, ...] = (
         actions=(
             "Leave more memory outside SGLang's static pool: a smaller --mem-fraction-static (0.8 or 0.7)",
             "Capture fewer batch sizes: a smaller --cuda-graph-max-bs (--cuda-graph-max-bs-decode in 0.5.2x), e.g. 16",
-            "To confirm it is the capture, run once without decode graphs: --disable-cuda-graph (--cuda-graph-backend-decode="
-            "disabled in 0.5.2x); slow, not for production",
+            "To confirm it is the capture, run once without decode graphs (slow, not for production; in 0.5.2x "
+            "--cuda-graph-backend-decode=disabled): --disable-cuda-graph",
         ),
         source=(
             "sglang==0.5.23 sglang/srt/model_executor/runner/decode_cuda_graph_runner.py:603, "
@@ -334,7 +334,7 @@ FAMILIES: tuple[Signature, ...] = (
         patterns=(r"(?P<timeout_text>Timed out waiting for engines to send initial message on input socket)",
                   r"(?P<timeout_text>Server didn't reply within [0-9]+ ms)"),
         actions=("Look for the engine's own error before this line (EngineCore / Worker lines); if it was only slow, allow more "
-                 "time: VLLM_ENGINE_READY_TIMEOUT_S=1800 (default 600, vllm/envs.py:811)",
+                 "time (the default is 600 s, vllm/envs.py:811): VLLM_ENGINE_READY_TIMEOUT_S=1800",
                  "Multi-node: every headless node must reach --data-parallel-address on --data-parallel-rpc-port (check with nc -zv ADDR PORT)"),
         source="vllm==0.32.0 vllm/envs.py:811 (VLLM_ENGINE_READY_TIMEOUT_S); vllm v1/engine/utils.py (the handshake); V0 'Server didn't reply' (VLLM_RPC_TIMEOUT)",
     ),

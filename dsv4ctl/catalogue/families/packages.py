@@ -79,7 +79,7 @@ FAMILIES: tuple[Signature, ...] = (
         meaning="A compiled package in this environment predates NumPy 2's ABI, and NumPy 2 is installed.",
         patterns=(r"A module that was compiled using NumPy 1\.x cannot be run in\s+NumPy 2",
                   r"numpy\.core\.multiarray failed to import"),
-        actions=("Install a NumPy 1.x beside it: pip install 'numpy<2' (or upgrade the package that was built for 1.x)",),
+        actions=("Install a NumPy 1.x beside it (or upgrade the package that was built for 1.x): pip install 'numpy<2'",),
         source="numpy's ABI check (numpy/core/_multiarray_umath); advice: the field's numpy2_abi reports",
     ),
     Signature(

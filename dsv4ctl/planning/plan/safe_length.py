@@ -70,6 +70,10 @@ class SafeLength:
     margin_rule: str
     knobs: tuple[Knob, ...] = ()
     ceiling_basis: str = ""  # where the ceiling was planned from when not the KV memory's figure itself
+    # Where the length comes from when it is not this model's own plan: the geometry it was planned for and why
+    # (`basis`), or an estimate (`estimate`: no plan; `length` is then an upper bound, said so).
+    basis: str = ""
+    estimate: bool = False
 
     @property
     def cost_tokens(self) -> int:
@@ -92,11 +96,18 @@ class SafeLength:
         if self.length <= 0:
             return (f"no safe length: of the {format_tokens(self.ceiling)} tokens --max-model-len auto would pick"
                     f"{self.ceiling_basis}, none survives {margin}")
+        where = f" ({self.basis})" if self.basis else ""
         if self.length >= self.model_max:
-            return f"safe length {format_tokens(self.length)}, the full context, holds with {margin} to spare"
+            return f"safe length {format_tokens(self.length)}{where}, the full context, holds with {margin} to spare"
+        if self.estimate:
+            return (
+                f"safe length at most {format_tokens(self.length)}, an estimate{where}: {margin} costs about "
+                f"{format_tokens(self.cost_tokens)} tokens of the {format_tokens(self.ceiling)} --max-model-len auto picked "
+                f"({self.cost_fraction:.0%})"
+            )
         return (
-            f"safe length {format_tokens(self.length)}: {margin} costs {format_tokens(self.cost_tokens)} tokens of the "
-            f"{format_tokens(self.ceiling)} --max-model-len auto would pick{self.ceiling_basis} ({self.cost_fraction:.0%})"
+            f"safe length {format_tokens(self.length)}{where}: {margin} costs {format_tokens(self.cost_tokens)} tokens of "
+            f"the {format_tokens(self.ceiling)} --max-model-len auto would pick{self.ceiling_basis} ({self.cost_fraction:.0%})"
         )
 
     def cliff_line(self) -> str | None:
@@ -133,6 +144,8 @@ class SafeLength:
             "knobs": [k.to_json() for k in self.knobs],
             "line": self.line(),
             "cliff_line": self.cliff_line(),
+            "basis": self.basis or None,
+            "estimate": self.estimate,
         }
 
 
@@ -196,20 +209,28 @@ def safe_length(
     return SafeLength(length, ceiling, model_max, cut, rule.describe(), tuple(knobs[:MAX_KNOBS]))
 
 
+# What a scaled length is, said wherever it is shown.
+SCALED_BASIS = ("no plan for this model: scaled in proportion to the KV memory, exact only where KV per token is "
+                "constant; where part of it does not grow with the length (sliding-window, compressed or state layers) "
+                "the length that keeps the margin is lower")
+
+
 def safe_length_scaled(ceiling: int, kv_memory_bytes: int | None, model_max: int | None = None) -> SafeLength:
     """The same rule for a log whose model dsv4ctl cannot plan: the margin taken off the memory scales the
-    length the log says fits (KV per token is constant for full attention; an estimate otherwise, and said
-    so in the rule's description). Without the memory, the margin is 5 % of the length."""
+    length the log says fits. KV per token is constant for full attention only, so this is an estimate and an upper
+    bound (memory that does not grow with the length makes each GiB cost more tokens), and says so (`estimate`).
+    Without the memory, the margin is 5 % of the length."""
     rule = _DefaultMargin()
     model_max = model_max or ceiling
     if kv_memory_bytes and kv_memory_bytes > 0:
         cut = rule.resolve(kv_memory_bytes)
         share = max(0.0, 1 - cut / kv_memory_bytes)
-        described = rule.describe() + ", scaled to tokens (no planner for this model)"
+        described, basis = rule.describe(), SCALED_BASIS
     else:
         cut, share = 0, 1 - MARGIN_FRACTION
-        described = f"{MARGIN_FRACTION * 100:g}% of the length (the log does not state the KV memory)"
+        described = f"{MARGIN_FRACTION * 100:g}% of the length"
+        basis = "no plan for this model, and the log does not state its KV memory: the margin is a share of the length"
     length = round_block_friendly(int(ceiling * share)) if ceiling > 0 else 0
     if ceiling and length >= ceiling:
         length = round_block_friendly(ceiling - 1)
-    return SafeLength(max(length, 0), ceiling, model_max, cut, described)
+    return SafeLength(max(length, 0), ceiling, model_max, cut, described, basis=basis, estimate=True)
