@@ -69,6 +69,11 @@ class InputError(Dsv4ctlError):
     """An input (file, config, snapshot) is missing, unreadable or malformed."""
 
 
+class OutputError(Dsv4ctlError):
+    """A file dsv4ctl was asked to write (a bundle, an SVG, a snapshot, a log) cannot be written: no such
+    directory, a directory, no permission, a read-only or full disk (`dsv4ctl.files` raises it)."""
+
+
 class UsageError(Dsv4ctlError):
     """A command-line value is malformed or out of range."""
 
@@ -101,3 +106,4 @@ def raise_stopped(signum: int, _frame: object) -> None:
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     raise Stopped(signum)
+

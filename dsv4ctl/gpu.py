@@ -30,6 +30,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 from dsv4ctl.errors import GpuUnavailableError, InputError
+from dsv4ctl.files import write_whole
 
 SNAPSHOT_KIND = "dsv4ctl.gpus"
 SNAPSHOT_SCHEMA_VERSION = 1
@@ -217,13 +218,10 @@ def load_snapshot(path: str | os.PathLike[str]) -> GpuSnapshot:
     return snapshot
 
 
-def save_snapshot(snapshot: GpuSnapshot, path: str | os.PathLike[str]) -> None:
-    """Write the snapshot as the JSON document `load_snapshot` reads (same as `gpus --json`)."""
-    p = Path(path)
-    try:
-        p.write_text(json.dumps(snapshot.to_json(), indent=2) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot write GPU snapshot {str(p)!r}: {exc.strerror or exc}") from None
+def save_snapshot(snapshot: GpuSnapshot, path: str | os.PathLike[str], hint: str | None = None) -> None:
+    """Write the snapshot as the JSON document `load_snapshot` reads (same as `gpus --json`), whole or not at all;
+    `OutputError` (with `hint`) where it cannot be written."""
+    write_whole(path, (json.dumps(snapshot.to_json(), indent=2) + "\n").encode("utf-8"), hint=hint)
 
 
 class _Invalid(Exception):

@@ -17,25 +17,26 @@ PACKAGE = Path(__file__).resolve().parents[2] / "dsv4ctl"
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "units": {"errors"},
-    "cache_dir": set(),
+    "files": {"errors"},
+    "cache_dir": {"errors", "files"},
     "re_cache": {"cache_dir"},
     "hs_cache": {"cache_dir"},
     "catalogue": {"errors", "units", "re_cache", "hs_cache"},
-    "logs": {"errors", "units", "catalogue", "cache_dir", "re_cache", "hs_cache"},
+    "logs": {"errors", "units", "files", "catalogue", "cache_dir", "re_cache", "hs_cache"},
     "diagnosis": {"errors", "units", "catalogue", "logs", "re_cache"},
-    "gpu": {"errors", "units"},
-    "planning": {"errors", "units", "cache_dir", "logs", "gpu"},
+    "gpu": {"errors", "units", "files"},
+    "planning": {"errors", "units", "files", "cache_dir", "logs", "gpu"},
     "advice": {"errors", "units", "catalogue", "logs", "diagnosis", "planning"},
     "probe": {"errors"},
-    "fixes": {"probe"},
+    "fixes": {"probe", "errors", "files"},
     "redaction": set(),
     "doctor": {"root", "errors", "fixes", "gpu", "probe", "planning", "redaction"},
-    "collect": {"errors", "units", "redaction"},
-    "group": {"errors", "units", "catalogue", "logs", "diagnosis", "advice", "collect"},
+    "collect": {"errors", "units", "files", "redaction"},
+    "group": {"errors", "units", "files", "catalogue", "logs", "diagnosis", "advice", "collect"},
     "check": {"errors", "units", "logs", "advice"},
-    "serve": {"errors", "units", "logs", "planning", "advice", "fixes", "gpu", "check"},
+    "serve": {"errors", "units", "files", "logs", "planning", "advice", "fixes", "gpu", "check"},
     "render": {"units", "catalogue", "logs", "diagnosis", "planning", "gpu", "probe", "doctor", "serve", "check", "group"},
-    "commands": {"root", "errors", "units", "logs", "planning", "advice", "gpu", "fixes", "probe", "doctor", "serve", "render",
+    "commands": {"root", "errors", "units", "files", "logs", "planning", "advice", "gpu", "fixes", "probe", "doctor", "serve", "render",
                  "check", "collect", "group"},
     "cli": {"root", "errors", "render", "commands"},
     "__main__": {"cli", "errors", "diagnosis", "logs", "group", "render"},
@@ -47,9 +48,9 @@ PLANNING_READS_FROM_LOGS = {"dsv4ctl.logs.facts", "dsv4ctl.logs.deployment"}
 # release, the plan dsv4ctl makes. planning/__init__.py is the face above them: the only planning module the rest
 # of dsv4ctl imports, and one no room imports.
 PLANNING_ROOMS: dict[str, set[str]] = {
-    "checkpoint": {"errors", "units", "cache_dir"},
+    "checkpoint": {"errors", "units", "files", "cache_dir"},
     "mirror": {"errors", "units", "checkpoint"},
-    "plan": {"errors", "units", "logs", "gpu", "checkpoint", "mirror"},
+    "plan": {"errors", "units", "files", "logs", "gpu", "checkpoint", "mirror"},
 }
 PLANNING_TOP_MAX = 8  # modules and rooms side by side at planning/'s top
 # Outside planning/, imports of a planning module other than the face, each with its reason (none today).

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from dsv4ctl import gpu
-from dsv4ctl.errors import InputError
+from dsv4ctl.errors import InputError, OutputError
 
 H200_TOTAL = 150_754_820_096
 H200_RESERVED = 644_939_776
@@ -156,6 +156,8 @@ def test_missing_file_and_directory(tmp_path):
         gpu.load_snapshot(tmp_path)
 
 
-def test_save_to_unwritable_place_is_an_input_error(tmp_path):
-    with pytest.raises(InputError, match="cannot write GPU snapshot"):
+def test_save_to_unwritable_place_is_an_output_error(tmp_path):
+    with pytest.raises(OutputError, match="cannot write .*s.json: no such directory: .*no-such-dir"):
         gpu.save_snapshot(snapshot(), tmp_path / "no-such-dir" / "s.json")
+    assert not (tmp_path / "no-such-dir").exists()  # a directory is not made for a path given
+
