@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
 JSON_SCHEMA_VERSION = 1
 
@@ -111,13 +112,13 @@ def _json_default(value: Any) -> Any:
 def error_line(message: str, hint: str | None = None) -> None:
     """The one actionable line (plus a hint) that every failure is reduced to."""
     console = err_console()
-    console.print(f"[bold red]Error:[/] {message}", markup=True, highlight=False)
+    console.print(Text.assemble(("Error:", "bold red"), " ", message))  # the text as it is: "[major, minor]" stays
     if hint:
-        console.print(f"[yellow]Hint:[/] {hint}", markup=True, highlight=False)
+        console.print(Text.assemble(("Hint:", "yellow"), " ", hint))
 
 
 def warning_line(message: str) -> None:
-    err_console().print(f"[yellow]Warning:[/] {message}")
+    err_console().print(Text.assemble(("Warning:", "yellow"), " ", message))
 
 
 # ---------------------------------------------------------------------------------------------

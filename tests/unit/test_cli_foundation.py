@@ -217,3 +217,13 @@ def test_a_diagnose_process_ends_at_once_with_its_output_whole_and_its_status(tm
     head = subprocess.run(f"{subprocess.list2cmdline(cmd[:-1] + [str(log)])} | head -c 10; exit ${{PIPESTATUS[0]}}",
                           shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=120)
     assert head.returncode == ExitCode.FAILED_KNOWN_CAUSE and "Traceback" not in head.stderr and len(head.stdout) == 10
+
+
+def test_error_and_warning_lines_show_their_text_as_written(capsys):
+    from dsv4ctl.render import error_line, warning_line
+
+    error_line("x must be [major, minor], got [bold]null[/bold]", "write [9, 0]")
+    warning_line("not collected: [pod/vllm-0/vllm]: gone")
+    err = capsys.readouterr().err
+    assert "Error: x must be [major, minor], got [bold]null[/bold]" in err
+    assert "Hint: write [9, 0]" in err and "Warning: not collected: [pod/vllm-0/vllm]: gone" in err
