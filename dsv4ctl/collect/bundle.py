@@ -27,8 +27,8 @@ from typing import IO, Any
 
 from dsv4ctl.collect.model import LogEntry
 from dsv4ctl.collect.names import BUNDLE_SUFFIXES, MANIFEST
-from dsv4ctl.errors import InputError
-from dsv4ctl.files import cannot_write
+from dsv4ctl.errors import InputError, OutputError
+from dsv4ctl.files import TEMP_HINT, cannot_write, temporary_directory
 from dsv4ctl.redaction import NAME_END, SECRET_STARTS, SECRET_WORDS, redact_line
 
 _RFC3339 = re.compile(rb"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s")
@@ -65,7 +65,10 @@ class _Spool:
         self.head_limit = max(max_bytes // 4, 1)
         self.tail_limit = max(max_bytes - self.head_limit, 1)
         self._dir = directory
-        self.head = tempfile.TemporaryFile(dir=directory)
+        try:
+            self.head = tempfile.TemporaryFile(dir=directory)
+        except OSError as exc:
+            raise self._cannot(exc) from None
         self.head_size = 0
         self.head_closed = False
         self.segments: list[tuple[IO[bytes], int]] = []
@@ -76,8 +79,18 @@ class _Spool:
         try:
             self._write(data)
         except OSError as exc:
-            raise cannot_write(f"a temporary file in {self._dir}", exc,
-                               hint="free space there, or point TMPDIR at a directory with room") from None
+            raise self._cannot(exc) from None
+
+    def flush(self) -> None:
+        """Everything on the disk, before it is read back: a full disk shows here, not inside the archive."""
+        try:
+            for f in (self.head, *(f for f, _ in self.segments)):
+                f.flush()
+        except OSError as exc:
+            raise self._cannot(exc) from None
+
+    def _cannot(self, exc: OSError) -> OutputError:
+        return cannot_write(f"a temporary file in {self._dir}", exc, hint=TEMP_HINT)
 
     def _write(self, data: bytes) -> None:
         if not self.segments and not self.head_closed:
@@ -121,9 +134,9 @@ class _Spool:
         return out
 
     def close(self) -> None:
-        self.head.close()
-        for f, _ in self.segments:
-            f.close()
+        for f in (self.head, *(f for f, _ in self.segments)):
+            with contextlib.suppress(OSError):  # a write that failed is reported already
+                f.close()
 
 
 class _Parts(io.RawIOBase):
@@ -170,7 +183,7 @@ class BundleWriter:
     def __init__(self, out: IO[bytes], *, compressed: bool = True) -> None:
         self._gz = gzip.GzipFile(fileobj=out, mode="wb") if compressed else None  # type: ignore[arg-type]
         self._tar = tarfile.open(fileobj=self._gz or out, mode="w|")  # noqa: SIM115 - closed in close()
-        self._tmp = tempfile.TemporaryDirectory(prefix="dsv4ctl-collect-")
+        self._tmp = temporary_directory("dsv4ctl-collect-")
         self._names: set[str] = set()
         self.logs: list[LogEntry] = []  # the logs in the archive, in order (an interrupted one included)
 
@@ -190,6 +203,7 @@ class BundleWriter:
         entry.path = self.unique(entry.path)
         spool = _Spool(self._tmp.name, max_bytes)
         pending = b""
+        failed = False  # the spool itself could not be written (a full disk): the bundle is given up
         try:
             try:
                 for chunk in chunks:
@@ -200,14 +214,18 @@ class BundleWriter:
             except KeyboardInterrupt:
                 entry.error = "interrupted: read in part"
                 raise
+            except OutputError:
+                failed = True
+                raise
             except (OSError, ValueError) as exc:
                 entry.error = f"read stopped: {exc}"
             except InputError as exc:  # damaged compressed data: what came before it is kept
                 entry.error = f"read stopped: {exc.message}"
             finally:
-                if pending:
-                    self._lines(entry, spool, pending + b"\n")
-                self._archive(entry, spool)
+                if not failed:
+                    if pending:
+                        self._lines(entry, spool, pending + b"\n")
+                    self._archive(entry, spool)
         finally:
             spool.close()
         return entry
@@ -254,6 +272,7 @@ class BundleWriter:
         return b"".join(out)
 
     def _archive(self, entry: LogEntry, spool: _Spool) -> None:
+        spool.flush()
         parts = spool.parts()
         marker = b""
         if spool.dropped:

@@ -27,7 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "gpu": {"errors", "units", "files"},
     "planning": {"errors", "units", "files", "cache_dir", "logs", "gpu"},
     "advice": {"errors", "units", "catalogue", "logs", "diagnosis", "planning"},
-    "probe": {"errors"},
+    "probe": {"errors", "files"},
     "fixes": {"probe", "errors", "files"},
     "redaction": set(),
     "doctor": {"root", "errors", "fixes", "gpu", "probe", "planning", "redaction"},

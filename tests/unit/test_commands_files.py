@@ -147,3 +147,28 @@ def test_collect_decodes_compressed_logs_so_their_secrets_are_redacted(cli, tmp_
     with tarfile.open(out) as tar:
         body = tar.extractfile("logs/file/serve.log.xz").read()
     assert body == b"INFO 12-01 10:00:00 [x.py:1] export HF_TOKEN=***redacted***\n"
+
+
+def test_a_full_temporary_disk_is_one_line_and_no_bundle(cli, tmp_path, monkeypatch):
+    # collect keeps each log in a temporary file before it enters the bundle: those files on a full disk
+    # (/dev/full behind them) are the same one line, and no half bundle is left.
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", lambda *args, **kwargs: open("/dev/full", "w+b"))  # noqa: SIM115
+    out = tmp_path / "b.tar.gz"
+    result = cli("collect", EXAMPLE, "-o", out)
+    assert result.exit_code == 1, result.output
+    assert "Error: cannot write a temporary file in " in result.stderr and "no space left on the device" in result.stderr
+    assert "Hint: free space in the temporary directory, or point TMPDIR at one with room" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_temporary_directory_that_cannot_be_made_is_one_line(cli, tmp_path, monkeypatch):
+    import tempfile
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setattr(tempfile, "tempdir", str(blocker / "tmp"))
+    result = cli("collect", EXAMPLE, "-o", tmp_path / "b.tar.gz")
+    assert result.exit_code == 1
+    assert f"Error: cannot write {blocker / 'tmp' / 'dsv4ctl-collect-…'}: {blocker} is a file, not a directory" in result.stderr

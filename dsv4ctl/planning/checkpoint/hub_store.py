@@ -29,15 +29,13 @@ from urllib.parse import quote
 
 from dsv4ctl.cache_dir import CACHE_DIR_ENV, cache_dir as shared_cache_dir, write_file
 from dsv4ctl.errors import InputError
-from dsv4ctl.files import cannot_write, write_whole
+from dsv4ctl.files import TEMP_HINT, cannot_write, write_whole
 from dsv4ctl.planning.checkpoint.geometry import CheckpointWeights
 
 DEFAULT_ENDPOINT = "https://huggingface.co"  # huggingface_hub 2.4.0 constants.py:67 (_HF_DEFAULT_ENDPOINT)
 _TRUE = {"1", "ON", "YES", "TRUE"}  # constants.py:12 (ENV_VARS_TRUE_VALUES)
 _COMMIT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 CONFIG_FILES = ("config.json", "tokenizer_config.json")  # what a local checkpoint's geometry reads
-# The config files go to a temporary directory when the cache cannot hold them.
-TEMP_HINT = "free space in the temporary directory, or point TMPDIR (or DSV4CTL_CACHE_DIR) at one with room"
 
 
 def _env(environ: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -103,7 +101,7 @@ class HubStore:
             try:
                 directory = Path(tempfile.mkdtemp(prefix="dsv4ctl-hub-"))
             except OSError as exc:
-                raise cannot_write(Path(tempfile.gettempdir()) / "dsv4ctl-hub-…", exc, hint=TEMP_HINT) from None
+                raise cannot_write(Path(tempfile.gettempdir()) / "dsv4ctl-hub-…", exc, TEMP_HINT) from None
             for name, data in files.items():
                 write_whole(directory / name, data, hint=TEMP_HINT, durable=False)
         return directory
