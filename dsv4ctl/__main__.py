@@ -14,7 +14,8 @@ until stopped, `collect` and `doctor` run tools) keeps the collector as Python s
 CLI: about 0.15 s on the machine the benchmarks ran on), and the scan `diagnose` then makes adopts them. Any other
 command line starts nothing early. From then on SIGTERM, SIGHUP and Ctrl-C stop the process as they stop diagnose
 (its scanners ended, one error line, 143/129/130, the JSON error document with --json), even before the CLI has
-installed its own handlers.
+installed its own handlers. Ctrl-C during any command's start-up (the CLI's imports, Typer's first parse of the
+command line) is the same one line and 130.
 
 A `diagnose` process also ends without Python's finalization, which tears down every module and object one by one
 and took longer than the rest of a short diagnose's report (0.12-0.17 s of a 100 KB log's 0.4 s, and 0.07-0.09 s
@@ -27,14 +28,24 @@ All three are this process's only: `dsv4ctl.cli.main`, which tests and other pro
 neither does `main(argv)` with its arguments given.
 """
 
-import atexit
-import gc
-import os
-import signal
 import sys
-import threading
 
-from dsv4ctl.errors import STOP_SIGNALS, Stopped, raise_stopped
+try:
+    import atexit
+    import gc
+    import os
+    import signal
+    import threading
+
+    from dsv4ctl.errors import STOP_SIGNALS, Stopped, later_if_dropped, raise_stopped
+except KeyboardInterrupt:  # Ctrl-C in dsv4ctl's very first imports: said as the CLI says it (dsv4ctl.render's words)
+    sys.stderr.write("Error: interrupted\n")
+    if "--json" in sys.argv[1:]:
+        import json
+
+        error = {"message": "interrupted", "hint": None, "exit_code": 130}
+        sys.stdout.write(json.dumps({"schema_version": 1, "error": error}, indent=2) + "\n")
+    raise SystemExit(130) from None
 
 # Commands that end on their own with bounded memory: the collector stays off for them (see above).
 BOUNDED_COMMANDS = frozenset({"diagnose", "fit-length", "gpus", "check"})
@@ -61,16 +72,27 @@ def _early_log(args: list[str]) -> str | None:
     return paths[0] if len(paths) == 1 and set(options) <= {"--json"} else None
 
 
-def _stopped(message: str, code: int, json_mode: bool) -> int:
-    """What diagnose says when a signal stops it: one error line, and with --json the error document."""
-    from dsv4ctl.logs.parallel import end_scanners
+def _stopped(message: str, code: int, json_mode: bool, scanners: bool = True) -> int:
+    """What a command says when a signal stops it before the CLI could: one error line, and with --json the error
+    document (a diagnose's scanning children ended first)."""
     from dsv4ctl.render import emit_json_error, error_line
 
-    end_scanners()
+    if scanners:
+        from dsv4ctl.logs.parallel import end_scanners
+
+        end_scanners()
     error_line(message)
     if json_mode:
         emit_json_error(message, None, code)
     return code
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """Ctrl-C as Python's own handler takes it (KeyboardInterrupt), except where the interpreter would only print the
+    exception and go on (an import's weakref callback, a `__del__`): there it is taken a millisecond later."""
+    if later_if_dropped(signum, frame, _interrupt):
+        return
+    raise KeyboardInterrupt
 
 
 def _exit_now(code: int) -> int:
@@ -95,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     scan begun before the CLI's imports, and a `diagnose` process ended without the interpreter's finalization
     (`argv` None only: the process's own command line)."""
     args = sys.argv[1:] if argv is None else argv
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _interrupt)
     off = gc.isenabled() and _bounded(args)
     if off:
         gc.disable()  # before the CLI's imports: they are most of what the collector would walk
@@ -117,14 +141,12 @@ def main(argv: list[str] | None = None) -> int:
         from dsv4ctl.cli import main as cli_main
 
         code = cli_main(argv)
+    except KeyboardInterrupt:  # Ctrl-C before the CLI's own funnel was there (its imports): said as it says it
+        code = _stopped("interrupted", 130, "--json" in args, scanners=early is not None)
     except Stopped as stop:
         if early is None:
             raise
         code = _stopped(f"stopped by {signal.Signals(stop.signum).name}", 128 + stop.signum, "--json" in args)
-    except KeyboardInterrupt:
-        if early is None:
-            raise
-        code = _stopped("interrupted", 130, "--json" in args)
     finally:
         if early is not None:
             from dsv4ctl.logs.parallel import end_scanners

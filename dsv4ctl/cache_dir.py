@@ -11,23 +11,20 @@ import os
 from pathlib import Path
 from typing import Mapping
 
+from dsv4ctl.errors import OutputError
+from dsv4ctl.files import write_whole
+
 CACHE_DIR_ENV = "DSV4CTL_CACHE_DIR"
 
 
 def write_file(path: Path, data: bytes) -> bool:
-    """`data` into `path` whole or not at all (a temporary file beside it, then a rename), its directory made;
-    False (and no temporary file left) when it cannot be written: a cache that cannot be written is only slower."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """`data` into `path` whole or not at all (`dsv4ctl.files.write_whole`: a temporary file beside it, then a
+    rename), its directory made; False (and no temporary file left) when it cannot be written: a cache that cannot
+    be written is only slower."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        write_whole(path, data, hint=None, make_parents=True, durable=False)
         return True
-    except OSError:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
+    except OutputError:
         return False
 
 

@@ -60,6 +60,16 @@ def _debug() -> bool:
 class _ErrorFunnel(TyperGroup):
     """Turns every exception escaping a command into one line, a hint and an exit code."""
 
+    def make_context(self, info_name: Any, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        """The command line parsed (Typer's first parse loads its type adapters: tens of ms); Ctrl-C meanwhile is
+        `interrupted` as it is once the command runs (Typer itself would exit 130 without a word)."""
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except KeyboardInterrupt:
+            given = list(args)
+            json_mode = "--json" in (given[: given.index("--")] if "--" in given else given)
+            return self._fail(json_mode, "interrupted", None, ExitCode.INTERRUPTED)
+
     def invoke(self, ctx: Any) -> Any:
         from dsv4ctl.render import reset_stdout
 

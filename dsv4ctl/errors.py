@@ -9,6 +9,10 @@ from __future__ import annotations
 import signal
 from enum import IntEnum
 
+TYPE_CHECKING = False  # typing's own constant without importing typing: every process starts here
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
 
 class ExitCode(IntEnum):
     """Exit statuses of every dsv4ctl command (documented in `dsv4ctl --help` and docs/exit-codes.md)."""
@@ -85,6 +89,11 @@ class InputError(Dsv4ctlError):
     """An input (file, config, snapshot) is missing, unreadable or malformed."""
 
 
+class OutputError(Dsv4ctlError):
+    """A file dsv4ctl was asked to write (a bundle, an SVG, a snapshot, a log) cannot be written: no such
+    directory, a directory, no permission, a read-only or full disk (`dsv4ctl.files` raises it)."""
+
+
 class UsageError(Dsv4ctlError):
     """A command-line value is malformed or out of range."""
 
@@ -111,9 +120,37 @@ class Stopped(BaseException):
         self.signum = signum
 
 
-def raise_stopped(signum: int, _frame: object) -> None:
+def raise_stopped(signum: int, frame: object) -> None:
     """A signal handler: the other stop signals ignored from now on (a second one must not cut the clean-up short),
-    then `Stopped`."""
+    then `Stopped` (a millisecond later where it would be dropped: `later_if_dropped`)."""
+    if later_if_dropped(signum, frame, raise_stopped):
+        return
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     raise Stopped(signum)
+
+
+def later_if_dropped(signum: int, frame: object, handler: Callable[[int, Any], None]) -> bool:
+    """For a signal handler that raises: True when an exception raised in `frame` would be printed and dropped (the
+    import system's weakref callback, run by any import; an object's `__del__`; here or in a caller), and the
+    command would run on as if the signal had not come. `handler(signum, frame)` then runs again a millisecond
+    later (SIGALRM), once that code has returned."""
+    if not hasattr(signal, "setitimer") or not _dropped_in(frame):
+        return False
+
+    def again(_alarm: int, later: Any) -> None:
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        handler(signum, later)
+
+    signal.signal(signal.SIGALRM, again)
+    signal.setitimer(signal.ITIMER_REAL, 0.001)
+    return True
+
+
+def _dropped_in(frame: Any) -> bool:
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "__del__" or (code.co_name == "cb" and "importlib" in code.co_filename):
+            return True
+        frame = frame.f_back
+    return False

@@ -30,6 +30,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 from dsv4ctl.errors import GpuUnavailableError, InputError
+from dsv4ctl.files import write_whole
 
 SNAPSHOT_KIND = "dsv4ctl.gpus"
 SNAPSHOT_SCHEMA_VERSION = 1
@@ -218,24 +219,23 @@ def load_snapshot(path: str | os.PathLike[str]) -> GpuSnapshot:
     return snapshot
 
 
-def save_snapshot(snapshot: GpuSnapshot, path: str | os.PathLike[str]) -> None:
-    """Write the snapshot as the JSON document `load_snapshot` reads (same as `gpus --json`)."""
-    p = Path(path)
-    try:
-        p.write_text(json.dumps(snapshot.to_json(), indent=2) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot write GPU snapshot {str(p)!r}: {exc.strerror or exc}") from None
+def save_snapshot(snapshot: GpuSnapshot, path: str | os.PathLike[str], hint: str | None = None) -> None:
+    """Write the snapshot as the JSON document `load_snapshot` reads (same as `gpus --json`), whole or not at all;
+    `OutputError` (with `hint`) where it cannot be written."""
+    write_whole(path, (json.dumps(snapshot.to_json(), indent=2) + "\n").encode("utf-8"), hint=hint)
 
 
 class _Invalid(Exception):
-    pass
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 def _snapshot_from_json(data: Any) -> GpuSnapshot:
     try:
         return _parse_snapshot(data)
     except _Invalid as exc:
-        raise InputError(f"invalid GPU snapshot: {exc}", hint=SNAPSHOT_HINT) from None
+        raise InputError(f"invalid GPU snapshot: {exc}", hint=exc.hint or SNAPSHOT_HINT) from None
 
 
 def _parse_snapshot(data: Any) -> GpuSnapshot:
@@ -248,7 +248,9 @@ def _parse_snapshot(data: Any) -> GpuSnapshot:
     if not _is_int(version):
         raise _Invalid("\"schema_version\" is missing or not an integer")
     if version > SNAPSHOT_SCHEMA_VERSION:
-        raise _Invalid(f"schema_version {version} is newer than this dsv4ctl reads ({SNAPSHOT_SCHEMA_VERSION}); upgrade dsv4ctl")
+        raise _Invalid(f"schema_version {version} is newer than this dsv4ctl reads ({SNAPSHOT_SCHEMA_VERSION})",
+                       hint="upgrade dsv4ctl here to the release that wrote it (or a newer one), or save the "
+                            "snapshot with this release's `dsv4ctl gpus --save`")
     if version < 1:
         raise _Invalid(f"schema_version {version} is not valid")
     raw_devices = data.get("devices")
@@ -304,7 +306,7 @@ def _parse_device(raw: Any, where: str) -> GpuDevice:
 
     cc = raw.get("compute_capability")
     if not (isinstance(cc, list) and len(cc) == 2 and all(_is_int(x) and x >= 0 for x in cc)):
-        raise _Invalid(f"{where}.compute_capability must be [major, minor], got {json.dumps(cc)}")
+        raise _Invalid(f"{where}.compute_capability must be [major, minor] (e.g. [9, 0] for an H200), got {json.dumps(cc)}")
     memory_struct = raw.get("memory_struct")
     if memory_struct not in MEMORY_STRUCTS:
         raise _Invalid(f"{where}.memory_struct must be one of {', '.join(MEMORY_STRUCTS)}, got {json.dumps(memory_struct)}")

@@ -4,7 +4,9 @@
 session, Docker containers, files and directories) into one `.tar.gz` with a manifest (`collect.model`);
 every log is redacted as it streams in (`dsv4ctl.redaction`) and bounded (`--since`, `--tail`,
 `--max-log-bytes`). A source that cannot be read becomes a manifest entry saying why; the bundle keeps
-everything read, an interrupt included. `diagnose BUNDLE` reads it back as one deployment (dsv4ctl.group).
+everything read, an interrupt included (the log it cut short is listed as read in part). The bundle is written
+whole or not at all (`dsv4ctl.files`); when nothing was gathered there is none. `diagnose BUNDLE` reads it back
+as one deployment (dsv4ctl.group).
 """
 
 from __future__ import annotations
@@ -32,18 +34,50 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def collect(request: CollectRequest, out: Path, step: Callable[[str], None] | None = None) -> CollectResult:
-    """Gather every source of `request` into the bundle `out`; `step(label)` is called before each log."""
-    from dsv4ctl.collect import kube, local
+def collect(request: CollectRequest, out: Path, step: Callable[[str], None] | None = None, *,
+            hint: str | None = None) -> CollectResult:
+    """Gather every source of `request` into the bundle `out` (gzip-compressed unless it is named .tar); `step(label)`
+    is called before each log. The bundle is written whole or not at all (`dsv4ctl.files.open_whole`): when nothing
+    at all was gathered there is none (`result.bundle` is None); an `OSError` of the bundle is an `OutputError`
+    with `hint`."""
     from dsv4ctl.collect.bundle import BundleWriter
     from dsv4ctl.collect.model import CollectResult
+    from dsv4ctl.files import open_whole
 
     say = step or (lambda label: None)
     result = CollectResult(
         bundle=str(out), created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         bounds={"since": request.since, "tail": request.tail, "max_log_bytes": request.max_log_bytes},
     )
-    bundle = BundleWriter(out)
+    try:
+        with open_whole(out, hint=hint) as f:
+            bundle = BundleWriter(f, compressed=not Path(out).name.endswith(".tar"))
+            try:
+                _gather(request, bundle, result, say)
+            except BaseException:
+                bundle.abandon()
+                raise
+            if not result.logs and not result.extra:
+                bundle.abandon()
+                raise _NothingGathered
+            try:
+                bundle.close(result.manifest())
+            except KeyboardInterrupt:  # held back until the archive was ended: it is whole
+                result.interrupted = True
+    except _NothingGathered:
+        result.bundle = None
+    return result
+
+
+class _NothingGathered(Exception):
+    """Nothing was gathered: the bundle is not written."""
+
+
+def _gather(request: CollectRequest, bundle: Any, result: CollectResult, say: Callable[[str], None]) -> None:
+    """Every source into the bundle; an interrupt ends the gathering (`result.interrupted`), and the log it cut
+    short is listed with what was read of it."""
+    from dsv4ctl.collect import kube, local
+
     try:
         if request.k8s:
             kube.gather(request, bundle, result, say)
@@ -55,6 +89,5 @@ def collect(request: CollectRequest, out: Path, step: Callable[[str], None] | No
             local.gather_paths(request, bundle, result, say)
     except KeyboardInterrupt:
         result.interrupted = True
-    finally:
-        bundle.close(result.manifest())
-    return result
+        listed = {id(e) for e in result.logs}
+        result.logs += [e for e in bundle.logs if id(e) not in listed]

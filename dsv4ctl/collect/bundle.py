@@ -11,12 +11,16 @@ left out between. Each log enters the archive as soon as it is read, and the man
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import io
 import json
 import os
 import re
+import signal
 import tarfile
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -25,6 +29,8 @@ from typing import IO, Any
 from dsv4ctl import stamps
 from dsv4ctl.collect.model import LogEntry
 from dsv4ctl.collect.names import BUNDLE_SUFFIXES, MANIFEST
+from dsv4ctl.errors import InputError, OutputError
+from dsv4ctl.files import TEMP_HINT, cannot_write, temporary_directory
 from dsv4ctl.redaction import NAME_END, SECRET_STARTS, SECRET_WORDS, redact_line
 
 # The stamp `kubectl logs --timestamps` / `docker logs --timestamps` put first, kept as written (it has the year).
@@ -56,13 +62,17 @@ def _first_time(lines) -> str | None:
 
 
 class _Spool:
-    """A log's bytes as kept: the head, then a rolling tail of two segments (bounded disk)."""
+    """A log's bytes as kept: the head, then a rolling tail of two segments (bounded disk, in a temporary directory:
+    a write that fails there is an `OutputError` naming it, not a log that stopped)."""
 
     def __init__(self, directory: str, max_bytes: int) -> None:
         self.head_limit = max(max_bytes // 4, 1)
         self.tail_limit = max(max_bytes - self.head_limit, 1)
         self._dir = directory
-        self.head = tempfile.TemporaryFile(dir=directory)
+        try:
+            self.head = tempfile.TemporaryFile(dir=directory)
+        except OSError as exc:
+            raise self._cannot(exc) from None
         self.head_size = 0
         self.head_closed = False
         self.segments: list[tuple[IO[bytes], int]] = []
@@ -70,6 +80,23 @@ class _Spool:
 
     def write(self, data: bytes) -> None:
         """Whole lines: those that fit go to the head, the rest to the tail."""
+        try:
+            self._write(data)
+        except OSError as exc:
+            raise self._cannot(exc) from None
+
+    def flush(self) -> None:
+        """Everything on the disk, before it is read back: a full disk shows here, not inside the archive."""
+        try:
+            for f in (self.head, *(f for f, _ in self.segments)):
+                f.flush()
+        except OSError as exc:
+            raise self._cannot(exc) from None
+
+    def _cannot(self, exc: OSError) -> OutputError:
+        return cannot_write(f"a temporary file in {self._dir}", exc, hint=TEMP_HINT)
+
+    def _write(self, data: bytes) -> None:
         if not self.segments and not self.head_closed:
             room = self.head_limit - self.head_size
             cut = len(data) if len(data) <= room else data.rfind(b"\n", 0, room) + 1
@@ -111,9 +138,9 @@ class _Spool:
         return out
 
     def close(self) -> None:
-        self.head.close()
-        for f, _ in self.segments:
-            f.close()
+        for f in (self.head, *(f for f, _ in self.segments)):
+            with contextlib.suppress(OSError):  # a write that failed is reported already
+                f.close()
 
 
 class _Parts(io.RawIOBase):
@@ -152,17 +179,17 @@ class _Parts(io.RawIOBase):
 
 
 class BundleWriter:
-    """Writes the bundle as it goes; `close(manifest)` adds the manifest and ends the archive."""
+    """Writes the bundle into `out` as it goes (a stream: nothing is sought back to); `close(manifest)` adds the
+    manifest and ends the archive. gzip-compressed, or a plain tar with `compressed=False`: reading it back then
+    costs no decompression (benchmarks/group_bench.py measures both). Each member is written whole: a Ctrl-C while
+    one is written takes effect once it is (a torn member would make the rest of the archive unreadable)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # .tar.gz (or .tgz) compressed; a name ending in .tar is written as a plain tar: reading it back costs no
-        # decompression (benchmarks/group_bench.py measures both)
-        mode = "w" if self.path.name.endswith(".tar") else "w:gz"
-        self._tar = tarfile.open(self.path, mode)  # noqa: SIM115 - closed in close()
-        self._tmp = tempfile.TemporaryDirectory(prefix="dsv4ctl-collect-")
+    def __init__(self, out: IO[bytes], *, compressed: bool = True) -> None:
+        self._gz = gzip.GzipFile(fileobj=out, mode="wb") if compressed else None  # type: ignore[arg-type]
+        self._tar = tarfile.open(fileobj=self._gz or out, mode="w|")  # noqa: SIM115 - closed in close()
+        self._tmp = temporary_directory("dsv4ctl-collect-")
         self._names: set[str] = set()
+        self.logs: list[LogEntry] = []  # the logs in the archive, in order (an interrupted one included)
 
     def unique(self, name: str) -> str:
         base, n = name, 1
@@ -180,6 +207,7 @@ class BundleWriter:
         entry.path = self.unique(entry.path)
         spool = _Spool(self._tmp.name, max_bytes)
         pending = b""
+        failed = False  # the spool itself could not be written (a full disk): the bundle is given up
         try:
             try:
                 for chunk in chunks:
@@ -188,14 +216,20 @@ class BundleWriter:
                         spool.write(self._redact(entry, pending, secret_spots(pending.lower())))
                         pending = b""
             except KeyboardInterrupt:
-                entry.error = "interrupted"
+                entry.error = "interrupted: read in part"
+                raise
+            except OutputError:
+                failed = True
                 raise
             except (OSError, ValueError) as exc:
                 entry.error = f"read stopped: {exc}"
+            except InputError as exc:  # damaged compressed data: what came before it is kept
+                entry.error = f"read stopped: {exc.message}"
             finally:
-                if pending:
-                    self._lines(entry, spool, pending + b"\n")
-                self._archive(entry, spool)
+                if not failed:
+                    if pending:
+                        self._lines(entry, spool, pending + b"\n")
+                    self._archive(entry, spool)
         finally:
             spool.close()
         return entry
@@ -242,6 +276,7 @@ class BundleWriter:
         return b"".join(out)
 
     def _archive(self, entry: LogEntry, spool: _Spool) -> None:
+        spool.flush()
         parts = spool.parts()
         marker = b""
         if spool.dropped:
@@ -252,13 +287,16 @@ class BundleWriter:
         entry.bytes = size
         info = tarfile.TarInfo(entry.path)
         info.size, info.mtime, info.mode = size, int(time.time()), 0o644
-        self._tar.addfile(info, io.BufferedReader(_Parts(parts, marker), _CHUNK))
+        with _whole():
+            self._tar.addfile(info, io.BufferedReader(_Parts(parts, marker), _CHUNK))
+            self.logs.append(entry)
 
     def add_bytes(self, name: str, data: bytes) -> str:
         name = self.unique(name)
         info = tarfile.TarInfo(name)
         info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
-        self._tar.addfile(info, io.BytesIO(data))
+        with _whole():
+            self._tar.addfile(info, io.BytesIO(data))
         return name
 
     def close(self, manifest: dict[str, Any]) -> None:
@@ -266,15 +304,49 @@ class BundleWriter:
             data = json.dumps(manifest, indent=2).encode()
             info = tarfile.TarInfo(MANIFEST)
             info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
-            self._tar.addfile(info, io.BytesIO(data))
+            with _whole():
+                self._tar.addfile(info, io.BytesIO(data))
+                self._tar.close()
+                if self._gz is not None:
+                    self._gz.close()
         finally:
-            self._tar.close()
+            self._tmp.cleanup()
+
+    def abandon(self) -> None:
+        """Stop here: the archive's file is being thrown away (its end is written into it, or not, quietly)."""
+        try:
+            for part in (self._tar, self._gz):
+                with contextlib.suppress(Exception):
+                    if part is not None:
+                        part.close()
+        finally:
             self._tmp.cleanup()
 
 
+@contextlib.contextmanager
+def _whole() -> Iterator[None]:
+    """Ctrl-C held back while the block runs (in the main thread), then raised: what the block writes is whole."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught and previous is signal.default_int_handler:
+        raise KeyboardInterrupt
+    if caught and callable(previous):
+        previous(signal.SIGINT, None)
+
+
 def read_chunks(stream: IO[bytes], size: int = _CHUNK) -> Iterator[bytes]:
+    """The stream's bytes as they come: a pipe's (kubectl, docker, a FIFO) as soon as it has some, so that an
+    interrupt keeps what arrived."""
+    read = getattr(stream, "read1", stream.read)
     while True:
-        block = stream.read(size)
+        block = read(size)
         if not block:
             return
         yield block

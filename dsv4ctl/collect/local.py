@@ -15,15 +15,17 @@ ExitCode, Error, StartedAt, FinishedAt; RestartCount) for its termination.
 from __future__ import annotations
 
 import fnmatch
-import gzip
 import json
 import subprocess
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from dsv4ctl.collect.bundle import BundleWriter, read_chunks
 from dsv4ctl.collect.model import CollectRequest, CollectResult, LogEntry, Termination, Unreadable
+from dsv4ctl.errors import InputError
+from dsv4ctl.files import decoded
 from dsv4ctl.redaction import redact_line
 
 RAY_DEFAULT_SESSION = "/tmp/ray/session_latest"
@@ -34,24 +36,41 @@ RAY_LOGS = ("raylet*.out", "raylet*.err", "gcs_server*.out", "gcs_server*.err", 
 LOG_NAMES = ("*.log", "*.out", "*.err", "*.txt", "*.log.gz", "*.log.[0-9]*")
 
 
-def _file_chunks(path: Path, tail: int | None) -> Iterator[bytes]:
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rb") as f:  # type: ignore[operator]
+def _open_text(path: Path) -> BinaryIO:
+    """A file's text: compressed (gzip, xz, bzip2, a zip of one file) and UTF-16 logs decoded, whatever their name,
+    so that every line is redacted as the others are (`dsv4ctl.files.decoded`); `InputError` for a binary file or
+    an archive."""
+    raw = open(path, "rb")  # noqa: SIM115 - closed by _chunks (or here)
+    try:
+        return decoded(raw, str(path))
+    except BaseException:
+        raw.close()
+        raise
+
+
+def _chunks(f: BinaryIO, tail: int | None) -> Iterator[bytes]:
+    try:
         if tail is None:
             yield from read_chunks(f)
             return
         last: deque[bytes] = deque(f, maxlen=tail)  # the last lines only (bounded by the count)
         yield b"".join(last)
+    finally:
+        f.close()
 
 
 def add_file(path: Path, kind: str, req: CollectRequest, bundle: BundleWriter, result: CollectResult,
              name: str | None = None) -> None:
     entry = LogEntry(path=f"logs/{kind}/{name or path.name}", kind=kind, source=str(path))
     try:
-        bundle.add_log(entry, _file_chunks(path, req.tail), req.max_log_bytes)
-    except OSError as exc:  # opened badly: nothing read
+        text = _open_text(path)
+    except OSError as exc:  # nothing read
         result.unreadable.append(Unreadable(str(path), exc.strerror or str(exc)))
         return
+    except InputError as exc:  # not a log (a binary file, an archive): nothing read
+        result.unreadable.append(Unreadable(str(path), exc.message))
+        return
+    bundle.add_log(entry, _chunks(text, req.tail), req.max_log_bytes)
     if entry.error and not entry.lines:
         result.unreadable.append(Unreadable(str(path), entry.error))
     result.logs.append(entry)
@@ -91,14 +110,6 @@ def gather_paths(req: CollectRequest, bundle: BundleWriter, result: CollectResul
             result.unreadable.append(Unreadable(str(path), "no such file or directory"))
 
 
-def is_ray_session(path: str) -> bool:
-    """A Ray session directory: `session_*` or one whose `logs/` holds Ray's own logs."""
-    p = Path(path).expanduser()
-    if not p.is_dir():
-        return False
-    return p.name.startswith("session_") or any((p / "logs").glob(g) for g in ("raylet*.out", "gcs_server*.out"))
-
-
 def ray_log_files(session: Path) -> list[Path]:
     logs = session / "logs" if (session / "logs").is_dir() else session
     found = []
@@ -111,7 +122,9 @@ def ray_log_files(session: Path) -> list[Path]:
 def gather_ray(req: CollectRequest, bundle: BundleWriter, result: CollectResult, step: Callable[[str], None]) -> None:
     session = Path(req.ray or RAY_DEFAULT_SESSION).expanduser()
     if not session.is_dir():
-        result.unreadable.append(Unreadable(str(session), "no Ray session directory here (give --ray SESSION_DIR)"))
+        why = "not a directory" if session.exists() else "no such directory"
+        result.unreadable.append(Unreadable(str(session), f"{why}: --ray takes a Ray session directory "
+                                            f"({RAY_DEFAULT_SESSION} on a node where Ray runs, or a session_* beside it)"))
         return
     files = ray_log_files(session.resolve())
     if not files:

@@ -84,7 +84,7 @@ class Unreadable:
 
 @dataclass
 class CollectResult:
-    bundle: str
+    bundle: str | None  # None: nothing was gathered, no bundle was written
     logs: list[LogEntry] = field(default_factory=list)
     unreadable: list[Unreadable] = field(default_factory=list)
     pods: list[dict[str, Any]] = field(default_factory=list)

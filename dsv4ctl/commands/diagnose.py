@@ -7,10 +7,12 @@ import typer
 
 from dsv4ctl.commands.common import complete_example, stop_on_signals
 
+SVG_HINT = "choose another --svg (a file in a directory you can write)"
+
 
 def diagnose_command(
     paths: list[str] | None = typer.Argument(
-        None, metavar="PATHS", help="Log files (several for per-process logs), - for stdin; .gz is read as is."
+        None, metavar="PATHS", help="Log files (several for per-process logs), - for stdin; gzip, xz, bzip2, a zip of one log and UTF-16 are read as they are."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON (schema_version 1) on stdout."),
     example: str | None = typer.Option(
@@ -101,16 +103,19 @@ def _diagnose_group(sources: list[str], json_out: bool, svg: Path | None) -> Non
     """`diagnose` of a deployment: read as one group, rendered, exit with the group's verdict."""
     from dsv4ctl.group import read_group
     from dsv4ctl.render import emit_json, err_console, out_console
-    from dsv4ctl.render.group import render_group, save_svg
+    from dsv4ctl.files import check_target, write_whole
+    from dsv4ctl.render.group import group_svg, render_group
     from dsv4ctl.render.progress import input_bytes, read_progress
 
+    if svg is not None:
+        check_target(svg, hint=SVG_HINT)  # before the logs are read: a path that cannot be written fails now
     with stop_on_signals(), read_progress(input_bytes(sources), "reading the logs") as progress:
         reading = read_group(sources, progress=progress)
+    if svg is not None:  # before the report: an SVG that cannot be written is the command's one error
+        write_whole(svg, group_svg(reading).encode("utf-8"), hint=SVG_HINT)
+        err_console().print(f"saved {svg}", markup=False)
     if json_out:
         emit_json(reading.to_json())
     else:
         render_group(reading, out_console())
-    if svg is not None:
-        save_svg(reading, svg)
-        err_console().print(f"saved {svg}", markup=False)
     raise typer.Exit(int(reading.exit_code))

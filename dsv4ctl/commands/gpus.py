@@ -3,6 +3,8 @@
 # No `from __future__ import annotations`: Typer reads every command's annotations at start-up (see cli.py).
 import typer
 
+SAVE_HINT = "choose another --save path (a file in a directory you can write)"
+
 
 def gpus_command(
     json_output: bool = typer.Option(
@@ -23,13 +25,16 @@ def gpus_command(
     Exit 0 with the GPUs listed, 1 when none can be read (no driver, an unreadable or invalid snapshot, a --save
     that cannot be written), 2 for bad flags.
     """
+    from dsv4ctl.files import check_target
     from dsv4ctl.gpu import load_snapshot, read_snapshot, save_snapshot
     from dsv4ctl.render import emit_json, err_console, out_console, warning_line
     from dsv4ctl.render.gpus import render_gpus
 
+    if save:
+        check_target(save, hint=SAVE_HINT)  # before NVML is asked
     snapshot = load_snapshot(snapshot_path) if snapshot_path else read_snapshot()
     if save:
-        save_snapshot(snapshot, save)
+        save_snapshot(snapshot, save, hint=SAVE_HINT)
         err_console().print(f"Saved GPU snapshot to {save}", markup=False)
     if json_output:
         emit_json(snapshot.to_json())

@@ -62,8 +62,8 @@ def serve_command(
     ),
 ) -> None:
     from dsv4ctl.render import emit_json
-    from dsv4ctl.render.serve import ServeConsole, render_diagnosis
-    from dsv4ctl.serve.command import ATTEMPT_ENV, ServeOptions, default_log_file, plan_only, run
+    from dsv4ctl.render.serve import ServeConsole
+    from dsv4ctl.serve.command import ServeOptions, default_log_file, plan_only, run
     from dsv4ctl.serve.preflight import REFUSE
 
     flags = [str(a) for a in ctx.args]
@@ -97,9 +97,24 @@ def serve_command(
         if decision.action == REFUSE and decision.refusal is not None:
             raise decision.refusal
         return
+    from dsv4ctl.files import check_target
+    from dsv4ctl.serve.session import LOG_HINT
+    from dsv4ctl.serve.vllm_entry import vllm_version
+
+    vllm_version()  # vLLM missing: said before a log file is made for a start that cannot happen
     path = log_file or default_log_file()
+    check_target(path, hint=LOG_HINT, make_parents=log_file is None)
     view.say(f"log file: {path}")
     result = run(flags, options, view, path)
+    _finish(result, view)
+
+
+def _finish(result, view) -> None:
+    """After a real start: the outcome, the diagnosis, the one relaunch of --retry, the exit code."""
+    from dsv4ctl.render.serve import render_diagnosis
+    from dsv4ctl.serve.command import ATTEMPT_ENV
+    from dsv4ctl.serve.session import LOG_HINT
+
     if result.outcome is not None:
         view.outcome(result.outcome, int(ExitCode.INTERRUPTED))
     if result.diagnosis is not None:
@@ -115,6 +130,15 @@ def serve_command(
         os.execve(result.retry_argv[0], result.retry_argv, {**os.environ, ATTEMPT_ENV: "2"})
     if result.retry_note:
         view.say(result.retry_note)
+    log_error = result.outcome.log_error if result.outcome is not None else None
+    if log_error and int(result.exit_code) == int(ExitCode.OK):
+        from dsv4ctl.errors import OutputError
+
+        raise OutputError(f"{log_error} (the log is incomplete)", hint=LOG_HINT)
+    if log_error:
+        from dsv4ctl.render import warning_line
+
+        warning_line(f"{log_error}: the log is incomplete, and so may be the diagnosis read from it")
     raise typer.Exit(int(result.exit_code))
 
 

@@ -205,14 +205,13 @@ def _append_report(path: str, results: dict[str, FixOutcome], selection: FixSele
         "fixes": {name: outcome.to_json() for name, outcome in results.items()},
     }
     data = (json.dumps(record, sort_keys=False) + "\n").encode("utf-8")
+    from dsv4ctl.errors import OutputError
+    from dsv4ctl.files import append_line
+
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, data)  # one write on an O_APPEND descriptor: lines do not interleave
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        return f"cannot append to {REPORT_ENV}={path}: {exc}"
+        append_line(path, data, hint=None)  # one write on an O_APPEND descriptor: lines do not interleave
+    except OutputError as exc:
+        return f"{REPORT_ENV}: {exc.message}"
     return None
 
 

@@ -48,9 +48,24 @@ def is_group(paths: list[str]) -> bool:
         return True
     launches = 0
     for p in paths:
-        if p == "-" or not os.path.isfile(p) or p.endswith(".gz"):
+        if p == "-" or not os.path.isfile(p):
             return False
-        with open(p, "rb") as f:
-            if _LAUNCH.search(f.read(4 << 20)):
-                launches += 1
+        head = _head(p, 4 << 20)
+        if head is None:
+            return False  # unreadable, binary: diagnose says what it is
+        if _LAUNCH.search(head):
+            launches += 1
     return launches >= 2
+
+
+def _head(path: str, n: int) -> bytes | None:
+    """The first `n` bytes of a log's text (a compressed or UTF-16 log's, decoded); None when it cannot be read."""
+    from dsv4ctl.errors import InputError
+    from dsv4ctl.files import decoded
+
+    try:
+        with open(path, "rb") as f:
+            stream = decoded(f, path)  # type: ignore[arg-type]
+            return stream.read(n)
+    except (OSError, InputError):
+        return None

@@ -15,6 +15,7 @@ from dsv4ctl import stamps
 from dsv4ctl.collect.bundle import is_bundle
 from dsv4ctl.collect.names import MANIFEST
 from dsv4ctl.errors import InputError
+from dsv4ctl.files import decoded
 from dsv4ctl.group.conclude import conclude
 from dsv4ctl.group.detect import distinct
 from dsv4ctl.group.model import GroupReading, Member, MemberReading, Milestone
@@ -152,7 +153,13 @@ def read_group(paths: list[str], progress: Callable[[int], None] | None = None) 
         if not os.path.isfile(p):
             raise InputError(f"cannot read {p}: no such file")
         report = (lambda n, base=done: progress(base + n)) if progress else None
-        reading, size = _read_member(Member(name=p, path=p), p, report)
+        with open(p, "rb") as f:
+            text = decoded(f, p)  # type: ignore[arg-type]
+            if text is f:
+                reading, size = _read_member(Member(name=p, path=p), p, report)
+            else:  # compressed or UTF-16: its text read once, its head and tail kept on the way
+                reading, _ = _read_member(Member(name=p, path=p), text, report)
+                size = os.path.getsize(p)
         readings.append(reading)
         done += size
     if not readings:

@@ -37,6 +37,7 @@ import threading
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
+from dsv4ctl import files
 from dsv4ctl.errors import InputError
 from dsv4ctl.logs import formats, prefilter
 
@@ -77,8 +78,8 @@ def parallel_size(path: str | Path, min_bytes: int = PARALLEL_MIN_BYTES) -> int 
             return None
         with open(path, "rb") as f:
             head = f.read(formats.SNIFF_BYTES)
-            if head[:2] == b"\x1f\x8b" or formats.sniff(head) is not None:
-                return None  # compressed, or a shipper's format: read in order, unwrapped
+            if files.kind_of(head) is not None or formats.sniff(head) is not None:
+                return None  # compressed, UTF-16, binary, or a shipper's format: read in order (decoded, unwrapped)
     except OSError:
         return None  # the sequential path reports it
     return st.st_size

@@ -32,11 +32,10 @@ hot loop would reach through module globals, and the tests that pin its equivale
 
 from __future__ import annotations
 
-import gzip
 import re
 from typing import BinaryIO, Callable, Iterator, NamedTuple, Protocol
 
-from dsv4ctl import hs_cache, re_cache
+from dsv4ctl import files, hs_cache, re_cache
 from dsv4ctl.cache_dir import CACHE_DIR_ENV
 from dsv4ctl.catalogue.signature_index import required_literals
 from dsv4ctl.logs.reader import MAX_LINE_BYTES, decode, iter_spans
@@ -434,19 +433,12 @@ class _CountingReader:
 
 
 def _with_position(stream: BinaryIO) -> tuple[BinaryIO, Callable[[], int]]:
-    """The stream to read and a function giving the bytes of the source read so far (for a .gz: of the
-    compressed file, the unit of its size on disk)."""
+    """The stream to read and a function giving the bytes of the source read so far (for a compressed file: of
+    the file itself, the unit of its size on disk)."""
     inner = stream.source if isinstance(stream, Rejoined) else stream
-    if isinstance(inner, gzip.GzipFile):
-        raw = inner.fileobj
-
-        def compressed() -> int:
-            try:
-                return raw.tell()  # type: ignore[union-attr]
-            except (OSError, ValueError, AttributeError):  # a pipe: unknown
-                return 0
-
-        return stream, compressed
+    position = files.position_of(inner)
+    if position is not None:
+        return stream, position
     counting = _CountingReader(stream)
     return counting, lambda: counting.bytes_read  # type: ignore[return-value]
 
@@ -643,7 +635,7 @@ def split_lines(data: bytes) -> list[tuple[int, str]]:
 
 
 def reader_of(stream: BinaryIO):
-    """A reader of `stream` whose read(n) returns what a truncated .gz still had instead of raising."""
+    """A reader of `stream` whose read errors are `InputError`s."""
     from dsv4ctl.logs.reader import _Reader  # noqa: PLC0415 - the reader's own guard for streams
 
     return _Reader(stream)
@@ -654,7 +646,7 @@ class Rejoined:
 
     def __init__(self, head: bytes, stream: BinaryIO) -> None:
         self.head = head
-        self.source = stream  # for the progress of a .gz: its compressed position
+        self.source = stream  # for the progress of a compressed file: its position in the file
         self.stream = reader_of(stream)
         self.name = getattr(stream, "name", None)
 

@@ -1,4 +1,5 @@
-"""Streaming reader for vLLM logs: files, `-` (stdin), `.gz`, open binary streams.
+"""Streaming reader for vLLM logs: files, `-` (stdin), compressed files (gzip, xz, bzip2, zip), UTF-16, open binary
+streams.
 
 Memory stays bounded whatever the log size: input is read in fixed-size chunks that end on a
 newline, and a line longer than `MAX_LINE_BYTES` is truncated (the rest of it is skipped, the line
@@ -19,17 +20,15 @@ first bytes by `open_source` and read as the lines it wraps (`dsv4ctl.logs.forma
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import re
 import sys
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator, Union
 
-from dsv4ctl import re_cache, stamps
+from dsv4ctl import files, re_cache, stamps
 from dsv4ctl.catalogue.signature_index import plain
 from dsv4ctl.errors import InputError
 from dsv4ctl.logs import formats
@@ -334,7 +333,8 @@ def source_name(source: Source) -> str:
 
 
 def open_source(source: Source) -> BinaryIO:
-    """Open a path, `-` or a binary stream for reading; gzip is detected by its magic bytes."""
+    """Open a path, `-` or a binary stream for reading: compressed and UTF-16/32 files are told from their first
+    bytes and read as the text inside (`dsv4ctl.files.decoded`)."""
     if isinstance(source, (str, Path)):
         if str(source) == "-":
             raw: BinaryIO = sys.stdin.buffer
@@ -355,17 +355,18 @@ def open_source(source: Source) -> BinaryIO:
         if isinstance(raw, io.TextIOBase):
             raw = raw.buffer  # type: ignore[attr-defined]
     buffered: BinaryIO = raw if hasattr(raw, "peek") else io.BufferedReader(raw, formats.SNIFF_BYTES)  # type: ignore[arg-type]
+    # Compressed (gzip, xz, bzip2, a zip of one file) or UTF-16/32 text is read as the text inside, whatever the
+    # name; a binary file or an archive is refused (dsv4ctl.files).
     try:
-        head = buffered.peek(2)[:2]  # type: ignore[attr-defined]
-    except (OSError, ValueError):
-        head = b""
-    stream: BinaryIO = buffered
-    if head == b"\x1f\x8b":
-        stream = gzip.GzipFile(fileobj=buffered, mode="rb")  # type: ignore[assignment]
+        stream = files.decoded(buffered, source_name(source))
+    except InputError:
+        if isinstance(source, (str, Path)) and str(source) != "-":
+            buffered.close()
+        raise
     # A shipper's format (JSON records, Docker's json-file, CRI, exports) is read as the lines it wraps.
     try:
         first = stream.peek(formats.SNIFF_BYTES)  # type: ignore[attr-defined]
-    except (OSError, ValueError, EOFError, gzip.BadGzipFile, zlib.error):
+    except (OSError, ValueError, EOFError):
         first = b""
     fmt = formats.sniff(first) if first else None
     if fmt is not None:
@@ -374,39 +375,18 @@ def open_source(source: Source) -> BinaryIO:
 
 
 class _Reader:
-    """read(n) that returns what a truncated .gz still had instead of raising EOFError."""
+    """read(n) of a stream, as many bytes as it has up to n (a pipe's or a decompressor's reads come in parts)."""
 
     def __init__(self, stream: BinaryIO) -> None:
         self.stream = stream
-        # Only gzip needs read1 (read(n) of a truncated .gz raises before returning what it had).
-        self.read1 = getattr(stream, "read1", None) if isinstance(stream, gzip.GzipFile) else None
-        self.done = False
 
     def read(self, n: int) -> bytes:
-        if self.done:
-            return b""
-        parts: list[bytes] = []
-        size = 0
         try:
-            if self.read1 is None:
-                return self.stream.read(n)
-            while size < n:
-                block = self.read1(n - size)
-                if not block:
-                    self.done = True
-                    break
-                parts.append(block)
-                size += len(block)
-        except EOFError:
-            self.done = True  # a truncated .gz: keep what was readable
-        except (gzip.BadGzipFile, zlib.error) as exc:
-            raise InputError(
-                f"cannot read {source_name(self.stream)}: it starts like gzip but is not valid gzip ({exc})",
-                hint="decompress it first, or pass the uncompressed log",
-            ) from None
+            return self.stream.read(n)
+        except InputError:
+            raise
         except OSError as exc:
-            raise InputError(f"cannot read {source_name(self.stream)}: {exc}") from None
-        return b"".join(parts)
+            raise InputError(f"cannot read {source_name(self.stream)}: {exc.strerror or exc}") from None
 
 
 def iter_spans(

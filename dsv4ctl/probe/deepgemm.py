@@ -20,10 +20,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from dsv4ctl.files import temporary_directory
 from dsv4ctl.probe.headers import (
     DeepGemmLocation,
     HeaderVerdict,
@@ -264,7 +264,7 @@ def probe_kernel(location: DeepGemmLocation | None, extra_includes: list[Path] |
     details: dict[str, object] = {"nvcc": str(nvcc), "nvcc_version": nvcc_version(nvcc),
                                   "launch_form": "num_next_n_atoms" if form else "legacy",
                                   "include_dirs": [str(i) for i in includes], "split_kv": 256, "next_n": 1}
-    with tempfile.TemporaryDirectory(prefix="dsv4ctl-probe-") as tmp:
+    with temporary_directory("dsv4ctl-probe-") as tmp:
         tmpdir = Path(tmp)
         query_bin = tmpdir / "query"
         try:

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
 JSON_SCHEMA_VERSION = 1
 
@@ -133,8 +134,6 @@ def _json_default(value: Any) -> Any:
 
 def error_line(message: str, hint: str | None = None) -> None:
     """The one actionable line (plus a hint) that every failure is reduced to."""
-    from rich.text import Text
-
     console = err_console()
     # The words as they are: a message may hold brackets ("[flags...]", "[Errno 2]") that are not markup.
     console.print(Text.assemble(("Error:", "bold red"), " ", message), highlight=False)
@@ -143,8 +142,6 @@ def error_line(message: str, hint: str | None = None) -> None:
 
 
 def warning_line(message: str) -> None:
-    from rich.text import Text
-
     err_console().print(Text.assemble(("Warning:", "yellow"), " ", message), highlight=False)
 
 

@@ -5,6 +5,7 @@ export (for a bug report)."""
 
 from __future__ import annotations
 
+import io
 import shlex
 from pathlib import Path
 
@@ -130,11 +131,8 @@ def render_group(g: GroupReading, console: Console) -> None:
                 console.print(f"    → {f.action}", markup=False)
 
 
-def save_svg(g: GroupReading, path: Path) -> None:
-    """The same report through Rich's own SVG export."""
-    console = Console(record=True, width=120, file=open("/dev/null", "w"), color_system="truecolor")  # noqa: SIM115
-    try:
-        render_group(g, console)
-        console.save_svg(str(path), title="dsv4ctl diagnose")
-    finally:
-        console.file.close()
+def group_svg(g: GroupReading) -> str:
+    """The same report as an SVG document, through Rich's own SVG export (the command writes it)."""
+    console = Console(record=True, width=120, file=io.StringIO(), color_system="truecolor")
+    render_group(g, console)
+    return console.export_svg(title="dsv4ctl diagnose")

@@ -21,6 +21,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from dsv4ctl.files import open_log, why_not_written
+
 # (stream fd, raw bytes) -> None. Echoes a chunk to the terminal; the default writes it unchanged.
 EchoFn = Callable[[int, bytes], None]
 # (decoded line without its terminator, stream fd, terminator) -> None
@@ -41,12 +43,18 @@ class FdTee:
         echo: EchoFn | None = None,
         fds: tuple[int, ...] = (1, 2),
         append: bool = False,
+        make_dirs: bool = True,
+        hint: str | None = None,
     ) -> None:
         self.log_path = Path(log_path)
         self._on_line = on_line
         self._echo = echo
         self._fds = fds
         self._append = append
+        self._make_dirs = make_dirs
+        self._hint = hint
+        self.log_error: OSError | None = None  # the log could not be written from `bytes_logged` on
+        self._last_words: list[str] = []
         self._saved: dict[int, int] = {}
         self._readers: dict[int, int] = {}
         self._threads: list[threading.Thread] = []
@@ -64,9 +72,9 @@ class FdTee:
 
     def start(self) -> FdTee:
         """Open the log and redirect the fds. On failure everything done so far is undone (fds given
-        back, pipes and log closed) before the error propagates."""
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "ab" if self._append else "wb", buffering=0)  # noqa: SIM115
+        back, pipes and log closed) before the error propagates: a log that cannot be opened is an `OutputError`
+        (dsv4ctl.files), its directory made only with `make_dirs`."""
+        self._log = open_log(self.log_path, append=self._append, hint=self._hint, make_parents=self._make_dirs)
         self._started = True
         try:
             flush_python_streams()
@@ -110,6 +118,8 @@ class FdTee:
         finally:
             for read_end in self._readers.values():
                 _close_quietly(read_end)
+            for text in self._last_words:
+                self._log_write(-1, text.encode("utf-8", "replace"), final=True)
             if self._log is not None:
                 with self._log_lock:
                     try:
@@ -180,10 +190,26 @@ class FdTee:
         self._log_pending[fd] = rest
         if not complete:
             return
+        failed = None
         with self._log_lock:
-            if self._log is not None and not self._log.closed:
-                self._log.write(complete)  # unbuffered: in the file (page cache) once written
-                self.bytes_logged += len(complete)
+            if self._log is not None and not self._log.closed and self.log_error is None:
+                view = memoryview(complete)
+                try:
+                    while view:
+                        n = self._log.write(view)  # unbuffered: in the file (page cache) once written
+                        self.bytes_logged += n
+                        view = view[n:]
+                except OSError as exc:  # a full disk: the terminal still gets everything
+                    failed = self.log_error = exc
+        if failed is not None:
+            note = (f"dsv4ctl serve: cannot write {self.log_path}: {why_not_written(self.log_path, failed)}; "
+                    "vLLM's output goes on to the terminal only\n")
+            self.write_terminal(2, note.encode("utf-8", "replace"))
+
+    def last_words(self, text: str) -> None:
+        """A line of dsv4ctl's own for the log only (the terminal gets it otherwise), written by `stop` after
+        everything the streams still hold."""
+        self._last_words.append(text)
 
     def _consume(self, fd: int, chunk: bytes) -> None:
         self._log_write(fd, chunk)

@@ -123,7 +123,7 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
 
     environment = apply_environment(options.fixes)
     refusal, dog = None, None
-    with ServeSession(log_file, view) as session:
+    with ServeSession(log_file, view, make_dirs=options.log_file is None) as session:
         namespace = parse_serve_flags(flags)
         decision = decide(
             namespace, flags, keep_auto=options.keep_auto, pin_length=options.pin_length, fixes=options.fixes,
@@ -133,6 +133,8 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
         view.decision(decision)
         if decision.action == REFUSE:
             refusal = decision.refusal
+            if refusal is not None:
+                session.note_in_log(f"refused, vLLM not started: {refusal.message}")
         else:
             dog = _start_watchdog(namespace, options)
             try:

@@ -24,9 +24,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dsv4ctl.errors import Dsv4ctlError, InputError
+from dsv4ctl.files import cannot_write
 from dsv4ctl.serve.capture import FdTee, flush_python_streams
 from dsv4ctl.serve.children import ChildTracker, ReapReport
 from dsv4ctl.serve.engines import EngineDeath, EngineWatch, SignalNotes, write_fd2
+
+# A log file that cannot be written (dsv4ctl.files).
+LOG_HINT = "choose another --log-file (or set DSV4CTL_LOG_DIR)"
 
 # Outcome statuses
 STOPPED = "stopped"  # vLLM returned normally (a requested shutdown)
@@ -62,6 +66,7 @@ class ServeOutcome:
     autofit_to: int | None = None
     ready_url: str | None = None
     engine_deaths: list[EngineDeath] = field(default_factory=list)  # vLLM processes that died unasked
+    log_error: str | None = None  # the log could not be written to its end (a full disk): why
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -78,6 +83,7 @@ class ServeOutcome:
             "autofit": {"from": self.autofit_from, "to": self.autofit_to} if self.autofit_to is not None else None,
             "ready_url": self.ready_url,
             "engine_deaths": [d.to_json() for d in self.engine_deaths],
+            "log_error": self.log_error,
         }
 
 
@@ -116,8 +122,10 @@ class _ProgressFeed:
 class ServeSession:
     """Capture + child tracking + signal handling around one in-process vLLM run."""
 
-    def __init__(self, log_file: Path, view: ServeView, *, append: bool = False, grace_s: float = 10.0) -> None:
+    def __init__(self, log_file: Path, view: ServeView, *, append: bool = False, grace_s: float = 10.0,
+                 make_dirs: bool = True) -> None:
         self.log_file = Path(log_file)
+        self._make_dirs = make_dirs
         self._grace_s = grace_s
         self.view = view
         self._append = append
@@ -136,14 +144,12 @@ class ServeSession:
 
     def __enter__(self) -> ServeSession:
         self._feed = _ProgressFeed(str(self.log_file), self.view.progress, self._started)
-        self._tee = FdTee(self.log_file, on_line=self._feed.feed, echo=self.view.echo, append=self._append)
+        self._tee = FdTee(self.log_file, on_line=self._feed.feed, echo=self.view.echo, append=self._append,
+                          make_dirs=self._make_dirs, hint=LOG_HINT)
         try:
-            self._tee.start()
+            self._tee.start()  # a log that cannot be written: OutputError, with LOG_HINT
         except OSError as exc:
-            raise InputError(
-                f"cannot write the log file {self.log_file}: {exc.strerror or exc}",
-                hint="choose a writable path with --log-file (or set DSV4CTL_LOG_DIR)",
-            ) from None
+            raise InputError(f"cannot capture vLLM's output: {exc.strerror or exc}") from None
         try:
             self.view.attach(self._tee)
             self._children = ChildTracker().start()
@@ -163,11 +169,19 @@ class ServeSession:
         try:
             if exc is not None and not isinstance(exc, (KeyboardInterrupt, SystemExit, Dsv4ctlError)):
                 traceback.print_exception(exc_type, exc, tb, file=sys.stderr)  # into the log
+            elif isinstance(exc, Dsv4ctlError):
+                self.note_in_log(f"error: {exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
             self.shutdown()
         finally:
             self._signal_notes.__exit__()
             self._restore_handlers()
         return False
+
+    def note_in_log(self, text: str) -> None:
+        """A line of dsv4ctl's own for the log only (`dsv4ctl serve: <text>`), after all of vLLM's: why a start
+        ended before vLLM ran, which the terminal shows as the command's error."""
+        if self._tee is not None:
+            self._tee.last_words(f"dsv4ctl serve: {text}\n")
 
     def shutdown(self) -> ReapReport:
         """Reap vLLM's processes, then (whatever the reaping did) drain and close the log, detach the
@@ -199,6 +213,9 @@ class ServeSession:
         if self.outcome is not None:
             self.outcome.reap = reap
             self._complete_outcome()  # every line has been parsed now
+            failed = self._tee.log_error if self._tee is not None else None
+            if failed is not None:
+                self.outcome.log_error = cannot_write(self.log_file, failed, LOG_HINT).message
         return reap
 
     def _complete_outcome(self) -> None:

@@ -270,10 +270,13 @@ def test_dry_run_plans_a_deepseek_v4_length_from_kv_cache_memory_bytes(cli, mode
     assert "no safe length" in refused.stderr and "--keep-auto" in refused.stderr
     assert refused.stdout == ""  # a refused plan prints no command
 
-    # Without --pin-length, auto stays auto on the installed 0.32 (no stale-length crash there).
-    kept = cli("serve", model, "--dry-run", "--json", "--max-model-len", "auto", "--kv-cache-memory-bytes", KV_BUDGET)
+    # Without --pin-length, auto stays auto on the installed 0.32 (no stale-length crash there) where a length
+    # survives the margin; at 64 MiB none does, and the plan is refused the same way.
+    kept = cli("serve", model, "--dry-run", "--json", "--max-model-len", "auto", "--kv-cache-memory-bytes", "700M")
     decision = json.loads(kept.stdout)["serve_preflight"]
     assert decision["action"] == "keep-auto" and decision["vllm_version_planned"] == "0.32.0"
+    tight_kept = cli("serve", model, "--dry-run", "--json", "--max-model-len", "auto", "--kv-cache-memory-bytes", KV_BUDGET)
+    assert tight_kept.exit_code == 6 and json.loads(tight_kept.stdout)["serve_preflight"]["action"] == "refuse"
     keep = cli("serve", model, "--dry-run", "--json", "--max-model-len", "-1", "--keep-auto", "--kv-cache-memory-bytes", KV_BUDGET)
     decision = json.loads(keep.stdout)["serve_preflight"]
     assert decision["action"] == "keep-auto" and decision["max_model_len"] is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -130,7 +131,11 @@ def test_the_process_entry_runs_bounded_commands_without_the_collector(monkeypat
     seen: list[bool] = []
     monkeypatch.setattr(cli_module, "main", lambda args=None: seen.append(gc.isenabled()) or 7)
     assert gc.isenabled()
-    assert entry.main(argv) == 7
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        assert entry.main(argv) == 7
+    finally:
+        signal.signal(signal.SIGINT, handler)  # the process entry's Ctrl-C handler is the process's: not the next test's
     assert seen == [collector_on]
     assert gc.isenabled()
 
@@ -218,3 +223,13 @@ def test_a_diagnose_process_ends_at_once_with_its_output_whole_and_its_status(tm
     head = subprocess.run(f"{subprocess.list2cmdline(cmd[:-1] + [str(log)])} | head -c 10; exit ${{PIPESTATUS[0]}}",
                           shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=120)
     assert head.returncode == ExitCode.FAILED_KNOWN_CAUSE and "Traceback" not in head.stderr and len(head.stdout) == 10
+
+
+def test_error_and_warning_lines_show_their_text_as_written(capsys):
+    from dsv4ctl.render import error_line, warning_line
+
+    error_line("x must be [major, minor], got [bold]null[/bold]", "write [9, 0]")
+    warning_line("not collected: [pod/vllm-0/vllm]: gone")
+    err = capsys.readouterr().err
+    assert "Error: x must be [major, minor], got [bold]null[/bold]" in err
+    assert "Hint: write [9, 0]" in err and "Warning: not collected: [pod/vllm-0/vllm]: gone" in err

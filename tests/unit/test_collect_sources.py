@@ -3,15 +3,24 @@ size bounds and redaction; Docker when an engine runs here."""
 
 from __future__ import annotations
 
+import fcntl
+import io
 import json
+import os
 import shutil
+import signal
+import struct
 import subprocess
+import sys
 import tarfile
+import termios
+import time
 from pathlib import Path
 
 import pytest
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
+REPO = Path(__file__).resolve().parents[2]
 # Ray's own lines (the raylet's memory monitor text, ray==2.60.0 node_manager.cc, as in
 # tests/fixtures/logs/catalogue/eco_ray_oom_killed__kill.log) in the files Ray names
 # (ray==2.49.2 ray/_private/node.py:866-876, ray_constants.py:260-272, log_monitor.py:28).
@@ -144,3 +153,103 @@ def test_a_log_without_line_ends_is_bounded(cli, tmp_path):
     body = members[entry["path"]]
     assert entry["truncated"] and len(body) < (2 << 20) + 200
     assert body.endswith(b"INFO 12-01 10:00:00 [x.py:1] the end\n")
+
+
+def test_a_bundle_is_named_as_diagnose_knows_one(cli, tmp_path):
+    log = tmp_path / "a.log"
+    log.write_text("INFO 12-01 10:00:00 [x.py:1] hello\n")
+    result = cli("collect", log, "-o", tmp_path / "b.zip")
+    assert result.exit_code == 2 and "-o " + str(tmp_path / "b.zip") + ": a bundle is a gzip-compressed tar" in result.stderr
+    assert f"Hint: -o {tmp_path / 'b.tar.gz'}" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.log"]  # nothing written, nothing gathered
+    result = cli("collect", log, "-o", tmp_path / "plain.tar")
+    assert result.exit_code == 0 and "1 log in " in result.stderr and "1 logs" not in result.stderr
+    with tarfile.open(tmp_path / "plain.tar", "r:") as tar:  # uncompressed, as named
+        assert tar.getnames() == ["logs/file/a.log", "manifest.json"]
+
+
+def test_nothing_collected_writes_no_bundle(cli, tmp_path):
+    out = tmp_path / "b.tar.gz"
+    result = cli("collect", tmp_path / "missing.log", tmp_path / "also-missing.log", "-o", out, "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["error"]["message"] == "nothing collected, no bundle written: no such file or directory"
+    assert "missing.log: no such file or directory" in result.stderr and "also-missing.log" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ray_takes_the_session_directory(cli, tmp_path):
+    help_text = " ".join(cli("collect", "--help").stdout.split())
+    assert "--ray SESSION_DIR" in help_text and "--ray /tmp/ray/session_latest" in help_text
+    result = cli("collect", "--ray", tmp_path / "nosuchray", "-o", tmp_path / "r.tar.gz")
+    assert result.exit_code == 1
+    assert (f"not collected: {tmp_path / 'nosuchray'}: no such directory: --ray takes a Ray session directory"
+            in result.stderr)
+    flag_taken = cli("collect", "--ray", "--docker", "vllm")  # --ray's value forgotten: the next option is no directory
+    assert flag_taken.exit_code == 2 and "--ray takes the Ray session's directory, not '--docker'" in flag_taken.stderr
+    assert cli("collect", "--ray").exit_code == 2
+
+
+def test_a_bundle_on_stdout_is_the_only_thing_there(tmp_path):
+    log = tmp_path / "a.log"
+    log.write_text("INFO 12-01 10:00:00 [x.py:1] hello\n")
+    done = subprocess.run([sys.executable, "-m", "dsv4ctl", "collect", str(log), "-o", "/dev/stdout"],
+                          capture_output=True, timeout=120, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr.decode()
+    with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
+        assert tar.getnames() == ["logs/file/a.log", "manifest.json"]
+    assert b"1 log in /dev/stdout" in done.stderr
+
+
+def _unread(fd: int) -> int:
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+
+
+def test_an_interrupted_collect_keeps_and_lists_the_log_it_cut_short(tmp_path):
+    # A real Ctrl-C to a real collect, while it reads a log that is still being written (a named pipe).
+    first, live, out = tmp_path / "a.log", tmp_path / "live.log", tmp_path / "b.tar.gz"
+    first.write_text("INFO 12-01 10:00:00 [x.py:1] first\n")
+    os.mkfifo(live)
+    proc = subprocess.Popen([sys.executable, "-m", "dsv4ctl", "collect", str(first), str(live), "-o", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        with open(live, "wb") as writer:  # opens once collect reads it
+            writer.write(b"INFO 12-01 10:00:01 [x.py:2] serving HF_TOKEN=hf_AbCdEfGhIjKlMnOpQrStUvWx12\n" * 500)
+            writer.flush()
+            deadline = time.monotonic() + 60
+            while _unread(writer.fileno()) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            started = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            stdout, stderr = proc.communicate(timeout=60)
+        assert time.monotonic() - started < 20
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr.decode()
+    assert b"2 logs in " in stderr and b"interrupted" in stderr and b"Traceback" not in stderr
+    manifest, members = _bundle(out)
+    assert manifest["interrupted"] is True
+    cut = next(e for e in manifest["logs"] if e["source"] == str(live))
+    assert cut["error"] == "interrupted: read in part" and cut["lines"] == 500
+    assert members[cut["path"]] == b"INFO 12-01 10:00:01 [x.py:2] serving HF_TOKEN=***redacted***\n" * 500
+    assert set(members) == {e["path"] for e in manifest["logs"]} | {"manifest.json"}  # the manifest lists every log
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.log", "b.tar.gz", "live.log"]
+
+
+def test_ctrl_c_waits_for_the_member_being_written():
+    from dsv4ctl.collect.bundle import _whole
+
+    done = []
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own Ctrl-C, whatever ran before
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with _whole():
+                os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C while a member is written
+                time.sleep(0.05)
+                done.append("the member is whole")
+        assert done == ["the member is whole"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, outer)

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from dsv4ctl import gpu
-from dsv4ctl.errors import InputError
+from dsv4ctl.errors import InputError, OutputError
 
 H200_TOTAL = 150_754_820_096
 H200_RESERVED = 644_939_776
@@ -156,6 +156,21 @@ def test_missing_file_and_directory(tmp_path):
         gpu.load_snapshot(tmp_path)
 
 
-def test_save_to_unwritable_place_is_an_input_error(tmp_path):
-    with pytest.raises(InputError, match="cannot write GPU snapshot"):
+def test_save_to_unwritable_place_is_an_output_error(tmp_path):
+    with pytest.raises(OutputError, match="cannot write .*s.json: no such directory: .*no-such-dir"):
         gpu.save_snapshot(snapshot(), tmp_path / "no-such-dir" / "s.json")
+    assert not (tmp_path / "no-such-dir").exists()  # a directory is not made for a path given
+
+
+def test_the_command_line_shows_the_expected_type_and_the_upgrade_hint(cli, tmp_path):
+    # The message reaches the terminal as written: "[major, minor]" is the expected type, not markup to drop.
+    minimal = {"kind": "dsv4ctl.gpus", "schema_version": 1, "taken_at": "2026-12-01T00:00:00Z", "hostname": "h",
+               "devices": [{"cuda_index": 0, "name": "NVIDIA H200", "total_bytes": 100, "free_bytes": 10,
+                            "used_bytes": 90}]}
+    result = cli("gpus", "--snapshot", write(tmp_path, minimal))
+    assert result.exit_code == 1
+    assert "devices[0].compute_capability must be [major, minor] (e.g. [9, 0] for an H200), got null" in result.stderr
+    newer = cli("gpus", "--snapshot", write(tmp_path, mutate("schema_version", 2)))
+    assert "schema_version 2 is newer than this dsv4ctl reads (1)" in newer.stderr
+    hint = newer.stderr.strip().splitlines()[-1]
+    assert hint.startswith("Hint: upgrade dsv4ctl here") and "take a snapshot on the GPU box" not in hint

@@ -12,6 +12,7 @@ import pytest
 
 from dsv4ctl.collect.bundle import BundleWriter
 from dsv4ctl.collect.model import CollectResult, LogEntry, Termination
+from dsv4ctl.files import open_whole
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 HEAD = FIXTURES / "group" / "real_v032_cpu_dp_head.log"
@@ -70,12 +71,13 @@ def test_nodes_with_different_lengths(cli, tmp_path):
 
 def _bundle(tmp_path: Path, entries: list[tuple[Path, LogEntry]]) -> Path:
     out = tmp_path / "bundle.tar.gz"
-    writer = BundleWriter(out)
-    result = CollectResult(bundle=str(out))
-    for path, entry in entries:
-        writer.add_log(entry, [path.read_bytes()], 1 << 30)
-        result.logs.append(entry)
-    writer.close(result.manifest())
+    with open_whole(out, hint=None) as f:
+        writer = BundleWriter(f)
+        result = CollectResult(bundle=str(out))
+        for path, entry in entries:
+            writer.add_log(entry, [path.read_bytes()], 1 << 30)
+            result.logs.append(entry)
+        writer.close(result.manifest())
     return out
 
 

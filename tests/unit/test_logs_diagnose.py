@@ -352,7 +352,7 @@ def test_example_logs_are_small():
 
 
 def test_empty_binary_and_foreign_input_is_not_a_vllm_log(cli):
-    for data_in, lines in ((b"", 0), (b"hello\nworld\nan Error of mine\n", 3), (bytes(range(256)) * 64, 65)):
+    for data_in, lines in ((b"", 0), (b"hello\nworld\nan Error of mine\n", 3), (bytes(range(1, 256)) * 64, 65)):
         result, data = run_json(cli, "-", input=data_in)
         assert result.exit_code == ExitCode.INCONCLUSIVE and data["verdict"] == "inconclusive"
         assert [f["id"] for f in data["findings"]] == ["not_a_vllm_log"]
@@ -360,6 +360,11 @@ def test_empty_binary_and_foreign_input_is_not_a_vllm_log(cli):
         assert data["checklist"] == []
     result = cli("diagnose", "-", input=b"hello\n")
     assert "Not a vLLM log" in result.output and "1 lines" in result.output
+    # A NUL byte in its head (as grep tells a binary file): not a log at all, the input's fault (exit 1), not a
+    # log that ends before ready (exit 5).
+    result = cli("diagnose", "-", "--json", input=bytes(range(256)) * 64)
+    assert result.exit_code == ExitCode.ERROR
+    assert json.loads(result.stdout)["error"]["message"] == "stdin is a binary file, not a log"
 
 
 def test_every_signature_keyword_passes_the_prefilter():

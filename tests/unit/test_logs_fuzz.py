@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dsv4ctl import files
 from dsv4ctl.errors import InputError
 from dsv4ctl.logs import prefilter
 from dsv4ctl.advice import diagnose, diagnose_lines
@@ -42,12 +43,16 @@ LOGLIKE = st.lists(st.one_of(PIECES, st.binary(max_size=40)), max_size=60).map(b
 
 
 def check(data: bytes) -> None:
-    if data.startswith(b"\x1f\x8b"):
-        # Looks like gzip: either it decompresses or it is a clean InputError (exit 1), never a crash.
+    kind = files.kind_of(data[: 1 << 16])
+    if kind is not None:
+        # Compressed, re-encoded or binary (a NUL byte in the head, as grep tells one): either it decodes or it is a
+        # clean InputError (exit 1) that says what the input is, never a crash.
         try:
             diagnose([io.BytesIO(data)])
         except InputError as exc:
-            assert "gzip" in exc.message or "cannot read" in exc.message
+            assert int(exc.exit_code) == 1
+            assert ("binary file, not a log" in exc.message or "archive" in exc.message
+                    or "-compressed" in exc.message or "cannot read" in exc.message), exc.message
             return
     results = []
     for engine in ENGINES:

@@ -9,6 +9,7 @@ used to leave the child behind (re-parented, blocked on the pipe forever, holdin
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -168,3 +169,67 @@ def test_sigterm_while_reading_stdin_exits_143():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _driver(code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, timeout=timeout, cwd=REPO,
+                          env={**os.environ, parallel.WORKERS_ENV: "2", "PYTHONPATH": str(REPO)})
+
+
+def test_sigint_while_the_command_line_is_parsed_is_interrupted(big_log):
+    # Typer's first parse of the command line (tens of ms: its type adapters load) catches Ctrl-C itself and exits
+    # 130 without a word; a real SIGINT delivered right there must still be the error line and the JSON document.
+    done = _driver(
+        "import os, signal, sys\n"
+        "import typer.core\n"
+        "parse = typer.core.TyperGroup.make_context\n"
+        "def make_context(self, *args, **kwargs):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return parse(self, *args, **kwargs)\n"
+        "typer.core.TyperGroup.make_context = make_context\n"
+        "sys.argv = ['dsv4ctl', 'diagnose', sys.argv[1], '--json']\n"
+        "from dsv4ctl.__main__ import main\n"
+        "raise SystemExit(main())\n", str(big_log))
+    assert done.returncode == 130, done.stderr.decode()
+    assert done.stderr.decode().strip() == "Error: interrupted"
+    assert json.loads(done.stdout)["error"] == {"message": "interrupted", "hint": None, "exit_code": 130}
+
+
+def test_sigint_where_python_would_drop_it_is_taken_after():
+    # In a `__del__` (and the import system's weakref callback) an exception is printed and dropped: the command
+    # would run on as if Ctrl-C had not been pressed.
+    done = _driver(
+        "import os, signal, time\n"
+        "from dsv4ctl.__main__ import _interrupt\n"
+        "signal.signal(signal.SIGINT, _interrupt)\n"
+        "class Dropped:\n"
+        "    def __del__(self):\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        sum(range(100000))\n"
+        "try:\n"
+        "    Dropped()\n"
+        "    time.sleep(5)\n"
+        "    print('ran on')\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted')\n")
+    assert done.stdout.decode().strip() == "interrupted" and b"Exception ignored" not in done.stderr
+
+
+def test_sigint_in_the_first_moments_of_diagnose(big_log):
+    # Ctrl-C (to the process group, as a terminal sends it) at moments through the start-up of
+    # `python -m dsv4ctl diagnose BIGLOG --json`: the imports, the scanners' fork, the parse, the scan.
+    env = {**os.environ, parallel.WORKERS_ENV: "2", "PYTHONPATH": str(REPO)}
+    seen = 0
+    for delay in [0.04 + 0.045 * k for k in range(13)]:
+        proc = subprocess.Popen([sys.executable, "-m", "dsv4ctl", "diagnose", str(big_log), "--json"], cwd=REPO, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        time.sleep(delay)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        if b"dsv4ctl" not in err and proc.returncode != 130:
+            continue  # the interpreter's own start-up (site, runpy), before dsv4ctl's first line: Python's traceback
+        seen += 1
+        assert proc.returncode == 130, (delay, err.decode(errors="replace"))
+        assert err.decode().strip() == "Error: interrupted", (delay, err.decode(errors="replace"))
+        assert json.loads(out)["error"]["exit_code"] == 130, (delay, out)
+    assert seen >= 8

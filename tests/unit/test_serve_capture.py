@@ -239,3 +239,59 @@ def test_tee_that_fails_to_start_gives_the_fds_back_and_closes_the_log(tmp_path)
     assert (after.st_dev, after.st_ino) == (before.st_dev, before.st_ino)  # fd 1 is not left on a pipe
     assert tee._log is not None and tee._log.closed
     tee.stop()  # a second stop is a no-op
+
+
+FULL_DISK_DRIVER = """
+    import json, subprocess, sys
+    from pathlib import Path
+    from dsv4ctl.render.serve import ServeConsole
+    from dsv4ctl.serve.session import ServeSession
+
+    def launch():  # like vLLM: a child writing to the inherited fds
+        return subprocess.Popen(["sh", "-c", "for i in 1 2 3; do echo line $i; echo err $i >&2; done"]).wait()
+
+    with ServeSession(Path("/dev/full"), ServeConsole(live=False), grace_s=1.0, make_dirs=False) as session:
+        outcome = session.run(launch)
+    print(json.dumps(outcome.to_json()))
+"""
+
+
+def test_a_log_on_a_full_disk_is_said_at_once_and_the_terminal_keeps_everything(tmp_path):
+    result = _run(_driver(tmp_path, FULL_DISK_DRIVER))
+    assert result.returncode == 0, result.stderr.decode()
+    out, err = result.stdout.decode(), result.stderr.decode()
+    outcome = json.loads(out.strip().splitlines()[-1])
+    assert outcome["log_error"] == "cannot write /dev/full: no space left on the device"
+    assert err.count("dsv4ctl serve: cannot write /dev/full: no space left on the device; vLLM's output goes on "
+                     "to the terminal only") == 1
+    for n in (1, 2, 3):
+        assert f"line {n}" in out and f"err {n}" in err
+    assert "Traceback" not in err
+
+
+ERROR_DRIVER = """
+    import sys
+    from pathlib import Path
+    from dsv4ctl.errors import EngineUnavailableError
+    from dsv4ctl.render.serve import ServeConsole
+    from dsv4ctl.serve.session import ServeSession
+
+    try:
+        with ServeSession(Path(sys.argv[1]), ServeConsole(live=False), grace_s=1.0) as session:
+            print("vLLM's parser ran", flush=True)
+            raise EngineUnavailableError("vLLM is installed but cannot be imported: No module named 'torch'",
+                                         hint="run `python -c 'import vllm'` in this environment to see why")
+    except EngineUnavailableError as exc:
+        print("raised:", exc.message)
+"""
+
+
+def test_the_error_that_ends_a_start_is_in_its_log(tmp_path):
+    log = tmp_path / "serve.log"
+    result = _run(_driver(tmp_path, ERROR_DRIVER), str(log))
+    assert result.returncode == 0, result.stderr.decode()
+    assert log.read_text() == (
+        "vLLM's parser ran\n"
+        "dsv4ctl serve: error: vLLM is installed but cannot be imported: No module named 'torch' "
+        "(run `python -c 'import vllm'` in this environment to see why)\n"
+    )

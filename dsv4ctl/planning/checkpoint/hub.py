@@ -37,7 +37,6 @@ nothing there a plan that needs the weights stops with one line naming what to p
 from __future__ import annotations
 
 import math
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -45,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from dsv4ctl.errors import InputError
+from dsv4ctl.files import temporary_directory
 from dsv4ctl.planning.checkpoint.geometry import (
     CheckpointWeights,
     Dsv4Geometry,
@@ -98,7 +98,7 @@ def read_config(repo_id: str, revision: str = REVISION, commit: str | None = Non
     offline = offline_variable()
     if offline is not None or _hub_missing():
         return _cached(store, repo_id, ep, revision, commit, f"{offline} is set" if offline else _hub_missing())
-    with tempfile.TemporaryDirectory(prefix="dsv4ctl-hub-") as tmp, _quiet():
+    with temporary_directory("dsv4ctl-hub-") as tmp, _quiet():
         try:
             api = _api(ep, tmp)
             found = commit or _commit_of(api, repo_id, revision)
@@ -120,7 +120,7 @@ def read_weights(read: HubRead, num_hidden_layers: int) -> tuple[CheckpointWeigh
     if offline is not None or _hub_missing():
         reason = f"{offline} is set" if offline else _hub_missing()
         raise HubUnavailable(f"{reason}, and dsv4ctl's cache ({cache_dir()}) has no headers of commit {read.commit}")
-    with tempfile.TemporaryDirectory(prefix="dsv4ctl-hub-") as tmp, _quiet():
+    with temporary_directory("dsv4ctl-hub-") as tmp, _quiet():
         try:
             metadata = _api(read.endpoint, tmp).get_safetensors_metadata(read.repo_id, revision=read.commit)
         except Exception as exc:  # noqa: BLE001 - sorted as in read_config

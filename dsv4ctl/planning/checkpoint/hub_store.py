@@ -29,6 +29,7 @@ from urllib.parse import quote
 
 from dsv4ctl.cache_dir import CACHE_DIR_ENV, cache_dir as shared_cache_dir, write_file
 from dsv4ctl.errors import InputError
+from dsv4ctl.files import TEMP_HINT, cannot_write, write_whole
 from dsv4ctl.planning.checkpoint.geometry import CheckpointWeights
 
 DEFAULT_ENDPOINT = "https://huggingface.co"  # huggingface_hub 2.4.0 constants.py:67 (_HF_DEFAULT_ENDPOINT)
@@ -97,9 +98,12 @@ class HubStore:
         """The commit's config files on disk (the cache, else a temporary directory): geometry reads them there."""
         directory = self.root / commit
         if not all(self._write(directory / name, data) for name, data in files.items()):
-            directory = Path(tempfile.mkdtemp(prefix="dsv4ctl-hub-"))
+            try:
+                directory = Path(tempfile.mkdtemp(prefix="dsv4ctl-hub-"))
+            except OSError as exc:
+                raise cannot_write(Path(tempfile.gettempdir()) / "dsv4ctl-hub-…", exc, TEMP_HINT) from None
             for name, data in files.items():
-                (directory / name).write_bytes(data)
+                write_whole(directory / name, data, hint=TEMP_HINT, durable=False)
         return directory
 
     def weights(self, commit: str, num_hidden_layers: int) -> CheckpointWeights | None:

@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from dsv4ctl.files import append_line
+
 if TYPE_CHECKING:
     from dsv4ctl.logs.facts import LogCalibration
 
@@ -101,9 +103,8 @@ def record(
     rec = CalibrationRecord(key, int(available_kv_bytes), str(log), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                             tuple(startup_plans))
     target = path or calibration_file()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with target.open("a", encoding="utf-8") as fh:
-        fh.write(json.dumps(rec.to_json(), sort_keys=True) + "\n")
+    append_line(target, (json.dumps(rec.to_json(), sort_keys=True) + "\n").encode("utf-8"),
+                hint=f"the calibration records are kept in {STATE_DIR_ENV} (a directory you can write)", make_parents=True)
     return rec
 
 
