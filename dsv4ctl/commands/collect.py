@@ -18,7 +18,7 @@ def collect_command(
     ray: str | None = typer.Option(None, "--ray", metavar="SESSION_DIR", help="A Ray session's logs: its directory, e.g. --ray /tmp/ray/session_latest (on each node where Ray runs)."),
     docker: list[str] = typer.Option([], "--docker", metavar="NAME", help="A Docker container's logs and state (repeat for several)."),
     since: str | None = typer.Option(None, "--since", metavar="DURATION", help="kubectl/docker: only lines newer than this (30m, 2h)."),
-    tail: int | None = typer.Option(None, "--tail", metavar="LINES", min=0, help="Only the last LINES lines of each log."),
+    tail: int | None = typer.Option(None, "--tail", metavar="LINES", help="Only the last LINES lines of each log (0 or more)."),
     max_log_bytes: str = typer.Option("256MiB", "--max-log-bytes", metavar="SIZE", help="Largest log kept; a longer one keeps its first quarter and its end."),
     output: Path | None = typer.Option(None, "--output", "-o", metavar="BUNDLE", help="The bundle to write: NAME.tar.gz (or .tgz), or NAME.tar uncompressed (faster to read back); written whole or not at all [default: dsv4ctl-collect-<UTC time>.tar.gz here]."),
     kubectl: str = typer.Option("kubectl", "--kubectl", metavar="PATH", help="The kubectl to run."),
@@ -42,6 +42,8 @@ def collect_command(
 
     if not (paths or k8s or ray or docker):
         raise UsageError("nothing to collect", hint="give log paths, --k8s SELECTOR, --ray SESSION_DIR or --docker NAME")
+    if tail is not None and tail < 0:
+        raise UsageError(f"--tail {tail}: a number of lines, 0 or more", hint="dsv4ctl collect --tail 5000 …")
     if (namespace or context) and not k8s:
         raise UsageError("--namespace and --context go with --k8s")
     if ray is not None and ray.startswith("-"):

@@ -332,6 +332,24 @@ def source_name(source: Source) -> str:
     return str(name) if isinstance(name, str) and name else "<stream>"
 
 
+def _directory_hint(path: Path) -> str:
+    """What to run for a directory of logs: its files read as one deployment, or bundled by collect."""
+    import shlex
+
+    quoted = shlex.quote(str(path))
+    try:
+        logs = sorted(p.name for p in path.iterdir() if p.is_file() and p.suffix in (".log", ".txt", ".gz"))
+    except OSError:
+        logs = []
+    if logs:
+        suffix = Path(logs[0]).suffix
+        count = sum(1 for name in logs if name.endswith(suffix))
+        return (f"pass its logs: `dsv4ctl diagnose {quoted}/*{suffix}` reads them as one deployment "
+                f"({count} file{'s' if count != 1 else ''} like {logs[0]} there); "
+                f"or bundle the directory: `dsv4ctl collect {quoted}`")
+    return f"pass the log file itself, or bundle the directory's files: `dsv4ctl collect {quoted}`"
+
+
 def open_source(source: Source) -> BinaryIO:
     """Open a path, `-` or a binary stream for reading: compressed and UTF-16/32 files are told from their first
     bytes and read as the text inside (`dsv4ctl.files.decoded`)."""
@@ -342,7 +360,7 @@ def open_source(source: Source) -> BinaryIO:
             path = Path(source)
             try:
                 if path.is_dir():
-                    raise InputError(f"{path} is a directory, not a log file", hint="pass the log file itself")
+                    raise InputError(f"{path} is a directory, not a log file", hint=_directory_hint(path))
                 raw = open(path, "rb", buffering=formats.SNIFF_BYTES)  # noqa: SIM115 - closed by the caller
             except InputError:
                 raise

@@ -253,3 +253,10 @@ def test_ctrl_c_waits_for_the_member_being_written():
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, outer)
+
+
+def test_tail_below_zero_is_a_usage_error_and_the_help_shows_no_bounds(cli, tmp_path):
+    result = cli("collect", "--tail", "-1", tmp_path)
+    assert result.exit_code == 2 and "--tail -1: a number of lines, 0 or more" in result.stderr
+    help_text = cli("collect", "--help").stdout
+    assert "[x>=0]" not in help_text and "--tail LINES" in help_text

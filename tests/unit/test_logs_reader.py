@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,24 @@ def test_the_worker_tag_of_older_releases_keeps_its_rank():
 
     line = parse_line("(VllmWorker rank=1 pid=123) ERROR 05-06 10:00:00 [multiproc_executor.py:470] WorkerProc hit an exception.")
     assert (line.process, line.pid, line.level, line.message) == ("VllmWorker rank=1", 123, "ERROR", "WorkerProc hit an exception.")
+
+
+def test_a_directory_is_refused_with_commands_that_read_its_logs(tmp_path, cli):
+    import shlex
+
+    logs = tmp_path / "node logs"
+    logs.mkdir()
+    for name in ("node-a.log", "node-b.log", "notes.md"):
+        (logs / name).write_text("INFO 12-04 10:00:00 [api_server.py:1] vLLM API server version 0.32.0\n")
+    result = cli("diagnose", logs)
+    assert result.exit_code == 1 and "is a directory, not a log file" in result.stderr
+    commands = re.findall(r"`([^`]+)`", result.stderr)
+    assert [shlex.split(c)[:2] for c in commands] == [["dsv4ctl", "diagnose"], ["dsv4ctl", "collect"]]
+    assert shlex.split(commands[0])[2] == f"{logs}/*.log" and "2 files like node-a.log" in result.stderr
+    assert shlex.split(commands[1])[2] == str(logs)
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = cli("diagnose", empty)
+    assert result.exit_code == 1 and "dsv4ctl diagnose" not in result.stderr.split("Hint:")[1]
+    assert f"dsv4ctl collect {empty}" in result.stderr
