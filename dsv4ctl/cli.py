@@ -162,9 +162,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # The commands, registered in the order `--help` lists them.
-from dsv4ctl.commands import check, collect, diagnose, doctor, fit_length, gpus, probe, serve  # noqa: E402
+from dsv4ctl.commands import check, collect, diagnose, diff, doctor, fit_length, gpus, probe, serve  # noqa: E402
 
 app.command("diagnose")(diagnose.diagnose_command)
+app.command("diff")(diff.diff_command)
 app.command("fit-length")(fit_length.fit_length_command)
 app.command("gpus")(gpus.gpus_command)
 app.command("doctor")(doctor.doctor_command)
