@@ -37,13 +37,10 @@ def diff_command(
 
 def _stdin():
     """stdin's bytes, once (a side given as - is read twice: diagnosed, then its start's lines)."""
-    import io
     import sys
 
     if sys.stdin is not None and sys.stdin.isatty():
         from dsv4ctl.render import err_console
 
         err_console().print("Reading a log from stdin: paste it, then press Ctrl-D on a line of its own.", markup=False)
-    data = io.BytesIO(sys.stdin.buffer.read() if sys.stdin is not None else b"")
-    data.name = "-"
-    return data
+    return sys.stdin.buffer.read() if sys.stdin is not None else b""

@@ -7,17 +7,15 @@ fact, its relation, where the timelines part, the explicit-length question acros
 
 from __future__ import annotations
 
-from typing import BinaryIO
-
 from dsv4ctl.advice import safe_length_from_log
 from dsv4ctl.compare.align import align, explicit_length, parting
-from dsv4ctl.compare.model import NOT_IN_LOG, Comparison, Difference, PairAnswer, Parting, PhaseMark, Seen, StartRead
+from dsv4ctl.compare.model import DEFAULT, NOT_IN_LOG, Comparison, Difference, PairAnswer, Parting, PhaseMark, Seen, StartRead
 from dsv4ctl.compare.rank import STALE, rank
 from dsv4ctl.compare.read import read_start
 from dsv4ctl.compare.spec import StartSpec, parse_pair, parse_spec
 
 
-def compare(good: StartSpec, bad: StartSpec, stdin: BinaryIO | None = None) -> Comparison:
+def compare(good: StartSpec, bad: StartSpec, stdin: bytes | None = None) -> Comparison:
     """GOOD and BAD read (stdin's bytes for the side given as `-`), aligned and ranked."""
     g = read_start(good, "GOOD", stdin if good.path == "-" else None)
     b = read_start(bad, "BAD", stdin if bad.path == "-" else None)
@@ -66,19 +64,27 @@ def _headline(c: Comparison) -> str:
             release = (f"; vLLM {rc.details.get('vllm_version')} has the bug ({rc.details.get('affected')}, fixed in "
                        f"{rc.details.get('fixed')})")
         good = d.good.value if d.good else NOT_IN_LOG
+        mem = next((f for f in c.facts if f.name == "available KV cache memory"), None)
+        g_mem, b_mem = (f" at {value_of(mem, mem.good)}", f" at {value_of(mem, mem.bad)}") if mem else ("", "")
         pin = f". Pin --max-model-len {c.pin_length}" if c.pin_length else ""
-        return (f"BAD failed with the stale max_model_len after auto-fit{release}: auto-fit {d.bad.value} in BAD, "
-                f"GOOD: {good}{pin}.")
-    what = b.diagnosis.summary
+        return (f"BAD failed with the stale max_model_len after auto-fit{release}: auto-fit {d.bad.value} in BAD"
+                f"{b_mem}; GOOD: {good}{g_mem}{pin}.")
+    what = f"BAD ended {b.verdict}."
+    if b.verdict == "failed":
+        where = f" (line {rc.line})" if rc is not None and rc.line else ""
+        what = f"BAD failed: {rc.title}{where}." if rc is not None else "BAD failed; the cause is not in its log."
     if not diffs:
         return f"{what} The two starts show no difference in what dsv4ctl compares."
     first = diffs[0]
-    return f"{what} First difference: {first.name}: {_value(first.good)} -> {_value(first.bad)}."
+    return f"{what} First difference: {first.name}: {value_of(first, first.good)} -> {value_of(first, first.bad)}."
 
 
-def _value(s: Seen | None) -> str:
-    return s.value if s is not None else NOT_IN_LOG
+def value_of(d: Difference, s: Seen | None) -> str:
+    """A side's value as shown: an argument the `non-default args` line lacks is at its default, else "not in log"."""
+    if s is not None:
+        return s.value
+    return DEFAULT if d.status in ("added", "removed") else NOT_IN_LOG
 
 
 __all__ = ["Comparison", "Difference", "PairAnswer", "Parting", "PhaseMark", "Seen", "StartRead", "StartSpec",
-           "compare", "compare_reads", "parse_pair", "parse_spec", "read_start"]
+           "compare", "compare_reads", "parse_pair", "parse_spec", "read_start", "value_of"]

@@ -11,6 +11,8 @@ from typing import Any
 from dsv4ctl.diagnosis.model import Diagnosis
 
 NOT_IN_LOG = "not in log"
+# An argument absent from a `non-default args` line that the log has: vLLM ran it at its default.
+DEFAULT = "default (not among the non-default args)"
 
 
 @dataclass(frozen=True)

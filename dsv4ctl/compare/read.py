@@ -9,12 +9,14 @@ its findings and advice are its own.
 
 from __future__ import annotations
 
-from typing import Any, BinaryIO, Iterator
+import io
+from typing import Any, Iterator
 
 from dsv4ctl import re_cache
 from dsv4ctl.advice import diagnose, diagnose_lines
 from dsv4ctl.compare.model import PhaseMark, Seen, StartRead
 from dsv4ctl.compare.spec import StartSpec, resolve
+from dsv4ctl.diagnosis.model import Diagnosis
 from dsv4ctl.errors import InputError
 from dsv4ctl.logs.reader import LogLine, iter_log_lines
 from dsv4ctl.logs.timeline import StartupTracker
@@ -38,10 +40,10 @@ _RUNTIME = {
 _FIXES = "dsv4ctl fixes:"
 
 
-def read_start(spec: StartSpec, label: str, stream: BinaryIO | None = None) -> StartRead:
-    """The start `spec` names (`stream`: stdin's bytes, for `-`), diagnosed and read line by line."""
-    source: Any = stream if stream is not None else spec.path
-    whole = diagnose([source])
+def read_start(spec: StartSpec, label: str, data: bytes | None = None) -> StartRead:
+    """The start `spec` names (`data`: stdin's bytes, for `-`), diagnosed and read line by line."""
+    source: Any = spec.path if data is None else data
+    whole = diagnose([_opened(source)])
     if any(f.id == "not_a_vllm_log" for f in whole.findings):
         raise InputError(f"{spec.text}: {whole.summary}", hint="diff compares two vLLM logs (or two starts of one)")
     starts = whole.starts
@@ -57,16 +59,23 @@ def read_start(spec: StartSpec, label: str, stream: BinaryIO | None = None) -> S
         if hi is not None:
             kept.append(line)
     d = whole if hi is None else diagnose_lines(kept)
-    name = spec.path if stream is None else "-"
+    name = spec.path if data is None else "-"
     last = hi if hi is not None else (starts[index].last.line if starts and starts[index].last else None)
-    return StartRead(label, spec.text, name, index + 1, count, lo, last, d, scan.phases(), scan.env, scan.fixes,
+    return StartRead(label, spec.text, name, index + 1, count, lo, last, d, scan.phases(d), scan.env, scan.fixes,
                      scan.runtime)
 
 
-def _lines(source: Any, lo: int, hi: int | None) -> Iterator[LogLine]:
-    if hasattr(source, "seek"):
-        source.seek(0)
-    for line in iter_log_lines(source):
+def _opened(source: str | bytes) -> Any:
+    """A path as it is; stdin's bytes as a fresh stream named `-` for each pass (a pass closes what it read)."""
+    if isinstance(source, str):
+        return source
+    stream = io.BytesIO(source)
+    stream.name = "-"
+    return stream
+
+
+def _lines(source: str | bytes, lo: int, hi: int | None) -> Iterator[LogLine]:
+    for line in iter_log_lines(_opened(source)):
         if line.lineno < lo:
             continue
         if hi is not None and line.lineno > hi:
@@ -110,8 +119,12 @@ class _Scan:
         for m in _ENV_ASSIGN.finditer(msg):
             self.env.setdefault(m.group(1), Seen(m.group(2).strip("'\""), line.source, line.lineno))
 
-    def phases(self) -> list[PhaseMark]:
-        """The phases in the order the start reached them, each with the seconds until the next began."""
+    def phases(self, d: Diagnosis) -> list[PhaseMark]:
+        """The phases in the order the start reached them, each with the seconds until the next began; a failure the
+        diagnosis found where no line said the start failed is placed at its root cause's line (no time of its own)."""
+        rc = d.root_cause
+        if d.verdict == "failed" and "failed" not in self.marks and rc is not None and rc.line:
+            self.marks["failed"] = PhaseMark("failed", rc.line, None, None)
         marks = sorted(self.marks.values(), key=lambda m: m.line)
         out = []
         for mark, nxt in zip(marks, [*marks[1:], None]):

@@ -51,8 +51,9 @@ def resolve(spec: StartSpec, count: int) -> int:
         return count - 1
     index = spec.number - 1 if spec.number > 0 else count + spec.number
     if not 0 <= index < count:
-        starts = f"{count} start{'s' if count != 1 else ''}"
-        raise UsageError(f"{spec.text}: {spec.path} holds {starts}",
+        if count == 1:
+            raise UsageError(f"{spec.text}: {spec.path} holds 1 start", hint=f"give {spec.path} (or {spec.path}#1)")
+        raise UsageError(f"{spec.text}: {spec.path} holds {count} starts",
                          hint=f"give {spec.path}#1 to {spec.path}#{count} (or #-1 for the last); "
                               f"dsv4ctl diagnose {spec.path} lists them")
     return index

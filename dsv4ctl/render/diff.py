@@ -8,9 +8,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dsv4ctl.compare import Comparison, Difference, PhaseMark, Seen, StartRead
+from dsv4ctl.compare import Comparison, Difference, PhaseMark, Seen, StartRead, value_of
 from dsv4ctl.compare.align import PHASE_NAMES
-from dsv4ctl.compare.model import NOT_IN_LOG
 from dsv4ctl.render import print_command, print_prose
 from dsv4ctl.render.tables import pack, print_table
 
@@ -49,10 +48,6 @@ def _where(seen: Seen | None) -> str:
     return f"  (line {seen.line})" if seen is not None and seen.line else ""
 
 
-def _value(seen: Seen | None) -> str:
-    return seen.value if seen is not None else NOT_IN_LOG
-
-
 def _differences(console: Console, c: Comparison) -> None:
     diffs = c.differences
     if not diffs:
@@ -66,7 +61,7 @@ def _differences(console: Console, c: Comparison) -> None:
 def _difference(console: Console, d: Difference) -> None:
     console.print(Text.assemble((f"{d.rank:>2}. {d.name}", "bold"), f"  {d.status}"), highlight=False)
     for label, seen in (("GOOD", d.good), ("BAD", d.bad)):
-        print_prose(console, f"{label:<5} {_value(seen)}{_where(seen)}", indent="    ", subsequent_indent="          ")
+        print_prose(console, f"{label:<5} {value_of(d, seen)}{_where(seen)}", indent="    ", subsequent_indent="          ")
     if d.bearing:
         print_prose(console, f"why   {d.bearing}", indent="    ", subsequent_indent="          ", style="dim")
 
