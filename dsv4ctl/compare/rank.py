@@ -4,7 +4,7 @@ First, when BAD failed with the stale-length assertion (root cause `stale_max_mo
 length in BAD but not in GOOD: the upstream analysis (shared/upstream/stale-max-model-len-after-autofit.txt) calls
 that correlation "particularly strong". Then the differences of a category BAD's root cause speaks of (its title,
 meaning, quoted lines and detail names, read for the words of each category below), then the rest; within a tier by
-category (length, memory, release, parallel, args, env, model).
+category (length, memory, release, parallel, args, env, model), a launch argument before what vLLM logged.
 """
 
 from __future__ import annotations
@@ -55,7 +55,9 @@ def rank(facts: list[Difference], bad: StartRead) -> None:
         return 1 if d.category in named else 2
 
     where = f", line {rc.line}" if rc is not None and rc.line else ""
-    for n, d in enumerate(sorted((d for d in facts if d.differs), key=lambda d: (tier(d), order[d.category])), 1):
+    # Within a tier and category the launch's own arguments come before what vLLM logged of them (the change first).
+    key = lambda d: (tier(d), order[d.category], not d.name.startswith("--"))  # noqa: E731
+    for n, d in enumerate(sorted((d for d in facts if d.differs), key=key), 1):
         d.rank = n
         t = tier(d)
         if t == 0:

@@ -13,6 +13,7 @@ from dsv4ctl.compare.align import PHASE_NAMES
 from dsv4ctl.render import print_command, print_prose
 from dsv4ctl.render.tables import pack, print_table
 
+SAME_WIDTH = 48  # a value the two starts share, longer than this, is named only (--json has it whole)
 VERDICT_STYLE = {"healthy": "bold green", "failed": "bold red", "stuck": "bold yellow", "inconclusive": "yellow"}
 
 
@@ -67,7 +68,8 @@ def _difference(console: Console, d: Difference) -> None:
 
 
 def _same(console: Console, c: Comparison) -> None:
-    same = [f"{f.name} {f.good.value}" for f in c.facts if not f.differs and f.good is not None]
+    same = [f"{f.name} {f.good.value}" if len(f.good.value) <= SAME_WIDTH else f"{f.name} (the same text)"
+            for f in c.facts if not f.differs and f.good is not None]
     if same:
         console.print()
         console.print("The same on both", style="bold", highlight=False)

