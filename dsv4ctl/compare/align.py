@@ -64,7 +64,10 @@ def parting(good: StartRead, bad: StartRead) -> Parting:
     b_next = bs[i] if i < len(bs) else None
     good_went = f"GOOD went on to {_name(g_next.phase)} (line {g_next.line})" if g_next else "GOOD's log ends there"
     if b_next is not None and b_next.phase == "failed":
-        text = f"BAD failed in {at} (line {b_next.line}); {good_went}"
+        # The last phase BAD's log marks, not the phase it failed in: a phase vLLM logs no line for (the KV cache
+        # with --kv-cache-memory-bytes) may have begun since.
+        since = f"after {at} (line {last.line}), the last phase its log marks" if last else "before any phase its log marks"
+        text = f"BAD failed (line {b_next.line}) {since}; {good_went}"
     elif b_next is None:
         text = f"BAD's log ends in {at}; {good_went}"
     else:

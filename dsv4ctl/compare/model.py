@@ -102,7 +102,7 @@ class Difference:
 
 @dataclass(frozen=True)
 class Parting:
-    """Where the two timelines part: the phase BAD failed in or last reached, and what GOOD did there."""
+    """Where the two timelines part: the last phase BAD's log marks before it failed or ended, and what GOOD did there."""
 
     phase: str | None
     text: str

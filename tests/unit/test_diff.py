@@ -53,7 +53,7 @@ def test_the_seeds_pair_ranks_the_autofit_reduction_first_and_pins_the_planned_l
     assert doc["pin_max_model_len"] == planned
     assert f"--max-model-len {planned}" in doc["headline"] and "stale max_model_len" in doc["headline"]
     assert "0.30.0 has the bug" in doc["headline"]
-    assert doc["parting"]["phase"] == "capturing" and "BAD failed in capturing" in doc["parting"]["text"]
+    assert doc["parting"]["phase"] == "capturing" and "after capturing CUDA graphs (line" in doc["parting"]["text"]
     assert doc["explicit_length"]["answer"] == "not shown"  # neither start gave an explicit length
     assert {d["name"] for d in doc["same"]} >= {"vLLM", "--max-model-len", "model"}
 
@@ -83,7 +83,7 @@ def test_a_real_logs_two_starts(cli, tmp_path):
     assert by_name["--max-model-len"]["status"] == "changed"
     assert by_name["--tensor-parallel-size"]["status"] == "added" and by_name["--tensor-parallel-size"]["good"] is None
     assert doc["bad"]["root_cause"] == "no_sparse_mla_backend"
-    assert "BAD failed in starting" in doc["parting"]["text"]
+    assert "after starting (line" in doc["parting"]["text"]
     assert "both gave an explicit length" in doc["explicit_length"]["note"]
     assert any("GOOD did not reach a healthy end" in n for n in doc["notes"])
     last = json.loads(cli("diff", f"{log}#1", f"{log}#-1", "--json").stdout)
