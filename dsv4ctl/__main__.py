@@ -92,7 +92,24 @@ def _interrupt(signum: int, frame: object) -> None:
     exception and go on (an import's weakref callback, a `__del__`): there it is taken a millisecond later."""
     if later_if_dropped(signum, frame, _interrupt):
         return
+    if _in_shutdown(frame):  # the command is done and the interpreter ends: an exception here is only printed
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(130)
     raise KeyboardInterrupt
+
+
+def _in_shutdown(frame: object) -> bool:
+    """Whether `frame` is the interpreter's wait for threads at exit (`threading._shutdown`)."""
+    while frame is not None:
+        code = frame.f_code  # type: ignore[attr-defined]
+        if code.co_name == "_shutdown" and code.co_filename.endswith("threading.py"):
+            return True
+        frame = frame.f_back  # type: ignore[attr-defined]
+    return False
 
 
 def _exit_now(code: int) -> int:

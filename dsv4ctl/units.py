@@ -43,15 +43,24 @@ def parse_vllm_int(text: str, *, what: str = "value", allow_auto: bool = False) 
         if suffix in _VLLM_DECIMAL:
             return int(float(number) * _VLLM_DECIMAL[suffix])
         if "." in number:
+            binary = int(float(number) * _VLLM_BINARY[suffix])
             raise UsageError(
                 f"invalid {what} {text!r}: vLLM allows no decimals with binary suffixes like {suffix}",
-                hint=f"write {number}{suffix}iB (binary) or {number}{suffix.lower()} (decimal)",
+                hint=f"write {binary} ({number} × {_VLLM_BINARY[suffix]:,}, binary) or {number}{suffix.lower()} "
+                     f"({int(float(number) * _VLLM_DECIMAL[suffix.lower()]):,}, decimal)",
             )
         return int(number) * _VLLM_BINARY[suffix]
     try:
         return int(value)
     except ValueError:
-        raise UsageError(f"invalid {what} {text!r}", hint="write it like 1048576, 1M, 512k" + (" or auto" if allow_auto else "")) from None
+        forms = "1048576, 1M, 512k" + (" or auto" if allow_auto else "")
+        spelled = _SIZE_RE.fullmatch(value)
+        factor = _SPELLED_UNITS.get(spelled.group(2).lower()) if spelled else None
+        if factor is not None:  # a spelled-out unit (9.81GiB): the number it means, in vLLM's spelling
+            exact = math.ceil(float(spelled.group(1)) * factor)
+            raise UsageError(f"invalid {what} {text!r}: vLLM's parser takes no {spelled.group(2)!r} unit",
+                             hint=f"{value} is {exact}: write {exact} (vLLM takes {forms})") from None
+        raise UsageError(f"invalid {what} {text!r}", hint=f"write it like {forms}") from None
 
 
 def parse_size(text: str, *, what: str = "size") -> int:

@@ -298,12 +298,12 @@ def conclude_start(a: StartAnalyzer, sources: list[str]) -> Diagnosis:
         findings.append(refused)
     if root is not None and phase is not None and BY_ID[root.id].phase:
         phase = BY_ID[root.id].phase  # e.g. a port that could not be bound: the server never served
-    # Without a ready line, an excerpt that ends on the auto-fit report, or shows the server answering a
-    # request, shows no failure: healthy, with the warning.
-    autofit_only = tl.autofit is not None and tl.last_phase == "kv_cache" and "engine_waiting" not in w.hits["startup"]
+    # Without a ready line, a log that shows the server answering a request shows no failure: healthy. One that
+    # ends on the auto-fit report has not started yet (the stale-length crash, a capture's hang or kill come
+    # after it): inconclusive, with the auto-fit's warning.
     answers = any(r.kind == "http_error" for r in w.survived)
     request_root = any(f.role == "request" and f.details.get("answered_from") for f in findings)
-    up = tl.ready or request_root or bool(w.answered) or bool(w.request_hits) or autofit_only or answers or bool(w.request_records)
+    up = tl.ready or request_root or bool(w.answered) or bool(w.request_hits) or answers or bool(w.request_records)
     if phase and stuck is None:
         verdict = "failed"
     elif stuck is not None and stuck.role != "note":

@@ -333,7 +333,7 @@ def source_name(source: Source) -> str:
 
 
 def _directory_hint(path: Path) -> str:
-    """What to run for a directory of logs: its files read as one deployment, or bundled by collect."""
+    """What to run for a directory of logs: its files passed to diagnose, or bundled by collect."""
     import shlex
 
     quoted = shlex.quote(str(path))
@@ -344,9 +344,8 @@ def _directory_hint(path: Path) -> str:
     if logs:
         suffix = Path(logs[0]).suffix
         count = sum(1 for name in logs if name.endswith(suffix))
-        return (f"pass its logs: `dsv4ctl diagnose {quoted}/*{suffix}` reads them as one deployment "
-                f"({count} file{'s' if count != 1 else ''} like {logs[0]} there); "
-                f"or bundle the directory: `dsv4ctl collect {quoted}`")
+        return (f"pass its logs: `dsv4ctl diagnose {quoted}/*{suffix}` ({count} file{'s' if count != 1 else ''} like "
+                f"{logs[0]} there), or bundle the directory: `dsv4ctl collect {quoted}`")
     return f"pass the log file itself, or bundle the directory's files: `dsv4ctl collect {quoted}`"
 
 

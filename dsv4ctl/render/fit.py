@@ -56,6 +56,11 @@ def _what_would_fit(result: FitResult, console: Console) -> None:
         if any(g.refusal for g in result.gpus):
             why = ("free memory at start is below the --gpu-memory-utilization budget and no lower budget leaves room for "
                    "the model: free the memory other processes hold on that GPU, or use other GPUs")
+        elif result.kv_cache_memory_source == "given" and result.refusal is None and result.margin_bytes > 0:
+            # vLLM would start: it is the margin held back that leaves no length.
+            why = (f"the margin holds back {format_gib(result.margin_bytes)} of the "
+                   f"{format_gib(result.kv_cache_memory_bytes)} of KV memory given: a smaller --margin, or a larger "
+                   f"--kv-cache-memory (the full context needs {need} per GPU, plus the margin)")
         elif result.kv_cache_memory_source == "given":
             why = f"a larger --kv-cache-memory is needed (the full context needs {need} per GPU)"
         else:

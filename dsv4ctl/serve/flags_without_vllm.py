@@ -52,12 +52,22 @@ _PLANNING_FLAGS: tuple[tuple[tuple[str, ...], str, str], ...] = (
     (("--attention-backend",), "attention_backend", "str"),
     (("--speculative-config",), "speculative_config", "json"),
     (("--uds",), "uds", "str"),
+    (("--model",), "model", "str"),
 )
 _PLANNING_SWITCHES = {
     "--enable-expert-parallel": ("enable_expert_parallel", True), "-ep": ("enable_expert_parallel", True),
     "--enable-eplb": ("enable_eplb", True), "--no-enable-eplb": ("enable_eplb", False),
     "--async-scheduling": ("async_scheduling", True), "--no-async-scheduling": ("async_scheduling", False),
 }
+
+
+def _full_name(option: str, longs: list[str]) -> str:
+    """A long option as argparse takes it: an abbreviation that names one option only is that option (the ambiguous
+    ones were refused by `_refuse_unknown_options`): `--tensor-parallel 3` is `--tensor-parallel-size 3`."""
+    if option in longs:
+        return option
+    matches = [o for o in longs if o.startswith(option)]
+    return matches[0] if len(matches) == 1 else option
 
 
 def parse_planning_flags(flags: list[str], release: str | None = None) -> argparse.Namespace:
@@ -70,7 +80,10 @@ def parse_planning_flags(flags: list[str], release: str | None = None) -> argpar
     from dsv4ctl.errors import UsageError
     from dsv4ctl.units import parse_vllm_int
 
+    from dsv4ctl.catalogue import vllm_flags
+
     _refuse_unknown_options(flags, release)
+    longs = sorted(o for o in vllm_flags.option_strings(release) if o.startswith("--"))
 
     values: dict[str, Any] = {"model": None}
     by_name = {name: (dest, kind) for names, dest, kind in _PLANNING_FLAGS for name in names}
@@ -78,7 +91,10 @@ def parse_planning_flags(flags: list[str], release: str | None = None) -> argpar
     while index < len(flags):
         token = flags[index]
         name, eq, inline = token.partition("=")
-        key = name.replace("_", "-") if name.startswith("--") else name
+        key = _full_name(name.replace("_", "-"), longs) if name.startswith("--") else name
+        if key == "--config":
+            raise UsageError("--config: a YAML file of flags is read by vLLM's own parser, and vLLM is not installed here",
+                             hint="give the model and the flags on the command line: dsv4ctl serve MODEL [flags...]")
         if key in _PLANNING_SWITCHES and not eq:
             dest, value = _PLANNING_SWITCHES[key]
             values[dest] = value

@@ -84,8 +84,11 @@ class PreflightDecision:
 
         if self.action == REFUSE:
             return None
-        # DSV4CTL_FIXES=none is the plugin's own default (it does nothing unless asked): not worth a word.
-        env = [f"{k}={shlex.quote(v)}" for k, v in self.environment.items() if (k, v) != ("DSV4CTL_FIXES", "none")]
+        # DSV4CTL_FIXES=none is the plugin's own default (it does nothing unless asked): not worth a word, and then
+        # neither is the Ray prefix serve adds only to carry DSV4CTL_FIXES to Ray's workers.
+        plain = self.environment.get("DSV4CTL_FIXES") == "none"
+        skip = {"DSV4CTL_FIXES", "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY"} if plain else set()
+        env = [f"{k}={shlex.quote(v)}" for k, v in self.environment.items() if k not in skip]
         return " ".join([*env, shlex.join(["vllm", "serve", *self.flags])])
 
     def to_json(self) -> dict[str, Any]:
@@ -131,10 +134,28 @@ def decide(
 
     `fixes`: serve's --fixes (None: $DSV4CTL_FIXES, else all, as serve sets it); `vllm_version`: plan as this
     release (None: the installed vLLM)."""
+    _refuse_below_one(namespace)
     decision = _decide(namespace, flags, keep_auto=keep_auto, snapshot_reader=snapshot_reader, pin_length=pin_length,
                        fixes=fixes, vllm_version=vllm_version, no_calibration=no_calibration)
     decision.notes.extend(_trap_notes(namespace, flags, decision, snapshot_reader, vllm_version))
     return decision
+
+
+# vLLM's configs take these at 1 or more (pydantic `Field(ge=1)`, vllm==0.32.0 vllm/config/parallel.py:139,141,146,
+# vllm/config/scheduler.py:48,62): its parser takes any int, and the engine's config refuses the value before any load.
+_AT_LEAST_ONE = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "max_num_batched_tokens",
+                 "max_num_seqs")
+
+
+def _refuse_below_one(namespace: argparse.Namespace) -> None:
+    from dsv4ctl.errors import UsageError
+
+    for name in _AT_LEAST_ONE:
+        value = getattr(namespace, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(f"vLLM would refuse {flag} {value}: its config takes 1 or more (Field(ge=1))",
+                             hint=f"{flag} 1 or more")
 
 
 def _trap_notes(namespace: argparse.Namespace, flags: list[str], decision: PreflightDecision,

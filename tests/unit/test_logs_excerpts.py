@@ -243,10 +243,12 @@ def test_one_line_excerpts_of_the_deepseek_v4_classes_are_found():
         assert any(t in text for t in root_texts(d)), text
 
 
-def test_a_lone_autofit_line_is_healthy_with_its_warning():
+def test_a_lone_autofit_line_is_inconclusive_with_its_warning():
+    # The start has not finished: the stale-length crash, a capture's hang or kill all come after this line.
     d = run("INFO [kv_cache_utils.py:1462] Auto-fit max_model_len: reduced from 40960 to 27120 to fit in available GPU memory\n")
-    assert d.verdict == "healthy" and int(d.exit_code) == 0
-    assert [f.id for f in d.findings] == ["autofit_reduced"]
+    assert d.verdict == "inconclusive" and int(d.exit_code) == 5
+    assert "autofit_reduced" in [f.id for f in d.findings]
+    assert "answering requests" not in d.summary
 
 
 def test_one_requests_error_keeps_the_server_healthy():

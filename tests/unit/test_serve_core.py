@@ -425,6 +425,7 @@ def test_dry_run_without_vllm_plans_with_the_chosen_release(cli, monkeypatch):
 
     monkeypatch.setattr(vllm_entry, "parse_serve_flags", no_vllm)
     monkeypatch.setattr(versions, "installed_vllm_version", lambda: None)
+    monkeypatch.setattr("dsv4ctl.planning.installed_vllm_version", lambda: None)  # the face's name too (serve's environment reads it)
     flags = ["deepseek-ai/DeepSeek-V4-Flash", "-tp", "8", "--max-model-len", "auto", "--kv-cache-memory-bytes", "10533407294",
              "--max-num-batched-tokens", "8192"]
     res = cli("serve", *flags, "--dry-run", "--json", "--vllm-version", "0.28.0", "--fixes", "none")

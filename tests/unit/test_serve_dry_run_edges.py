@@ -24,6 +24,7 @@ def no_vllm(monkeypatch):
 
     monkeypatch.setattr(vllm_entry, "parse_serve_flags", missing)
     monkeypatch.setattr(versions, "installed_vllm_version", lambda: None)
+    monkeypatch.setattr("dsv4ctl.planning.installed_vllm_version", lambda: None)  # the face's name too (serve's environment reads it)
 
 
 def _no_gpu(monkeypatch):
@@ -107,3 +108,26 @@ def test_a_value_vllm_reads_otherwise_is_explained(cli, no_vllm, monkeypatch, fl
     _no_gpu(monkeypatch)
     res = cli("serve", FLASH, *flags, "--dry-run")
     assert res.exit_code == 2 and words in res.stderr
+
+
+@pytest.mark.parametrize("flags", [["-tp", "0"], ["--tensor-parallel-size=-2"], ["--max-num-seqs", "0"], ["-pp", "0"]])
+def test_a_size_below_one_is_refused_as_vllms_config_refuses_it(cli, no_vllm, monkeypatch, flags):
+    _no_gpu(monkeypatch)
+    res = cli("serve", FLASH, *flags, "--kv-cache-memory-bytes", "10G", "--dry-run")
+    assert res.exit_code == 2 and res.stdout == "" and "its config takes 1 or more" in res.stderr
+
+
+@pytest.mark.parametrize("abbreviation", ["--tensor-parallel", "--tensor-parallel-s"])
+def test_an_abbreviated_flag_is_planned_as_the_flag_it_names(cli, no_vllm, monkeypatch, abbreviation):
+    # argparse takes a prefix that names one option only; the plan reads it as that option (3 does not divide 64 heads).
+    _no_gpu(monkeypatch)
+    res = cli("serve", FLASH, abbreviation, "3", "--kv-cache-memory-bytes", "10G", "--dry-run")
+    assert res.exit_code == 6 and "--tensor-parallel-size 3 does not divide" in res.stderr and res.stdout == ""
+
+
+def test_the_split_hint_says_what_it_did_not_check(cli):
+    # The Flash preset carries no moe_intermediate_size or FP8 block: sizes are named by the heads alone, and said so.
+    res = cli("fit-length", FLASH, "-tp", "3", "--kv-cache-memory", "10GiB")
+    assert res.exit_code == 6 and "divide the 64 heads" in res.stderr and "is not checked" in res.stderr
+    res = cli("fit-length", PRO, "-tp", "3", "--kv-cache-memory", "10GiB")
+    assert res.exit_code == 6 and "tensor-parallel sizes that split: 1, 2, 4, 8" in res.stderr

@@ -57,3 +57,18 @@ def test_parse_vllm_int_rejects_what_vllm_rejects():
         parse_vllm_int("1.5M")
     with pytest.raises(UsageError):
         parse_vllm_int("auto")  # only where auto is allowed
+
+
+@pytest.mark.parametrize("text, hint", [
+    ("1.5M", "write 1572864 (1.5 × 1,048,576, binary) or 1.5m (1,500,000, decimal)"),
+    ("9.81GiB", "9.81GiB is 10533407294: write 10533407294"),
+])
+def test_a_form_vllm_refuses_is_answered_with_one_it_takes(text, hint):
+    from dsv4ctl.errors import UsageError
+    from dsv4ctl.units import parse_vllm_int
+
+    with pytest.raises(UsageError) as err:
+        parse_vllm_int(text, what="--kv-cache-memory-bytes")
+    assert hint in err.value.hint
+    number = err.value.hint.split("write ")[1].split(" ")[0]
+    assert parse_vllm_int(number) > 0  # what the hint says to write is read

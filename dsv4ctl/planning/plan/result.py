@@ -165,7 +165,8 @@ class FitResult:
             "vllm_version_source": self.version.source,
             "vllm_version_requested": self.version.requested,
             "mirrored_vllm_version": self.version.planned,
-            "safe_length": self.safe_length.to_json() if self.safe_length else None,
+            # A plan vLLM refuses has no safe length: the margin's arithmetic is for a start vLLM would make.
+            "safe_length": self.safe_length.to_json() if self.safe_length and self.refusal is None else None,
             "geometry": self.geometry.to_json(),
         }
 

@@ -56,11 +56,16 @@ def check_split(extra: dict[str, Any], tensor_parallel_size: int, expert_paralle
     if tp > 1 and heads is not None and heads % tp:
         working = _working(extra, heads, expert_parallel)
         sizes = ", ".join(str(t) for t in working)
+        missing = [name for name, value in (("moe_intermediate_size", _positive_int(extra.get("moe_intermediate_size"))),
+                                            ("FP8 block size", fp8_block(extra))) if value is None]
+        hint = (f"tensor-parallel sizes that divide the {heads} heads: {sizes} (whether each also splits the experts' FP8 "
+                f"blocks is not checked: this config gives no {' or '.join(missing)})" if missing and not expert_parallel
+                else f"tensor-parallel sizes that split: {sizes}")
         return SplitRefusal(
             f"--tensor-parallel-size {tp} does not divide this model's {heads} attention heads: vLLM refuses it while "
             f"checking the config (\"Total number of attention heads ({heads}) must be divisible by tensor parallel "
             f"size ({tp}).\")",
-            f"tensor-parallel sizes that split: {sizes}", working)
+            hint, working)
     moe = _positive_int(extra.get("moe_intermediate_size"))
     block = fp8_block(extra)
     if expert_parallel or tp <= 1 or moe is None or block is None or _splits_blocks(moe, block, tp):
