@@ -417,8 +417,8 @@ CATALOGUE: tuple[Signature, ...] = (
         role="symptom",
         title="Engine core failed",
         meaning=(
-            "The engine reported that {what_failed}. This line is a consequence; the cause is the first "
-            "worker error above it."
+            "The engine reported that {what_failed}. This line is a consequence; the cause is the worker's own "
+            "first error, printed with it (its traceback follows the line in vLLM's log, or comes before it)."
         ),
         patterns=(
             r"EngineCore failed to start",
@@ -430,7 +430,7 @@ CATALOGUE: tuple[Signature, ...] = (
             r"EngineDeadError",
             r"output_handler failed",
         ),
-        actions=("Read the first worker ERROR/traceback above this line",),
+        actions=("Read the worker's first ERROR and its traceback, printed with this line",),
         source="vllm/v1/engine/core.py, v1/executor/multiproc_executor.py, v1/engine/utils.py",
     ),
     Signature(

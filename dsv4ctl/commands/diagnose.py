@@ -81,6 +81,11 @@ def diagnose_command(
     # A bar of bytes read on stderr for inputs over 50 MB, on a terminal only.
     with stop_on_signals(), read_progress(input_bytes(sources), "reading the log") as progress:
         result = diagnose(sources, progress=progress)
+    from dsv4ctl.files import cut_short
+    from dsv4ctl.render import warning_line
+
+    for name, kind in cut_short():  # the report is of what the file holds: say that it stops early
+        warning_line(f"{name} is cut short: its {kind} data ends before its end mark; the report is of what it holds")
     if json_out:
         emit_json(result.to_json())
     else:

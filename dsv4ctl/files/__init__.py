@@ -22,7 +22,7 @@ file whose kind is None (plain text) only.
 `files.writing` and `files.reading` hold the two halves; everything is imported from here.
 """
 
-from dsv4ctl.files.reading import READ_HINT, Decoded, decoded, kind_of, position_of
+from dsv4ctl.files.reading import READ_HINT, Decoded, cut_short, decoded, kind_of, position_of
 from dsv4ctl.files.writing import (
     TEMP_HINT,
     Checked,
@@ -36,5 +36,5 @@ from dsv4ctl.files.writing import (
     write_whole,
 )
 
-__all__ = ["READ_HINT", "TEMP_HINT", "Checked", "Decoded", "append_line", "cannot_write", "check_target", "decoded",
+__all__ = ["READ_HINT", "TEMP_HINT", "Checked", "Decoded", "append_line", "cannot_write", "check_target", "cut_short", "decoded",
            "kind_of", "open_log", "open_whole", "position_of", "temporary_directory", "why_not_written", "write_whole"]

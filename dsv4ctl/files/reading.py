@@ -76,6 +76,15 @@ _NAMES = {"gzip": "gzip", "xz": "xz", "bzip2": "bzip2", "zstd": "zstd", "zip": "
           "utf-16-le": "UTF-16", "utf-16-be": "UTF-16", "utf-32": "UTF-32"}
 
 
+_CUT_SHORT: list[tuple[str, str]] = []  # (name, kind) of each compressed input whose data ended early, in this process
+
+
+def cut_short() -> list[tuple[str, str]]:
+    """The compressed inputs read so far whose data ended before its end mark (name, the compression's name): a file
+    cut short, read as far as it goes."""
+    return [(name, _NAMES.get(kind, kind)) for name, kind in _CUT_SHORT]
+
+
 class _Decoding(io.RawIOBase):
     """The text inside a compressed or re-encoded stream, as UTF-8 bytes. A truncated compressed stream ends where
     its data does; damaged data is an `InputError`."""
@@ -101,8 +110,10 @@ class _Decoding(io.RawIOBase):
         while not self._eof:
             try:
                 data = self._read(1 << 20)
-            except EOFError:  # a compressed file cut short: what it held is read
+            except EOFError:  # a compressed file cut short: what it held is read, and the cut is kept for the caller
                 data = b""
+                if (self._name, self._kind) not in _CUT_SHORT:
+                    _CUT_SHORT.append((self._name, self._kind))
             except OSError as exc:
                 if exc.errno is not None:
                     raise InputError(f"cannot read {self._name}: {exc.strerror or exc}") from None

@@ -261,3 +261,22 @@ def test_the_parallel_scan_takes_plain_text_only(tmp_path, kind):
         f.truncate(parallel.PARALLEL_MIN_BYTES + 1)  # the size of a big log, sparse: only its head is read here
     expected = parallel.PARALLEL_MIN_BYTES + 1 if kind == "plain" else None
     assert parallel.parallel_size(big) == expected
+
+
+def test_a_compressed_log_cut_short_is_read_and_said_to_be_cut(cli, tmp_path):
+    import gzip as _gzip
+    import lzma
+
+    from dsv4ctl.files import reading
+
+    text = "".join(f"INFO 12-04 10:00:{i % 60:02d} [loader.py:1] Loading weights took {i} seconds\n" for i in range(2000)).encode()
+    for name, packed in (("cut.log.gz", _gzip.compress(text)), ("cut.log.xz", lzma.compress(text))):
+        path = tmp_path / name
+        path.write_bytes(packed[: len(packed) // 2])
+        reading._CUT_SHORT.clear()
+        result = cli("diagnose", path)
+        assert f"{path} is cut short" in result.stderr and "Traceback" not in result.output
+        whole = tmp_path / ("whole-" + name)
+        whole.write_bytes(packed)
+        reading._CUT_SHORT.clear()
+        assert "cut short" not in cli("diagnose", whole).stderr
