@@ -67,6 +67,9 @@ def against_last_good(launch: Launch, log_file: Path, memory: Path | None = None
     except Dsv4ctlError as exc:
         result.notes.append(f"the last good start ({good.log_file}) could not be compared: {exc.message}")
         return result
+    except Exception as exc:  # noqa: BLE001 - the comparison is an addition: it never hides the diagnosis
+        result.notes.append(f"the last good start ({good.log_file}) could not be compared: {type(exc).__name__}: {exc}")
+        return result
     return _kept(result, c, log_file)
 
 

@@ -120,6 +120,12 @@ def test_the_seeds_pair_through_serves_comparison(tmp_path):
     first = doc["differences"][0]
     assert first["bad"]["line"] and first["good_shown"] and doc["diff_command"] == f"dsv4ctl diff {good} {BAD}"
 
+    junk = tmp_path / "junk.log"  # a good start whose log is, since, not a vLLM log at all
+    junk.write_bytes(b"\x00\x01binary")
+    remember(launch_of(_ns(model="j")), junk, store)
+    failed = against_last_good(launch_of(_ns(model="j")), BAD, store)
+    assert failed.differences is None and "could not be compared" in failed.notes[-1]
+
     none = against_last_good(launch_of(_ns(model="never-started")), BAD, store)
     assert none.differences is None and none.notes == ["no good start of this launch is remembered"]
 
