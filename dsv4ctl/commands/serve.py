@@ -111,7 +111,7 @@ def serve_command(
 
 def _finish(result, view) -> None:
     """After a real start: the outcome, the diagnosis, the one relaunch of --retry, the exit code."""
-    from dsv4ctl.render.serve import render_diagnosis
+    from dsv4ctl.render.serve import render_diagnosis, render_last_good
     from dsv4ctl.serve.command import ATTEMPT_ENV
     from dsv4ctl.serve.session import LOG_HINT
 
@@ -119,6 +119,8 @@ def _finish(result, view) -> None:
         view.outcome(result.outcome, int(ExitCode.INTERRUPTED))
     if result.diagnosis is not None:
         render_diagnosis(result.diagnosis)
+    if result.last_good is not None:
+        render_last_good(result.last_good)
     if result.retry_argv:
         view.say(
             f"startup failed (exit code {int(result.exit_code)}); retrying once with --max-model-len "

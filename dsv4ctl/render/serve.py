@@ -179,3 +179,37 @@ def render_diagnosis(diagnosis: Any) -> None:
     from dsv4ctl.render.diagnose import render_diagnosis as render_diagnose
 
     render_diagnose(diagnosis, Console(file=sys.stderr, highlight=False, soft_wrap=True, **plain()))
+
+
+def render_last_good(last: Any) -> None:
+    """serve's failed start against the last good start of its launch (serve/recall.py `LastGood`), on stderr: the
+    top ranked differences, each with both values and their lines, and why it ranks there; the notes; the `diff`
+    command that shows the whole comparison. What the comparison does not show is not said."""
+    console = Console(file=sys.stderr, highlight=False, soft_wrap=True, **plain())
+    good = last.good
+    if good is not None and last.differences is not None:
+        console.print(Text(f"Against the last good start of this launch (GOOD: ready {good.ready_at}, {good.log_file}; "
+                           "BAD: this start):",
+                           style="bold"))
+        if not last.differences:
+            console.print("  no difference in what dsv4ctl compares (dsv4ctl diff lists what it compares)")
+        for d in last.differences:
+            console.print(Text.assemble(f"  {d.rank}. ", (d.name, "bold"), f" {d.status}: "
+                                        f"{_shown(d, d.good)} -> {_shown(d, d.bad)}"))
+            if d.bearing:
+                console.print(f"     {d.bearing}")
+        more = last.total - len(last.differences)
+        if more > 0:
+            console.print(f"  ({more} more difference{'s' if more != 1 else ''})")
+    for note in last.notes:
+        console.print(f"  note: {note}" if good is not None else f"Against the last good start: {note}")
+    if last.diff_command:
+        console.print(Text.assemble("  the whole comparison: ", (last.diff_command, "bold")))
+
+
+def _shown(d: Any, seen: Any) -> str:
+    """A side's value with the line it rests on (diff's value_of: `not in log`, or the default)."""
+    from dsv4ctl.compare import value_of
+
+    where = f" (line {seen.line})" if seen is not None and seen.line else ""
+    return f"{value_of(d, seen)}{where}"

@@ -8,4 +8,6 @@ Modules:
 - `capture`: fd-level tee of this process and its children into the log file and the terminal.
 - `children`: pid tracking and reaping of vLLM's processes.
 - `session`: the run itself (capture + progress + launch + shutdown) returning a `ServeOutcome`.
+- `memory`: the good starts remembered per launch (the log's path), in dsv4ctl's cache directory, bounded.
+- `recall`: a failed start compared with the last good start of its launch (`dsv4ctl.compare`, diff's core).
 """

@@ -15,6 +15,7 @@ from typing import Any
 
 from dsv4ctl.errors import ExitCode
 from dsv4ctl.serve.flags import set_max_model_len
+from dsv4ctl.serve.memory import Launch, launch_of, memory_file, remember
 from dsv4ctl.serve.preflight import REFUSE, PreflightDecision, decide
 from dsv4ctl.serve.session import FAILED, INTERRUPTED, ServeOutcome, ServeSession, apply_environment
 
@@ -46,6 +47,7 @@ class ServeResult:
     retry_max_model_len: int | None = None
     retry_argv: list[str] | None = None
     retry_note: str | None = None  # why --retry did not relaunch
+    last_good: Any = None  # a failed start against the last good start of its launch (serve/recall.py LastGood)
     environment: dict[str, str] = field(default_factory=dict)
 
 
@@ -122,9 +124,11 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
     from dsv4ctl.serve.vllm_entry import parse_serve_flags, run_vllm_serve
 
     environment = apply_environment(options.fixes)
-    refusal, dog = None, None
-    with ServeSession(log_file, view, make_dirs=options.log_file is None) as session:
+    refusal, dog, launch = None, None, None
+    hook = _RememberReady(log_file, view)
+    with ServeSession(log_file, view, make_dirs=options.log_file is None, on_ready=hook) as session:
         namespace = parse_serve_flags(flags)
+        launch = hook.launch = launch_of(namespace)
         decision = decide(
             namespace, flags, keep_auto=options.keep_auto, pin_length=options.pin_length, fixes=options.fixes,
             no_calibration=options.no_calibration,
@@ -159,6 +163,10 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
         result.exit_code = ExitCode.OK if outcome.reached_ready else ExitCode.INTERRUPTED
     elif outcome.status == FAILED:
         result.diagnosis = diagnose_log(log_file)
+        if launch is not None:
+            from dsv4ctl.serve.recall import against_last_good
+
+            result.last_good = against_last_good(launch, log_file)
         result.exit_code = int(getattr(result.diagnosis, "exit_code", ExitCode.FAILED_UNKNOWN_CAUSE))
         if options.retry and attempt_number() > 1:
             result.retry_note = "--retry: this was already the relaunch; not retrying again"
@@ -172,6 +180,25 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
     if dog is not None and dog.fired:
         result.exit_code = ExitCode.WEDGED
     return result
+
+
+class _RememberReady:
+    """The session's ready hook: this start kept in serve's memory of good starts (serve/memory.py), its warnings
+    said on the terminal (stderr); called from the capture's reader thread, so it never raises."""
+
+    def __init__(self, log_file: Path, view: Any) -> None:
+        self.log_file, self.view = log_file, view
+        self.launch: Launch | None = None
+
+    def __call__(self) -> None:
+        if self.launch is None:
+            return
+        try:
+            warnings = remember(self.launch, self.log_file, memory_file())
+        except Exception as exc:  # noqa: BLE001 - a memory lost is never a failed serve
+            warnings = [f"serve cannot remember this good start: {type(exc).__name__}: {exc}"]
+        for warning in warnings:
+            self.view.say(f"warning: {warning}", style="yellow")
 
 
 def _start_watchdog(namespace: Any, options: ServeOptions) -> Any:

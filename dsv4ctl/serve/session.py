@@ -90,7 +90,8 @@ class ServeOutcome:
 class _ProgressFeed:
     """Complete lines from the tee -> the diagnose log parser -> StartupTracker -> view.progress."""
 
-    def __init__(self, source: str, on_event: Callable[[Any], None], started: float) -> None:
+    def __init__(self, source: str, on_event: Callable[[Any], None], started: float,
+                 on_ready: Callable[[], None] | None = None) -> None:
         from dsv4ctl.logs.reader import parse_line
         from dsv4ctl.logs.timeline import StartupTracker
 
@@ -101,6 +102,7 @@ class _ProgressFeed:
         self._lineno = 0
         self._lock = threading.Lock()
         self._started = started
+        self._on_ready = on_ready
         self.events: list[tuple[float, str, str]] = []
         self.phases: set[str] = set()
 
@@ -113,6 +115,9 @@ class _ProgressFeed:
                 self.phases.add(phase)
                 self.events.append((time.monotonic() - self._started, phase, str(getattr(event, "text", ""))))
                 self._on_event(event)
+                if phase == "ready" and self._on_ready is not None:
+                    on_ready, self._on_ready = self._on_ready, None  # once
+                    on_ready()
 
     @property
     def timeline(self) -> Any:
@@ -123,9 +128,10 @@ class ServeSession:
     """Capture + child tracking + signal handling around one in-process vLLM run."""
 
     def __init__(self, log_file: Path, view: ServeView, *, append: bool = False, grace_s: float = 10.0,
-                 make_dirs: bool = True) -> None:
+                 make_dirs: bool = True, on_ready: Callable[[], None] | None = None) -> None:
         self.log_file = Path(log_file)
         self._make_dirs = make_dirs
+        self._on_ready = on_ready  # called once, from the capture's reader thread, when vLLM's ready line is read
         self._grace_s = grace_s
         self.view = view
         self._append = append
@@ -143,7 +149,7 @@ class ServeSession:
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def __enter__(self) -> ServeSession:
-        self._feed = _ProgressFeed(str(self.log_file), self.view.progress, self._started)
+        self._feed = _ProgressFeed(str(self.log_file), self.view.progress, self._started, self._on_ready)
         self._tee = FdTee(self.log_file, on_line=self._feed.feed, echo=self.view.echo, append=self._append,
                           make_dirs=self._make_dirs, hint=LOG_HINT)
         try:

@@ -36,7 +36,7 @@ ALLOWED: dict[str, set[str]] = {
     "group": {"errors", "units", "files", "stamps", "catalogue", "logs", "diagnosis", "advice", "collect"},
     "check": {"errors", "units", "logs", "advice", "redaction"},
     "compare": {"errors", "re_cache", "stamps", "logs", "diagnosis", "advice"},
-    "serve": {"errors", "units", "files", "catalogue", "logs", "planning", "advice", "fixes", "gpu", "check"},
+    "serve": {"errors", "units", "files", "catalogue", "logs", "planning", "advice", "fixes", "gpu", "check", "cache_dir", "compare"},
     "render": {"units", "catalogue", "logs", "diagnosis", "planning", "gpu", "probe", "doctor", "serve", "check", "group", "compare"},
     "commands": {"root", "errors", "units", "files", "logs", "planning", "advice", "gpu", "fixes", "probe", "doctor", "serve", "render",
                  "check", "collect", "group", "compare"},
