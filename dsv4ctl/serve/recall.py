@@ -9,6 +9,7 @@ made is a note.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,5 +79,5 @@ def _kept(result: LastGood, c: Comparison, log_file: Path) -> LastGood:
     result.differences, result.total = diffs[:TOP], len(diffs)
     result.notes += c.notes
     assert result.good is not None
-    result.diff_command = f"dsv4ctl diff {result.good.log_file} {log_file}"
+    result.diff_command = shlex.join(["dsv4ctl", "diff", str(result.good.log_file), str(log_file)])
     return result
