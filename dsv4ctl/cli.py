@@ -13,18 +13,14 @@ the error funnel, the root options, and the registration of every command.
 
 # No `from __future__ import annotations`: Typer reads every command's annotations at start-up, and strings
 # would each be compiled by typing.get_type_hints first (about 4 ms of every run, `--help` included).
-import os
-import traceback
 from typing import Any
 
 import typer
 from typer.core import TyperGroup
 
 from dsv4ctl import __version__
+from dsv4ctl.commands.funnel import DEBUG_ENV, fail, failed
 from dsv4ctl.errors import Dsv4ctlError, ExitCode, exit_code_table
-from dsv4ctl.render import error_line
-
-DEBUG_ENV = "DSV4CTL_DEBUG"
 
 
 class _ArgumentHelp:
@@ -53,10 +49,6 @@ def _name_arguments_plainly() -> None:
 _name_arguments_plainly()
 
 
-def _debug() -> bool:
-    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
-
-
 class _ErrorFunnel(TyperGroup):
     """Turns every exception escaping a command into one line, a hint and an exit code."""
 
@@ -79,9 +71,7 @@ class _ErrorFunnel(TyperGroup):
         try:
             return super().invoke(ctx)
         except Dsv4ctlError as exc:
-            if _debug():
-                traceback.print_exc()
-            return self._fail(json_mode, exc.message, exc.hint, exc.exit_code)
+            raise typer.Exit(failed(json_mode, exc)) from None
         except KeyboardInterrupt:
             return self._fail(json_mode, "interrupted", None, ExitCode.INTERRUPTED)
         except (typer.Exit, typer.Abort):
@@ -93,22 +83,12 @@ class _ErrorFunnel(TyperGroup):
 
                     emit_json_error(exc.format_message(), None, getattr(exc, "exit_code", ExitCode.USAGE))
                 raise
-            if _debug():
-                traceback.print_exc()
-                hint = None
-            else:
-                hint = f"this is a bug in dsv4ctl; rerun with {DEBUG_ENV}=1 for the traceback and report it"
-            return self._fail(json_mode, f"internal error: {type(exc).__name__}: {exc}", hint, ExitCode.ERROR)
+            raise typer.Exit(failed(json_mode, exc)) from None
 
     @staticmethod
     def _fail(json_mode: bool, message: str, hint: str | None, code: int) -> Any:
-        """One line plus a hint on stderr; with --json also the error document on stdout."""
-        error_line(message, hint)
-        if json_mode:
-            from dsv4ctl.render import emit_json_error
-
-            emit_json_error(message, hint, int(code))
-        raise typer.Exit(int(code))
+        """One line plus a hint on stderr; with --json also the error document on stdout (`funnel.fail`)."""
+        raise typer.Exit(fail(json_mode, message, hint, code))
 
 
 def _exc_is_click(exc: BaseException) -> bool:

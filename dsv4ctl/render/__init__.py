@@ -16,11 +16,12 @@ import os
 import re
 import sys
 import textwrap
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.text import Text
+if TYPE_CHECKING:  # Rich loads when a console is made: `check --once`'s process never makes one
+    from collections.abc import Sequence
+
+    from rich.console import Console
 
 JSON_SCHEMA_VERSION = 1
 
@@ -99,11 +100,15 @@ def plain() -> dict[str, Any]:
 
 def out_console() -> Console:
     """The console for a command's report (stdout)."""
+    from rich.console import Console
+
     return Console(file=REPORT, highlight=False, soft_wrap=False, **plain())  # type: ignore[arg-type]
 
 
 def err_console() -> Console:
     """The console for talk: progress, warnings, errors, hints (stderr)."""
+    from rich.console import Console
+
     return Console(file=sys.stderr, highlight=False, soft_wrap=True, **plain())
 
 
@@ -133,7 +138,16 @@ def _json_default(value: Any) -> Any:
 
 
 def error_line(message: str, hint: str | None = None) -> None:
-    """The one actionable line (plus a hint) that every failure is reduced to."""
+    """The one actionable line (plus a hint) that every failure is reduced to.
+
+    Written as it stands where Rich would write the same bytes (stderr not a terminal, no variable that makes Rich
+    colour anyway, no tab or control character for Rich to expand or drop), so a probe's error costs no Rich."""
+    if _plain_stderr(message, hint):
+        sys.stderr.write(f"Error: {message}\n" + (f"Hint: {hint}\n" if hint else ""))
+        sys.stderr.flush()
+        return
+    from rich.text import Text
+
     console = err_console()
     # The words as they are: a message may hold brackets ("[flags...]", "[Errno 2]") that are not markup.
     console.print(Text.assemble(("Error:", "bold red"), " ", message), highlight=False)
@@ -141,7 +155,20 @@ def error_line(message: str, hint: str | None = None) -> None:
         console.print(Text.assemble(("Hint:", "yellow"), " ", hint), highlight=False)
 
 
+def _plain_stderr(*texts: str | None) -> bool:
+    if any(os.environ.get(name) for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")):
+        return False
+    try:
+        if sys.stderr.isatty():
+            return False
+    except (AttributeError, ValueError):  # no stderr, or a closed one: Rich's own way
+        return False
+    return all(t is None or t.isprintable() for t in texts)
+
+
 def warning_line(message: str) -> None:
+    from rich.text import Text
+
     err_console().print(Text.assemble(("Warning:", "yellow"), " ", message), highlight=False)
 
 
