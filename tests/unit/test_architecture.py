@@ -41,7 +41,7 @@ ALLOWED: dict[str, set[str]] = {
     "commands": {"root", "errors", "units", "files", "logs", "planning", "advice", "gpu", "fixes", "probe", "doctor", "serve", "render",
                  "check", "collect", "group", "compare"},
     "cli": {"root", "errors", "render", "commands"},
-    "__main__": {"cli", "errors", "diagnosis", "logs", "group", "render"},
+    "__main__": {"cli", "errors", "diagnosis", "logs", "group", "render", "commands"},
     "root": set(),
 }
 # planning takes a log's figures as data: of logs/, only these modules.

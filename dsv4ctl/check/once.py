@@ -1,0 +1,189 @@
+"""`check --once`: one GET /health per server, no window, for a liveness probe that runs every few seconds.
+
+The request goes through the standard library's socket (and `ssl` for https), not httpx: a probe process pays
+for its imports on every look, and httpx's cost about 0.09 s of CPU, more than the rest of the look. Only the
+status line and headers are read: vLLM's /health answers an empty 200, or an empty 503 once its engine is dead
+(`vllm/entrypoints/serve/instrumentator/health.py:22-33` in 0.32.0).
+
+What is judged is what `judge.judge` makes of /health alone (the window's look judges /health the same way):
+- 200: `alive` (exit 0). vLLM's /health asks the API server's engine client, which says dead only once it has
+  marked the engine dead (`AsyncLLM.check_health`, `vllm/v1/engine/async_llm.py:1089` in 0.32.0): a stopped,
+  hung or paused engine answers 200 here. Telling that apart takes the window (`check` without --once).
+- no answer within the timeout, a refused or reset connection, a host name that does not resolve, a 5xx: `dead`.
+- a 3xx or 4xx (never vLLM's answer there) or an answer that is not HTTP: `unknown`, not a vLLM API server. A 200
+  from another service's health route cannot be told from vLLM's without more requests (/v1/models, /metrics),
+  which --once does not send; a 200 with a body (vLLM's has none) is said in a note.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from dsv4ctl.check.judge import judge
+from dsv4ctl.check.model import EXIT_CODES, HEALTHY, SEVERITY, HttpAnswer, Readings, _answer_json
+from dsv4ctl.check.urls import ServerUrl
+from dsv4ctl.errors import ExitCode
+
+ALIVE = "alive"  # what --once can say of a 200: the API server answers; the engine's progress is unseen
+READ_LIMIT = 65536  # the status line and headers; a server that sends more before the blank line is not vLLM
+
+
+@dataclass(frozen=True)
+class OnceCheck:
+    """One server's verdict from its /health alone."""
+
+    url: str
+    verdict: str  # alive, dead, unknown
+    evidence: tuple[str, ...]
+    health: HttpAnswer
+    notes: tuple[str, ...] = ()
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.OK if self.verdict == ALIVE else EXIT_CODES[self.verdict]
+
+    def line(self) -> str:
+        """`alive http://127.0.0.1:8000: /health answered 200 in 0.002 s`: one line per server."""
+        return f"{self.verdict} {self.url}: {'; '.join((*self.evidence, *self.notes))}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"url": self.url, "verdict": self.verdict, "exit_code": int(self.exit_code),
+                "evidence": list(self.evidence), "notes": list(self.notes), "health": _answer_json(self.health)}
+
+
+def look_once(server: ServerUrl, timeout_s: float = 1.0) -> OnceCheck:
+    """GET /health within `timeout_s` (connection, TLS and answer together), judged. Never raises for the server's
+    failures: they are the verdict."""
+    health, body_bytes = get_health(server, timeout_s)
+    judged = judge(Readings(url=server.shown, health=health, duration_s=health.elapsed_s))
+    if judged.verdict != HEALTHY:
+        return OnceCheck(server.shown, judged.verdict, judged.evidence, health, judged.notes)
+    notes: tuple[str, ...] = ()
+    if body_bytes:
+        size = f" of {body_bytes} bytes" if body_bytes > 0 else ""
+        notes = (f"the 200 came with a body{size}, and vLLM's /health answers none (another service's health "
+                 "route?)",)
+    return OnceCheck(server.shown, ALIVE, (f"/health answered 200 in {health.elapsed_s:.3f} s",), health, notes)
+
+
+def worst_once(looks: list[OnceCheck]) -> OnceCheck:
+    """The look whose verdict is the worst (alive counts as healthy)."""
+    return max(looks, key=lambda c: SEVERITY.get(c.verdict, 0))
+
+
+def get_health(server: ServerUrl, timeout_s: float) -> tuple[HttpAnswer, int]:
+    """(the answer, the body's length as its Content-Length says: 0 when it says none, -1 for a chunked body)."""
+    from urllib.parse import urlsplit
+
+    split = urlsplit(server.base)
+    https = split.scheme.lower() == "https"
+    port = split.port or (443 if https else 80)
+    started = time.monotonic()
+    deadline = started + timeout_s
+    try:
+        sock = socket.create_connection((server.host, port), timeout=max(timeout_s, 0.001))
+        try:
+            if https:
+                sock = _tls(sock, server.host)
+            sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            sock.sendall(_request(split, server.host, port, https))
+            head = _read_head(sock, deadline)
+        finally:
+            sock.close()
+    except (socket.timeout, TimeoutError):
+        return HttpAnswer(None, time.monotonic() - started, error=f"no answer within {timeout_s:.1f} s",
+                          timed_out=True), 0
+    except OSError as exc:
+        return _failed(exc, time.monotonic() - started, server), 0
+    except UnicodeError:  # a name beyond ASCII that IDNA cannot write
+        return HttpAnswer(None, time.monotonic() - started,
+                          error=f"the host name {server.host!r} could not be resolved (not a valid IDNA name)"), 0
+    return _parsed(head, time.monotonic() - started)
+
+
+def _tls(sock: socket.socket, host: str) -> socket.socket:
+    import ssl
+
+    context = ssl.create_default_context()
+    context.check_hostname = False  # as the window's look: no certificate is verified (docs/check.md)
+    context.verify_mode = ssl.CERT_NONE
+    return context.wrap_socket(sock, server_hostname=host)
+
+
+def _request(split: Any, host: str, port: int, https: bool) -> bytes:
+    from urllib.parse import quote
+
+    path = quote(split.path.rstrip("/") + "/health", safe="/%:@!$&'()*+,;=~")
+    shown_host = f"[{host}]" if ":" in host else (host if host.isascii() else host.encode("idna").decode("ascii"))
+    default = 443 if https else 80
+    lines = [f"GET {path} HTTP/1.1", f"Host: {shown_host}" + ("" if port == default else f":{port}"),
+             "User-Agent: dsv4ctl-check-once", "Accept: */*", "Connection: close"]
+    if split.username is not None:  # http://user:password@host: basic authentication, as httpx sends it
+        import base64
+        from urllib.parse import unquote
+
+        pair = f"{unquote(split.username)}:{unquote(split.password or '')}".encode()
+        lines.append("Authorization: Basic " + base64.b64encode(pair).decode("ascii"))
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
+
+
+def _read_head(sock: socket.socket, deadline: float) -> bytes:
+    """The bytes up to the first final answer's blank line (1xx answers skipped), or all that came before the
+    server closed the connection."""
+    data = b""
+    while True:
+        end = data.find(b"\r\n\r\n")
+        if end >= 0 and data.startswith(b"HTTP/1.") and data[9:10] == b"1":  # 100 Continue, 103 Early Hints
+            data = data[end + 4:]
+            continue
+        if end >= 0 or len(data) > READ_LIMIT:
+            return data
+        sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        chunk = sock.recv(4096)
+        if not chunk:
+            return data
+        data += chunk
+
+
+def _parsed(head: bytes, elapsed_s: float) -> tuple[HttpAnswer, int]:
+    if not head:
+        return HttpAnswer(None, elapsed_s, error="the server closed the connection without an answer"), 0
+    status_line, _, rest = head.partition(b"\r\n")
+    parts = status_line.split(None, 2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not (parts[1].isdigit() and len(parts[1]) == 3):
+        return HttpAnswer(None, elapsed_s, not_http=True, error="the answer is not HTTP"), 0
+    body_bytes, kind = 0, ""
+    for line in rest.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        name = name.strip().lower()
+        if name == b"content-length" and value.strip().isdigit():
+            body_bytes = int(value.strip())
+        elif name == b"transfer-encoding" and b"chunked" in value.lower():
+            body_bytes = body_bytes or -1
+        elif name == b"content-type":
+            kind = value.split(b";", 1)[0].strip().lower().decode("latin-1")
+    return HttpAnswer(int(parts[1]), elapsed_s, content_type=kind), body_bytes
+
+
+def _failed(exc: OSError, elapsed_s: float, server: ServerUrl) -> HttpAnswer:
+    """No HTTP answer, in the words the window's look uses (`http._failed`)."""
+    if isinstance(exc, socket.gaierror):
+        if exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)):
+            return HttpAnswer(None, elapsed_s, error=f"the host name {server.host!r} does not resolve ({exc.strerror})")
+        return HttpAnswer(None, elapsed_s, error=f"the host name {server.host!r} could not be resolved ({exc.strerror})")
+    import ssl
+
+    if isinstance(exc, ssl.SSLError):
+        reason = exc.reason or exc.strerror or type(exc).__name__
+        if reason == "WRONG_VERSION_NUMBER":
+            return HttpAnswer(None, elapsed_s, not_http=True,
+                              error="TLS failed: the server does not speak TLS on this port (http:// rather than https://?)")
+        return HttpAnswer(None, elapsed_s, error=f"TLS failed: {reason}")
+    if isinstance(exc, ConnectionRefusedError):
+        return HttpAnswer(None, elapsed_s, error="connection refused")
+    if exc.strerror:
+        return HttpAnswer(None, elapsed_s, error=exc.strerror[:1].lower() + exc.strerror[1:])
+    return HttpAnswer(None, elapsed_s, error=str(exc) or type(exc).__name__)
