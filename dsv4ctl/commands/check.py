@@ -15,7 +15,8 @@ _WATCH_EXITS = (
     f"{int(ExitCode.WEDGED)} wedged, {int(ExitCode.DEAD)} dead, {int(ExitCode.UNKNOWN_SERVER)} unknown (not a vLLM "
     f"API server): the worst server's; {int(ExitCode.USAGE)} bad flags or URLs."
 )
-_CHECK_EXITS = _WATCH_EXITS.replace(" degraded,", f" degraded ({int(ExitCode.OK)} with --liveness),")
+_CHECK_EXITS = _WATCH_EXITS.replace(" degraded,", f" degraded ({int(ExitCode.OK)} with --liveness),").replace(
+    " healthy,", " healthy (alive with --once),")
 
 
 def check_command(
@@ -39,7 +40,7 @@ def check_command(
     /health, no models and no vLLM metrics): a wrong URL or port.
 
     --once: one GET /health per server within --timeout, nothing else, and no Typer, Rich or httpx loaded (about
-    0.05 s of CPU). alive: /health answered 200. It cannot see wedged: vLLM's /health answers 200 while the engine
+    0.06 s of CPU). alive: /health answered 200. It cannot see wedged: vLLM's /health answers 200 while the engine
     is stopped or hung (it only asks whether the API server has marked the engine dead:
     vllm/entrypoints/serve/instrumentator/health.py:22-33, vllm/v1/engine/async_llm.py:1089 in 0.32.0), and no
     model list or metrics are read, so another service's 200 counts as alive. dead: no answer, or a 5xx.

@@ -204,3 +204,10 @@ def test_ctrl_c_is_130_and_one_line():
         listener.close()
     assert proc.returncode == ExitCode.INTERRUPTED
     assert err == "Error: interrupted\n" and out == ""
+
+
+def test_help_says_what_once_cannot_see(cli):
+    text = " ".join(cli("check", "--help").stdout.split())
+    assert "--once: one GET /health per server" in text and "It cannot see wedged" in text
+    assert "vllm/entrypoints/serve/instrumentator/health.py:22-33" in text
+    assert "Exit 0 healthy (alive with --once), 11 degraded" in text
