@@ -157,4 +157,9 @@ class NotHttp:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        try:  # wakes the thread's accept(), which close() alone leaves blocked (a thread left for later tests)
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
+        self._thread.join(5)

@@ -87,6 +87,7 @@ def get_health(server: ServerUrl, timeout_s: float) -> tuple[HttpAnswer, int]:
         sock = socket.create_connection((server.host, port), timeout=max(timeout_s, 0.001))
         try:
             if https:
+                sock.settimeout(max(deadline - time.monotonic(), 0.001))
                 sock = _tls(sock, server.host)
             sock.settimeout(max(deadline - time.monotonic(), 0.001))
             sock.sendall(_request(split, server.host, port, https))
