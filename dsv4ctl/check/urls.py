@@ -36,7 +36,7 @@ def parse_url(url: str, *, plain: bool = False) -> ServerUrl:
     """`127.0.0.1:8000` -> `http://127.0.0.1:8000`; a trailing `/` or `/v1` is dropped (check adds the routes).
 
     Raises UsageError for a URL that names no server. `plain`: for `check --once`, which sends its one request
-    through the standard library's socket, not httpx: the host is held to the standard library's rule instead
+    through the standard library's HTTP client, not httpx: the host is held to the standard library's rule instead
     (`_plain_host`), which refuses the hosts httpx would change (a blank, `%`, `<`...), without importing httpx
     (a tenth of a second of CPU)."""
     text = url.strip()
