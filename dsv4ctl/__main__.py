@@ -27,7 +27,7 @@ written whole and closed where it is written.
 `check --once URL... [--timeout S] [--json] [--liveness]`, a liveness probe's command line run every few seconds,
 runs here without the CLI's imports (`commands.check_once.main_once`: one GET /health through the standard
 library's HTTP client, the error funnel's words and codes without Typer, Rich, pydantic, httpx or prometheus_client;
-0.26 s of CPU down to about 0.05 s, benchmarks/check_once_bench.py). Any other form of it (`--help`, another
+0.26 s of CPU down to about 0.07 s, benchmarks/check_once_bench.py). Any other form of it (`--help`, another
 option, a mistake) goes to the CLI, which runs the same look.
 
 All four are this process's only: `dsv4ctl.cli.main`, which tests and other programs call, does none of them, and
