@@ -5,13 +5,9 @@ names the flag that changed and the last phase BAD's log marks before it failed.
 from __future__ import annotations
 
 import json
-import signal
 
 import pytest
-import tinymodel
-from test_serve_engine import KV_BUDGET, Server, _port_is_free
-
-STARTUP_TIMEOUT_S = 150  # each start ~30-60 s on 2 cores; the pair stays under 3 minutes
+from test_serve_engine import good_then_refused
 
 
 @pytest.fixture(autouse=True)
@@ -20,21 +16,7 @@ def _engine(vllm_available):
 
 
 def test_diff_names_the_changed_length_and_the_failing_phase(tmp_path, cli):
-    model = str(tinymodel.write_llama(tmp_path / "llama_long", max_position_embeddings=1_048_576))
-    common = [model, "--load-format", "dummy", "--enforce-eager", "--kv-cache-memory-bytes", KV_BUDGET]
-    good = Server(tmp_path, "good", [*common, "--max-model-len", "4096"])
-    try:
-        assert good.wait_ready(timeout=STARTUP_TIMEOUT_S), good.stderr()[-4000:]
-        assert good.stop(signal.SIGTERM) == 0
-    finally:
-        good.kill_leftovers()
-    bad = Server(tmp_path, "bad", [*common, "--max-model-len", "1048576"])
-    try:
-        assert bad.wait(timeout=STARTUP_TIMEOUT_S) != 0
-    finally:
-        bad.kill_leftovers()
-    assert good._survivors_at_exit == [] and bad._survivors_at_exit == []
-    assert _port_is_free(good.port) and _port_is_free(bad.port)
+    good, bad = good_then_refused(tmp_path)
 
     result = cli("diff", good.log_file, bad.log_file, "--json")
     assert result.exit_code == 0, result.output

@@ -183,6 +183,28 @@ class Server:
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def good_then_refused(tmp_path: Path, timeout_s: float = 150) -> tuple[Server, Server]:
+    """The tiny Llama through `dsv4ctl serve` twice, one start at a time: at --max-model-len 4096 within the 64 MiB KV
+    budget (ready, then SIGTERM), then the same launch at 1048576, which vLLM refuses. Both ended, nothing left
+    running; their logs are `.log_file`. Each start ~30-60 s on 2 cores."""
+    model = str(tinymodel.write_llama(tmp_path / "llama_long", max_position_embeddings=1_048_576))
+    common = [model, "--load-format", "dummy", "--enforce-eager", "--kv-cache-memory-bytes", KV_BUDGET]
+    good = Server(tmp_path, "good", [*common, "--max-model-len", "4096"])
+    try:
+        assert good.wait_ready(timeout=timeout_s), good.stderr()[-4000:]
+        assert good.stop(signal.SIGTERM) == 0
+    finally:
+        good.kill_leftovers()
+    bad = Server(tmp_path, "bad", [*common, "--max-model-len", "1048576"])
+    try:
+        assert bad.wait(timeout=timeout_s) != 0
+    finally:
+        bad.kill_leftovers()
+    assert good._survivors_at_exit == [] and bad._survivors_at_exit == []
+    assert _port_is_free(good.port) and _port_is_free(bad.port)
+    return good, bad
+
+
 # -- no server -------------------------------------------------------------------------------------
 
 
