@@ -171,3 +171,14 @@ def test_cli_vllm_version_flag(cli):
     assert "planned as vLLM 0.27.1 (--vllm-version)" in res.stdout.replace("\n  ", " ")
     res = cli("fit-length", "deepseek-ai/DeepSeek-V4-Flash", "--kv-cache-memory", "9.81GiB", "--vllm-version", "0.9.0")
     assert res.exit_code == 2
+
+
+def test_a_log_of_another_release_than_the_installed_one_is_said(monkeypatch):
+    # The installed vLLM is this machine's; the log says what the server ran: planned as installed, with the way to
+    # plan as the log's release.
+    monkeypatch.setattr(versions, "installed_vllm_version", lambda: "0.32.0")
+    choice = choose_vllm_version(None, "0.30.0")
+    assert (choice.planned, choice.source) == ("0.32.0", "installed")
+    assert choice.warning and "the log is of vLLM 0.30.0" in choice.warning and "--vllm-version 0.30.0" in choice.warning
+    assert choose_vllm_version(None, "0.32.0").warning is None
+    assert choose_vllm_version("0.30.0", "0.30.0").warning is None

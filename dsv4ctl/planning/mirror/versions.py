@@ -25,7 +25,7 @@ class VersionChoice:
     planned: str  # a known release (KNOWN_VLLM_VERSIONS)
     source: str  # "given" | "installed" | "log" | "newest-known"
     requested: str | None  # the version named by the source (None for newest-known)
-    warning: str | None = None  # set when `requested` is not itself a recorded release
+    warning: str | None = None  # `requested` is not itself a recorded release, or the log is of another release than the installed one
 
     @property
     def rules(self) -> PlannerRules:
@@ -101,5 +101,9 @@ def choose_vllm_version(given: str | None = None, log_version: str | None = None
         except ValueError as exc:
             newest = KNOWN_VLLM_VERSIONS[-1]
             return VersionChoice(newest, source, version, f"{exc}; planned with {newest}'s rules")
+        if source == "installed" and log_version and log_version != version and warning is None:
+            # The log says what the server ran; the installed vLLM is this machine's, which may not be the server's.
+            warning = (f"the log is of vLLM {log_version}; planned as the vLLM installed here, {version} "
+                       f"(--vllm-version {log_version} plans as the log's release)")
         return VersionChoice(planned, source, version, warning)
     return VersionChoice(KNOWN_VLLM_VERSIONS[-1], "newest-known", None)
