@@ -55,9 +55,8 @@ def parse_vllm_int(text: str, *, what: str = "value", allow_auto: bool = False) 
     except ValueError:
         forms = "1048576, 1M, 512k" + (" or auto" if allow_auto else "")
         spelled = _SIZE_RE.fullmatch(value)
-        factor = _SPELLED_UNITS.get(spelled.group(2).lower()) if spelled else None
-        if factor is not None:  # a spelled-out unit (9.81GiB): the number it means, in vLLM's spelling
-            exact = math.ceil(float(spelled.group(1)) * factor)
+        if spelled and spelled.group(2) and spelled.group(2).lower() in _SPELLED_UNITS:  # 9.81GiB: the number it means, in vLLM's spelling
+            exact = parse_size(value, what=what)
             raise UsageError(f"invalid {what} {text!r}: vLLM's parser takes no {spelled.group(2)!r} unit",
                              hint=f"{value} is {exact}: write {exact} (vLLM takes {forms})") from None
         raise UsageError(f"invalid {what} {text!r}", hint=f"write it like {forms}") from None
