@@ -27,6 +27,14 @@ class LogCalibration:
     predicted_from_log: int | None = None  # our auto-fit for the logged memory, to compare with autofit_to
     predicted_range: tuple[int, int] | None = None  # auto-fit across the log's 0.01 GiB rounding interval
     model: str | None = None  # the model the log's launch named (its non-default args or engine config)
+    # vLLM 0.34+'s measured ("extensible") KV cache: the mode the log shows ("measured" | "estimate" | None when
+    # its lines do not say), the blocks it committed after warm-up and capture ("Extended KV cache to N blocks",
+    # else the least "Memory after warmup ... N KV cache blocks" of its workers) with their bytes, and the length
+    # the tentative auto-fit picked before the measurement (the final fit's upper bound).
+    sizing_mode: str | None = None
+    measured_kv_blocks: int | None = None
+    measured_kv_bytes: int | None = None
+    tentative_autofit_to: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -41,6 +49,10 @@ class LogCalibration:
             "model": self.model,
             "predicted_autofit_for_logged_memory": self.predicted_from_log,
             "predicted_autofit_range": list(self.predicted_range) if self.predicted_range else None,
+            "sizing_mode": self.sizing_mode,
+            "measured_kv_blocks": self.measured_kv_blocks,
+            "measured_kv_bytes": self.measured_kv_bytes,
+            "tentative_autofit_to": self.tentative_autofit_to,
         }
 
 
