@@ -26,6 +26,9 @@ def render_upgrade(view: UpgradeView, console: Console) -> None:
     console.print()
     print_table(console, _plan_table(view))
     for fit in (view.before, view.after):
+        if fit.sizing_why and view.before.sizing_mode != view.after.sizing_mode:
+            print_prose(console, f"{fit.planned}: {fit.sizing_mode}: {fit.sizing_why}", indent="  ",
+                        subsequent_indent="    ")
         for warning in fit.warnings:
             print_prose(console, f"{fit.planned}: {warning}", indent="  ", subsequent_indent="    ", style="dim")
     console.print()
@@ -75,9 +78,9 @@ def _fixes(view: UpgradeView, console: Console) -> None:
     table.add_column("fix")
     table.add_column(view.before.planned)
     table.add_column(view.after.planned)
-    table.add_column("this launch")
+    table.add_column("on this launch's path")
     for row in view.fixes:
-        takes = {True: "takes the path", False: "not its path", None: "unknown"}[row.path.applies]
+        takes = {True: "yes", False: "no", None: "unknown"}[row.path.applies]
         table.add_row(row.name, STATUS[row.before.status], STATUS[row.after.status], takes,
                       style="bold" if row.changed else None)
     print_table(console, table)

@@ -20,13 +20,14 @@ class ReleaseFit:
     requested: str  # the release as asked ('0.33', '0.33.0')
     planned: str  # the release whose rules planned it
     sizing_mode: str  # how vLLM sizes the KV cache: "estimate" (profiled at startup) | "measured" (after warm-up)
+    sizing_why: str | None  # why that mode for this launch, where the plan says
     verdict: str  # fits | shrinks | does_not_fit
     refusal: str | None
     autofit_max_model_len: int
     recommended_max_model_len: int
     kv_cache_memory_bytes: int
     kv_basis: str | None  # exact | measured | calibrated | estimated ...
-    gpu_memory_utilization: float | None  # the fraction the plan used
+    gpu_memory_utilization: float | None  # the fraction the plan used (resolved); None under --kv-cache-memory-bytes
     utilization_default: Any  # --gpu-memory-utilization's default in the flags table (None: vLLM resolves it)
     utilization_default_recorded: bool
     max_num_batched_tokens: int
@@ -37,6 +38,7 @@ class ReleaseFit:
     def to_json(self) -> dict[str, Any]:
         return {
             "requested": self.requested, "planned": self.planned, "sizing_mode": self.sizing_mode,
+            "sizing_why": self.sizing_why,
             "verdict": self.verdict, "refusal": self.refusal, "autofit_max_model_len": self.autofit_max_model_len,
             "recommended_max_model_len": self.recommended_max_model_len,
             "kv_cache_memory_bytes": self.kv_cache_memory_bytes, "kv_basis": self.kv_basis,

@@ -102,11 +102,16 @@ def _plan_to(plan: Callable[..., Any], request: Any, to_release: str, option: st
     return result
 
 
-def _sizing_mode(result: Any) -> str:
-    """The KV sizing mode the plan names (its `sizing_mode`), else the profiled estimate every release before the
-    measured mode sizes by."""
-    mode = getattr(result, "sizing_mode", None) or result.to_json().get("sizing_mode")
-    return str(mode) if mode else ESTIMATE
+def _sizing(result: Any) -> tuple[str, str | None, float | None]:
+    """(mode, why, the --gpu-memory-utilization it resolves) as the plan's JSON names them (`sizing_mode`: the mode,
+    or an object with `mode`, `why`, `gpu_memory_utilization`); a plan that names none sizes by the profiled estimate,
+    with the request's utilization."""
+    doc = result.to_json().get("sizing_mode")
+    utilization = result.request.gpu_memory_utilization
+    if isinstance(doc, dict):
+        resolved = doc.get("gpu_memory_utilization")
+        return str(doc.get("mode") or ESTIMATE), doc.get("why"), resolved if resolved is not None else utilization
+    return (str(doc) if doc else ESTIMATE), None, utilization
 
 
 def _plan_schema(release: str) -> int | None:
@@ -124,13 +129,13 @@ def _release_fit(requested: str, result: Any) -> ReleaseFit:
     planned = result.version.planned
     recorded, default = default_of("--gpu-memory-utilization", planned)
     kv = result.available_kv
+    mode, why, utilization = _sizing(result)
     return ReleaseFit(
-        requested=requested, planned=planned, sizing_mode=_sizing_mode(result), verdict=result.verdict,
+        requested=requested, planned=planned, sizing_mode=mode, sizing_why=why, verdict=result.verdict,
         refusal=result.refusal, autofit_max_model_len=result.autofit_max_model_len,
         recommended_max_model_len=result.recommended_max_model_len,
         kv_cache_memory_bytes=max(result.kv_cache_memory_bytes, 0), kv_basis=kv.basis if kv is not None else None,
-        gpu_memory_utilization=None if result.request.kv_cache_memory_bytes is not None
-        else result.request.gpu_memory_utilization,
+        gpu_memory_utilization=None if result.request.kv_cache_memory_bytes is not None else utilization,
         utilization_default=default, utilization_default_recorded=recorded,
         max_num_batched_tokens=result.max_num_batched_tokens,
         vllm_flags=tuple(result.vllm_flags) if result.fits else (), warnings=tuple(result.warnings),
