@@ -43,11 +43,17 @@ def render_upgrade(view: UpgradeView, console: Console) -> None:
         print_prose(console, f"Note: {note}", subsequent_indent="  ")
 
 
+def _fraction(value: float) -> str:
+    text = f"{value:g}"
+    return text if "." in text or "e" in text else f"{text}.0"
+
+
 def _utilization(fit: ReleaseFit) -> str:
-    used = "unused (--kv-cache-memory-bytes)" if fit.gpu_memory_utilization is None else f"{fit.gpu_memory_utilization:g}"
+    """The fraction the plan used, then the flag's default in that release (none: vLLM resolves it at startup)."""
+    used = "unused (--kv-cache-memory-bytes)" if fit.gpu_memory_utilization is None else _fraction(fit.gpu_memory_utilization)
     if not fit.utilization_default_recorded:
         return f"{used} (default not recorded)"
-    default = "none: resolved by vLLM" if fit.utilization_default is None else f"{fit.utilization_default:g}"
+    default = "none" if fit.utilization_default is None else _fraction(fit.utilization_default)
     return f"{used} (default {default})"
 
 

@@ -95,3 +95,37 @@ def test_serve_compare_needs_dry_run(cli):
     res = cli("serve", FLASH, "--compare", "0.33.0")
     assert res.exit_code == int(ExitCode.USAGE)
     assert "--compare goes with --dry-run" in res.stderr and "Traceback" not in res.output
+
+
+def test_a_launch_that_does_not_fit_under_the_other_release_exits_6(cli):
+    res = cli("fit-length", FLASH, "--kv-cache-memory", "2GiB", "--max-model-len", "1M", "--vllm-version", "0.32.0",
+              "--compare", "0.33.0", "--json")
+    assert res.exit_code == int(ExitCode.DOES_NOT_FIT)
+    data = json.loads(res.stdout)  # the view is still the answer
+    assert data["to"]["verdict"] == "does_not_fit" and data["to"]["vllm_flags"] == []
+    assert data["from"]["gpu_memory_utilization"] is None  # --kv-cache-memory: the utilization is not used
+
+
+def test_the_view_names_a_launch_flag_whose_default_changes(monkeypatch):
+    """A flag the launch passes, whose default the other release changes: shown, marked as not reaching it."""
+    from rich.console import Console
+
+    from dsv4ctl.catalogue import vllm_flags
+    from dsv4ctl.planning import FitRequest
+    from dsv4ctl.render.upgrade import render_upgrade
+    from dsv4ctl.upgrade import compare_releases
+
+    releases = vllm_flags.releases()
+    pair = next((a, b, o) for a, b in zip(releases, releases[1:])
+                for o in ("--dcp-comm-backend", "--disable-cascade-attn", "--mamba-cache-mode")
+                if vllm_flags.flag(o, a) and vllm_flags.flag(o, b) and vllm_flags.flag(o, a).has_default
+                and vllm_flags.flag(o, b).has_default and vllm_flags.flag(o, a).default != vllm_flags.flag(o, b).default)
+    a, b, option = pair
+    request = FitRequest(model=FLASH, kv_cache_memory_bytes=10 << 30, vllm_version=a)
+    view = compare_releases(request, b, argv=[FLASH, option, "x"])
+    console = Console(width=80, record=True, color_system=None)
+    render_upgrade(view, console)
+    text = " ".join(console.export_text().split())
+    before, after = vllm_flags.flag(option, a).default, vllm_flags.flag(option, b).default
+    assert f"{option}: new default {before} -> {'none' if after is None else after}" in text
+    assert "the launch passes it: not reached" in text
