@@ -115,13 +115,9 @@ def _sizing(result: Any) -> tuple[str, str | None, float | None]:
 
 
 def _plan_schema(release: str) -> int | None:
+    """The startup-plan file schema of a release whose startup_plan.py planning has read; None: not recorded."""
     from dsv4ctl.planning import startup_plans
 
-    by_release = getattr(startup_plans, "SCHEMA_BY_RELEASE", None)
-    if isinstance(by_release, dict):
-        minor = release.rsplit(".", 1)[0] + "."
-        hits = [v for r, v in by_release.items() if r == release or r.startswith(minor)]
-        return hits[-1] if hits else None
     return startup_plans.SCHEMA if startup_plans.available_in(release) else None
 
 
