@@ -88,11 +88,10 @@ def messages_diff(a: str, b: str, *, architecture: str | None, options: set[str]
     appeared: list[MessageNote] = []
     vanished: list[MessageNote] = []
     counts = [0, 0]
-    entries = [e for e in message_index.entries() if e.package == "vllm"]
+    entries = [(e, {r for s in e.sources for r in s.releases}) for e in message_index.entries() if e.package == "vllm"]
     # A message is its text: one whose statement moved or whose check changed is in both releases, under two entries.
-    texts = {r: {e.template for e in entries if r in e.releases} for r in (a, b)}
-    for entry in entries:
-        releases = entry.releases
+    texts = {r: {e.template for e, releases in entries if r in releases} for r in (a, b)}
+    for entry, releases in entries:
         if (a in releases) == (b in releases):
             continue
         side, other = (b, a) if b in releases else (a, b)
