@@ -59,7 +59,8 @@ def compare_releases(
     after_result = _plan_to(plan, request, to_release, option, snapshot, log_facts)
     a, b = before_result.version.planned, after_result.version.planned
     if a == b:
-        raise UsageError(f"{option} {to_release}: vLLM {to_release} plans as {b}, the release compared from",
+        same = "the same release as" if _version_key(b, option) == to_key else f"planned as {b}, the release of"
+        raise UsageError(f"{option} {to_release}: {same} the plan compared from, {before_result.version.describe()}",
                          hint=f"compare two releases: --vllm-version A {option} B")
     launch = launch_flags_of_argv(argv, a) if argv is not None else launch_flags_of_request(request)
     notes = tuple(w for w in (before_result.version.warning,) if w)
