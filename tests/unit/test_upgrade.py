@@ -226,6 +226,7 @@ def test_json_has_a_schema_version_and_round_trips(view_32_33):
 @pytest.mark.parametrize("to, words", [
     ("0.32", "the same release"),
     ("0.32.0", "the same release"),
+    ("0.32.4", "planned as 0.32.0"),
     ("latest", "not a vLLM version"),
     ("0.20.0", "--compare 0.20.0"),
     ("9.1.0", "has not read vLLM 9.1.0"),
