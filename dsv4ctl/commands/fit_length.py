@@ -34,6 +34,7 @@ def fit_length_command(
     overhead: str | None = typer.Option(None, "--overhead", metavar="SIZE", help="Non-KV, non-weight memory per GPU (default estimate 6 GiB)."),
     vllm_version: str | None = typer.Option(None, "--vllm-version", metavar="X.Y.Z", help="Plan as this vLLM release does (0.27.1-0.33.0). Default: the installed vLLM, else --from-log's, else the newest known."),
     no_calibration: bool = typer.Option(False, "--no-calibration", help="Ignore the KV memory earlier serve starts measured on this host and configuration."),
+    compare: str | None = typer.Option(None, "--compare", metavar="X.Y.Z", help="Show what changes for this launch under another vLLM release (the upgrade view, docs/upgrade.md): sizing, lengths, fixes, flags, messages, log lines."),
     json_output: bool = typer.Option(False, "--json", help="Print the answer as JSON."),
 ) -> None:
     """Predict vLLM's --max-model-len auto-fit for DeepSeek-V4 and recommend a safe explicit length.
@@ -84,6 +85,9 @@ def fit_length_command(
         log_facts = read_log_facts(from_log)
     else:
         log_facts = None
+    if compare is not None:
+        _render_upgrade(request, compare, log_facts, json_output)
+        return
     result = _plan_fit_or_say_what_replaces_the_gpus(plan_fit, request, log_facts)
     if json_output:
         emit_json(result.to_json())
@@ -123,3 +127,26 @@ def _plan_fit_or_say_what_replaces_the_gpus(plan_fit: Any, request: Any, log_fac
             "(`dsv4ctl gpus --save snapshot.json` there)",
             exit_code=exc.exit_code,
         ) from None
+
+
+def _render_upgrade(request: Any, compare: str, log_facts: Any, json_output: bool) -> None:
+    """--compare: the launch under its release and under COMPARE (dsv4ctl.upgrade); exit 6 when it does not fit
+    under COMPARE, the release being considered."""
+    from dsv4ctl.planning import plan_fit
+    from dsv4ctl.render import emit_json, out_console
+    from dsv4ctl.upgrade import compare_releases
+
+    def plan(req: Any, snapshot: Any = None, log_facts: Any = None) -> Any:
+        return _plan_fit_or_say_what_replaces_the_gpus(lambda r, log_facts=None: plan_fit(r, snapshot=snapshot,
+                                                                                           log_facts=log_facts),
+                                                       req, log_facts)
+
+    view = compare_releases(request, compare, plan=plan, log_facts=log_facts)
+    if json_output:
+        emit_json(view.to_json())
+    else:
+        from dsv4ctl.render.upgrade import render_upgrade
+
+        render_upgrade(view, out_console())
+    if not view.fits_after:
+        raise typer.Exit(int(ExitCode.DOES_NOT_FIT))
