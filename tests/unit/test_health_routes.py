@@ -249,3 +249,66 @@ def test_no_vllm_release_routes_under_the_prefix():
             paths.update(re.findall(r"""["'](/[A-Za-z0-9_{}./-]*)["']""", source.read_text(errors="replace")))
     assert "/health" in paths and "/v1/completions" in paths  # the scan sees vLLM's routes
     assert not [p for p in paths if p == routes.PREFIX or p.startswith(routes.PREFIX + "/")]
+
+
+# -- check --once reads the route ------------------------------------------------------------------------------
+
+
+class RouteServer:
+    """Serves one judgement's encoded answers, as the middleware keeps them, over real HTTP on 127.0.0.1."""
+
+    def __init__(self, answers: j.HealthAnswers) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        table = routes.cached(answers, False)
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                status, headers, body = table.get(self.path, (404, [], b'{"detail":"Not Found"}'))
+                self.send_response(status)
+                for name, value in headers:
+                    self.send_header(name.decode(), value.decode())
+                if not headers:
+                    self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.mark.parametrize(("evidence", "verdict", "code", "said"), [
+    (j.Evidence(now=100.0, pending=0, counters_seen=True, engines=(engine(),), phase="ready"), "alive", 0,
+     "/dsv4ctl/livez answered 200 in"),
+    (j.Evidence(now=140.0, pending=0, counters_seen=True, engines=(engine(answered=100.0, asked=105.0),)), "wedged", 9,
+     "engine 0 answered no call for 35 s"),
+    (j.Evidence(now=1.0, dead="vLLM's engine client says its engine is dead"), "dead", 10, "engine is dead"),
+])
+def test_check_once_takes_the_routes_verdict(evidence, verdict, code, said):
+    from dsv4ctl.check.once import look_once
+    from dsv4ctl.check.urls import parse_url
+
+    server = RouteServer(j.judge_health(evidence, LIMITS))
+    try:
+        looked = look_once(parse_url(server.base + routes.LIVENESS, plain=True), 2.0)
+        missing = look_once(parse_url(server.base + "/dsv4ctl/nothing", plain=True), 2.0)
+    finally:
+        server.close()
+    assert (looked.verdict, int(looked.exit_code)) == (verdict, code), looked.line()
+    assert any(said in e for e in looked.evidence), looked.evidence
+    assert missing.verdict == "unknown" and "without serve's JSON verdict" in missing.evidence[0]
+
+
+def test_the_once_prefix_is_the_routes():
+    from dsv4ctl.check.once import SERVE_ROUTES
+
+    assert SERVE_ROUTES == routes.PREFIX + "/"

@@ -57,7 +57,7 @@ def test_the_manifest_is_valid_and_its_probes_use_serves_routes(apply):
      'unknown field "bogusSeconds" in io.k8s.api.core.v1.Probe'),
     (("            periodSeconds: 10\n            timeoutSeconds: 2\n            failureThreshold: 3\n",
       "            periodSeconds: ten\n            timeoutSeconds: 2\n            failureThreshold: 3\n"),
-     "periodSeconds"),
+     "invalid type for io.k8s.api.core.v1.Probe.periodSeconds"),
 ])
 def test_the_check_refuses_what_the_schema_refuses(apply, change, words):
     old, new = change
