@@ -28,6 +28,7 @@ WEDGED = "wedged"
 DEAD = "dead"
 RANK_DOWN = "rank_down"  # a data-parallel rank of the group answers nothing: alive, not ready
 STARTING = "starting"  # no engine has answered yet, or the startup phases are not over
+PAUSED = "paused"  # vLLM's own pause or sleep mode (asked of it): not progressing on purpose, alive, not ready
 
 # serve's startup phases (dsv4ctl/logs/timeline_model.py PHASES) before the engine can take requests.
 NOT_READY_PHASES = frozenset({"starting", "loading_weights", "weights_loaded", "profiling", "kv_cache", "capturing"})
@@ -58,6 +59,7 @@ class EngineLook:
     local: bool  # an engine of this node (the head's own), not a remote data-parallel rank
     answered_at: float | None = None
     asked_at: float | None = None  # when the call still unanswered was sent; None when none is outstanding
+    paused: bool = False  # its last answer: vLLM's scheduler paused or the executor asleep (`is_sleeping`)
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,12 @@ def judge_health(ev: Evidence, limits: Limits = Limits()) -> HealthAnswers:
     busy = ev.busy
     busy_for = ev.now - busy.since if busy is not None else 0.0
     busy_within = busy is not None and busy_for < busy.grace_s
+    paused = [e.rank for e in ev.engines if e.local and e.paused]
+    if paused:
+        said = (f"engine {', '.join(map(str, paused))} says it is paused or asleep (vLLM's pause or sleep mode): "
+                "no progress is expected", *why)
+        liveness = Answer(200, PAUSED, said)
+        return HealthAnswers(liveness, Answer(503, PAUSED, said), _startup(ev, liveness), extra)
     if stuck is not None and stuck >= limits.grace_s and not busy_within:
         said = [*why, f"no progress for {stuck:.0f} s, past the grace of {limits.grace_s:g} s"]
         if busy is not None:

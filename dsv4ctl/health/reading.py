@@ -65,6 +65,7 @@ class EngineCalls:
         local = _local_count(client, len(identities))
         self.engines = [(ident, int.from_bytes(ident, "little"), i < local) for i, ident in enumerate(identities)]
         self._answered: dict[bytes, float] = {}
+        self._paused: dict[bytes, bool] = {}
         self._outstanding: dict[bytes, tuple[float, asyncio.Future[Any]]] = {}
 
     @property
@@ -79,15 +80,15 @@ class EngineCalls:
         for ident, rank, local in self.engines:
             out = self._outstanding.get(ident)
             if out is not None and out[1].done():
-                if not out[1].cancelled():
-                    out[1].exception()  # retrieved: an engine that answers with an error still answered
+                failed = out[1].cancelled() or out[1].exception() is not None  # an error is an answer too
+                self._paused[ident] = not failed and out[1].result() is True
                 self._answered[ident] = now
                 del self._outstanding[ident]
                 out = None
             if out is None:
                 task = asyncio.ensure_future(self._call(CALL, engine=ident))
                 self._outstanding[ident] = out = (now, task)
-            looks.append(EngineLook(rank, local, self._answered.get(ident), out[0]))
+            looks.append(EngineLook(rank, local, self._answered.get(ident), out[0], self._paused.get(ident, False)))
         return tuple(looks)
 
 

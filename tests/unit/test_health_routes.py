@@ -312,3 +312,52 @@ def test_the_once_prefix_is_the_routes():
     from dsv4ctl.check.once import SERVE_ROUTES
 
     assert SERVE_ROUTES == routes.PREFIX + "/"
+
+
+# -- serve's wiring --------------------------------------------------------------------------------------------
+
+
+def test_serve_installs_the_routes_through_vllms_middleware_flag_with_its_settings(monkeypatch):
+    from argparse import Namespace
+
+    from dsv4ctl.serve.command import ServeOptions, probe_routes, retry_argv
+
+    monkeypatch.delenv(routes.GRACE_ENV, raising=False)
+    monkeypatch.delenv(routes.HEALTH_ENV, raising=False)
+    monkeypatch.setattr(routes, "_sources", {"busy": None, "phase": None})
+    options = ServeOptions(probe_grace=45.0, probe_health=True)
+    phase = lambda: "ready"  # noqa: E731
+    assert probe_routes(Namespace(headless=False), options, phase=phase) == ["--middleware", routes.MIDDLEWARE]
+    import os
+
+    assert os.environ[routes.GRACE_ENV] == "45" and os.environ[routes.HEALTH_ENV] == "1"
+    assert routes._sources["phase"] is phase
+    assert routes.limits_from_env().grace_s == 45.0
+    assert probe_routes(Namespace(headless=True), options) == []  # no API server, no route
+    argv = retry_argv(["m"], options, 1024, Path("/tmp/a.log"))
+    assert argv[argv.index("--probe-grace") + 1] == "45" and "--probe-health" in argv
+
+
+def test_a_grace_that_is_not_positive_is_a_usage_error(cli):
+    result = cli("serve", "some/model", "--probe-grace", "0")
+    assert result.exit_code == 2 and "--probe-grace 0: must be more than 0 seconds" in result.output
+
+
+def test_an_engine_paused_on_purpose_is_alive_and_not_ready_never_wedged():
+    ev = j.Evidence(now=200.0, pending=3, stalled_since=100.0, counters_seen=True,
+                    engines=(j.EngineLook(0, True, 199.0, 200.0, paused=True),), phase="ready")
+    assert look(ev)[:2] == ((200, j.PAUSED), (503, j.PAUSED))
+
+
+def test_the_answer_of_is_sleeping_is_kept():
+    class Sleeping(FakeCore):
+        async def _call_utility_async(self, method, *args, engine):
+            return True
+
+    async def scenario():
+        calls = reading.EngineCalls(FakeClient(Sleeping(answering={0, 1})))
+        calls.tick(1.0)
+        await asyncio.sleep(0.01)
+        return calls.tick(2.0)
+
+    assert [look.paused for look in asyncio.run(scenario())] == [True, True]
