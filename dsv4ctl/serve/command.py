@@ -98,7 +98,19 @@ def plan_only(flags: list[str], options: ServeOptions) -> PreflightDecision:
     if note:
         decision.notes.insert(0, note)
     _say_environment(decision, apply_environment(options.fixes, env=dict(os.environ)))  # a copy: nothing is set
+    _say_routes(decision, namespace)
     return decision
+
+
+def _say_routes(decision: PreflightDecision, namespace: Any) -> None:
+    """The flag serve adds to vLLM's at start (`probe_routes`), said where the command line is shown without it."""
+    if not getattr(namespace, "headless", False):
+        from dsv4ctl.health import routes
+
+        decision.notes.append(
+            f"serve adds --middleware {routes.MIDDLEWARE} at start: its probe routes {routes.LIVENESS}, "
+            f"{routes.READINESS} and {routes.STARTUP} (docs/serve.md, \"Probe routes\")"
+        )
 
 
 def _say_environment(decision: PreflightDecision, environment: dict[str, str]) -> None:
@@ -136,6 +148,7 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
             no_calibration=options.no_calibration,
         )
         _say_environment(decision, environment)
+        _say_routes(decision, namespace)
         view.decision(decision)
         if decision.action == REFUSE:
             refusal = decision.refusal
