@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from dsv4ctl.errors import ExitCode
+from dsv4ctl.errors import ExitCode, UsageError
 
 
 SERVE_HELP = """Launch vLLM's OpenAI-compatible server in this process, the way `vllm serve` does.
@@ -61,6 +61,13 @@ def serve_command(
         None, "--watchdog", metavar="SECONDS", help="Check this server as `dsv4ctl check` does; once it is wedged this long, "
         f"write the evidence (and py-spy stacks, where installed) to the log, shut vLLM down and exit {int(ExitCode.WEDGED)} [default: off]."
     ),
+    probe_grace: Optional[float] = typer.Option(
+        None, "--probe-grace", metavar="SECONDS", help="The probe routes (/dsv4ctl/livez, /readyz, /startupz): liveness "
+        "answers 503 once the engine has made no progress this long (a compile named by the busy source excepted) [default: 60]."
+    ),
+    probe_health: bool = typer.Option(
+        False, "--probe-health", help="vLLM's own /health answers as /dsv4ctl/livez does (503 once wedged) [default: off: /health stays vLLM's]."
+    ),
     vllm_help: Optional[str] = typer.Option(
         None, "--vllm-help", metavar="GROUP", help="Show vLLM's serve help for GROUP (`all`, a config group such as ModelConfig, or a search word)."
     ),
@@ -86,12 +93,13 @@ def serve_command(
     _check_options(flags, fixes=fixes, json_output=json_output, dry_run=dry_run, vllm_version=vllm_version,
                    pin_length=pin_length, keep_auto=keep_auto, watchdog=watchdog)
     if compare is not None and not dry_run:
-        from dsv4ctl.errors import UsageError
-
         raise UsageError("--compare goes with --dry-run", hint="dsv4ctl serve --dry-run --compare X.Y.Z MODEL [flags...]")
+    if probe_grace is not None and not probe_grace > 0:
+        raise UsageError(f"--probe-grace {probe_grace:g}: must be more than 0 seconds", hint="e.g. --probe-grace 60")
     options = ServeOptions(
         log_file=log_file, keep_auto=keep_auto, retry=retry, fixes=fixes, dry_run=dry_run, pin_length=pin_length,
-        vllm_version=vllm_version, no_calibration=no_calibration, watchdog=watchdog,
+        vllm_version=vllm_version, no_calibration=no_calibration, watchdog=watchdog, probe_grace=probe_grace,
+        probe_health=probe_health,
     )
     view = ServeConsole()
     for flag, size in memory_flags:  # stderr: how vLLM will read it (10G = 10 GiB, 10g = 10^9 bytes)
