@@ -31,7 +31,8 @@ from typing import Any, Callable
 
 from dsv4ctl.errors import GpuUnavailableError, InputError
 from dsv4ctl.files import write_whole
-from dsv4ctl.host import HostMemory, read_host_memory
+from dsv4ctl import host
+from dsv4ctl.host import HostMemory
 
 SNAPSHOT_KIND = "dsv4ctl.gpus"
 SNAPSHOT_SCHEMA_VERSION = 1
@@ -597,7 +598,7 @@ def _collect(nvml: ModuleType, cuda_visible_devices: str | None) -> GpuSnapshot:
         cuda_visible_devices=cuda_visible_devices,
         source="nvml",
         notes=tuple(notes),
-        host_memory=read_host_memory(),
+        host_memory=host.read_host_memory(),
     )
 
 
@@ -651,8 +652,8 @@ def _memory(nvml: ModuleType, handle: Any, is_mig: bool = False) -> tuple[int, i
 
 def _host_memory() -> tuple[int, int]:
     """(total, available) bytes of host RAM, as `dsv4ctl.host` reads them."""
-    host = read_host_memory()
-    return host.total_bytes, host.available_bytes
+    memory = host.read_host_memory()
+    return memory.total_bytes, memory.available_bytes
 
 
 def _processes(nvml: ModuleType, handle: Any) -> tuple[GpuProcess, ...]:

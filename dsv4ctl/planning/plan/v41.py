@@ -13,6 +13,7 @@ from dsv4ctl.planning.mirror.kv_specs import KvLayoutChoice, LayerKvSpec
 from dsv4ctl.planning.mirror.kv_specs_v41 import build_v41_layer_specs, default_block_size, resolve_v41_layout
 from dsv4ctl.planning.plan.engram import EngramHostPlan, parse_engram_config, plan_engram_host
 from dsv4ctl.planning.plan.request import FitRequest
+from dsv4ctl.units import format_gib
 
 # Releases whose own planner answered for DeepSeek-V4.1 (tests/data/planner/deepseek-v41/, scripts/planner_oracle_v41.py).
 RECORDED_RELEASES = ("0.33.0", "0.34.0")
@@ -77,9 +78,9 @@ def host_memory_for(snapshot: Any) -> Any:
     otherwise (read now)."""
     if snapshot is not None and getattr(snapshot, "source", None) == "file":
         return getattr(snapshot, "host_memory", None)
-    from dsv4ctl.host import read_host_memory
+    from dsv4ctl import host
 
-    return read_host_memory()
+    return host.read_host_memory()
 
 
 def with_engram_host(result: Any, request: FitRequest, geometry: Dsv4Geometry, snapshot: Any) -> Any:
@@ -93,6 +94,11 @@ def with_engram_host(result: Any, request: FitRequest, geometry: Dsv4Geometry, s
         result = replace(result, warnings=(*result.warnings, (
             f"DeepSeek-V4.1's KV layout is checked against the planners of vLLM {' and '.join(RECORDED_RELEASES)}; "
             f"planned as {result.version.planned} on the assumption that it builds the same layers")))
+    weights = request.checkpoint_bytes is not None or type(geometry.weights).__name__ == "CheckpointWeights"
+    if plan.mode != "gpu" and weights and request.weights_bytes_per_rank is None:
+        result = replace(result, warnings=(*result.warnings, (
+            f"the checkpoint's bytes include the Engram tables ({format_gib(plan.table_bytes)}), which stay in host "
+            "memory: the GPU weights predicted include their share; --weights-memory gives one GPU's share without them")))
     if plan.verdict == "short":
         return replace(result, verdict="does_not_fit", why=plan.lines[-1])
     if plan.verdict in ("tight", "unknown"):
