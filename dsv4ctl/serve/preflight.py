@@ -186,6 +186,12 @@ def _decide(
     if isinstance(planned, PreflightDecision):
         return planned
     result, notes, kv_bytes = planned
+    host = getattr(result, "engram_host", None)
+    if host is not None and host.verdict == "short":  # the host's memory is read, not estimated: refused as it stands
+        return _refuse(model, requested, flags, notes, result.to_json(), Dsv4ctlError(
+            f"vLLM would fail to pin DeepSeek-V4.1's Engram tables: {host.lines[-1]}",
+            hint="a host with more memory, or --engram-config '{\"cpu_offload\": false}' (the tables in GPU memory)",
+            exit_code=ExitCode.DOES_NOT_FIT))
     ctx = _Context(model, requested, list(flags), notes, result, kv_bytes, stale_fix_active(fixes))
     if not result.fits:
         return _does_not_fit(ctx, keep_auto=keep_auto)
@@ -264,6 +270,14 @@ def _checkpoint_refusal(namespace: argparse.Namespace, geometry: Any) -> Dsv4ctl
 
     ep = bool(getattr(namespace, "enable_expert_parallel", False))
     refused = checkpoint_refusal(geometry, size("tensor_parallel_size"), ep)
+    if refused is None and getattr(geometry, "v41", None) is not None:
+        from dsv4ctl.planning import v41_launch_refusal
+
+        refused = v41_launch_refusal(
+            geometry, tensor_parallel_size=size("tensor_parallel_size"), data_parallel_size=size("data_parallel_size"),
+            speculative_config=getattr(namespace, "speculative_config", None),
+            engram_config=getattr(namespace, "engram_config", None),
+            enable_dbo=bool(getattr(namespace, "enable_dbo", False)), ubatch_size=size("ubatch_size"))
     if refused is None and ep and getattr(namespace, "enable_eplb", False):
         refused = _eplb_refusal(geometry.extra, size("tensor_parallel_size") * size("data_parallel_size"))
     return refused

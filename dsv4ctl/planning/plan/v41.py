@@ -27,17 +27,56 @@ CLASSIC_MTP_REFUSAL = ("DeepSeek V4.1 has no classic-MTP draft: its checkpoints 
 MTP_SOURCE = "vllm==0.34.0 v1/worker/gpu/spec_decode/mtp/config.py:83-88; vllm==0.33.0 config/speculative.py:1479-1485"
 
 
+# vLLM's refusal of DBO / microbatching with Engram, verbatim: 0.34.0 config/vllm.py:1418-1421, 0.33.0 :1479-1482
+# (`parallel_config.use_ubatching`: --enable-dbo or --ubatch-size > 1, config/parallel.py:720-721).
+DBO_REFUSAL = ("DeepSeek V4.1 Engram does not support DBO or microbatching. Disable --enable-dbo and set --ubatch-size "
+               "to 0.")
+MTP_METHODS = ("mtp", "deepseek_mtp")
+
+
+def _mtp_refusal() -> Dsv4ctlError:
+    return Dsv4ctlError(f"vLLM refuses --speculative-config method 'mtp' for DeepSeek-V4.1: \"{CLASSIC_MTP_REFUSAL}\" "
+                        f"({MTP_SOURCE})", hint='use --speculative-config \'{"method": "dspark"}\'',
+                        exit_code=ExitCode.DOES_NOT_FIT)
+
+
+def v41_launch_refusal(
+    geometry: Dsv4Geometry, *, tensor_parallel_size: int, data_parallel_size: int, speculative_config: Any,
+    engram_config: Any, enable_dbo: bool, ubatch_size: int,
+) -> Dsv4ctlError | None:
+    """serve's check of a DeepSeek-V4.1 launch from vLLM's parsed flags, before any GPU is read: what vLLM refuses
+    at startup (classic MTP, DBO/microbatching with Engram, a TP the heads cannot split, an Engram config)."""
+    if geometry.v41 is None:
+        return None
+    spec = speculative_config
+    if isinstance(spec, str):
+        import json
+
+        try:
+            spec = json.loads(spec)
+        except ValueError:
+            spec = None
+    if isinstance(spec, dict) and spec.get("method", "mtp") in MTP_METHODS:
+        return _mtp_refusal()
+    if enable_dbo or ubatch_size > 1:
+        return Dsv4ctlError(f"vLLM refuses this launch: \"{DBO_REFUSAL}\" (vllm==0.34.0 config/vllm.py:1418-1421)",
+                            hint="drop --enable-dbo and --ubatch-size", exit_code=ExitCode.DOES_NOT_FIT)
+    return _parallel_and_engram_refusal(geometry, tensor_parallel_size, data_parallel_size, engram_config)
+
+
 def v41_refusal(geometry: Dsv4Geometry, request: FitRequest) -> Dsv4ctlError | None:
     """What vLLM refuses of a DeepSeek-V4.1 launch before memory matters: classic MTP, a TP its `wo_a` groups cannot
     split, an Engram config it rejects. None when nothing is refused (or the model is not V4.1)."""
-    facts = geometry.v41
-    if facts is None:
+    if geometry.v41 is None:
         return None
     if request.num_speculative_tokens > 0:
-        return Dsv4ctlError(f"vLLM refuses --speculative-config method 'mtp' for DeepSeek-V4.1: \"{CLASSIC_MTP_REFUSAL}\" "
-                            f"({MTP_SOURCE})", hint='use --speculative-config \'{"method": "dspark"}\'',
-                            exit_code=ExitCode.DOES_NOT_FIT)
-    tp = request.tensor_parallel_size
+        return _mtp_refusal()
+    return _parallel_and_engram_refusal(geometry, request.tensor_parallel_size, request.data_parallel_size,
+                                        request.engram_config)
+
+
+def _parallel_and_engram_refusal(geometry: Dsv4Geometry, tp: int, dp: int, engram_config: Any) -> Dsv4ctlError | None:
+    facts = geometry.v41
     if facts.num_attention_heads % tp or facts.o_groups % tp:
         ok = [t for t in range(1, facts.o_groups + 1) if facts.o_groups % t == 0 and facts.num_attention_heads % t == 0]
         return Dsv4ctlError(
@@ -45,10 +84,9 @@ def v41_refusal(geometry: Dsv4Geometry, request: FitRequest) -> Dsv4ctlError | N
             "groups over it (models/deepseek_v41/attention.py asserts n_heads % tp == 0; DeepseekV4GroupedWoA divides "
             "o_groups by tp, models/deepseek_v4/common/grouped_wo_a.py)",
             hint="tensor-parallel sizes that split them: " + ", ".join(map(str, ok)), exit_code=ExitCode.DOES_NOT_FIT)
-    settings = parse_engram_config(request.engram_config)  # bad JSON is bad input (exit 2), not a refusal
+    settings = parse_engram_config(engram_config)  # bad JSON is bad input (exit 2), not a refusal
     try:
-        plan_engram_host(facts, settings, tensor_parallel_size=tp,
-                         data_parallel_size=request.data_parallel_size, host=None)
+        plan_engram_host(facts, settings, tensor_parallel_size=tp, data_parallel_size=dp, host=None)
     except Dsv4ctlError as exc:
         return Dsv4ctlError(exc.message, hint=exc.hint, exit_code=ExitCode.DOES_NOT_FIT)
     return None
