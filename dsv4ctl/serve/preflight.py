@@ -259,6 +259,12 @@ def _plan(
     return result, notes, kv_bytes
 
 
+# vLLM's refusal of DBO / microbatching with DeepSeek-V4.1's Engram, verbatim (`parallel_config.use_ubatching`:
+# --enable-dbo or --ubatch-size > 1, config/parallel.py:720-721).
+V41_DBO_REFUSAL = ("DeepSeek V4.1 Engram does not support DBO or microbatching. Disable --enable-dbo and set "
+                   "--ubatch-size to 0.")
+
+
 def _checkpoint_refusal(namespace: argparse.Namespace, geometry: Any) -> Dsv4ctlError | None:
     """What vLLM refuses of this checkpoint at the launch's parallel sizes (fit-length's check: heads, FP8 blocks; and
     EPLB's even spread of the experts), before any memory is read."""
@@ -276,8 +282,11 @@ def _checkpoint_refusal(namespace: argparse.Namespace, geometry: Any) -> Dsv4ctl
         refused = v41_launch_refusal(
             geometry, tensor_parallel_size=size("tensor_parallel_size"), data_parallel_size=size("data_parallel_size"),
             speculative_config=getattr(namespace, "speculative_config", None),
-            engram_config=getattr(namespace, "engram_config", None),
-            enable_dbo=bool(getattr(namespace, "enable_dbo", False)), ubatch_size=size("ubatch_size"))
+            engram_config=getattr(namespace, "engram_config", None))
+        if refused is None and (getattr(namespace, "enable_dbo", False) or size("ubatch_size") > 1):
+            refused = Dsv4ctlError(f"vLLM refuses this launch: \"{V41_DBO_REFUSAL}\" (vllm==0.34.0 config/vllm.py:1418-1421, "
+                                   "0.33.0 :1479-1482)", hint="drop --enable-dbo and --ubatch-size",
+                                   exit_code=ExitCode.DOES_NOT_FIT)
     if refused is None and ep and getattr(namespace, "enable_eplb", False):
         refused = _eplb_refusal(geometry.extra, size("tensor_parallel_size") * size("data_parallel_size"))
     return refused

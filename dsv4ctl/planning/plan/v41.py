@@ -27,10 +27,6 @@ CLASSIC_MTP_REFUSAL = ("DeepSeek V4.1 has no classic-MTP draft: its checkpoints 
 MTP_SOURCE = "vllm==0.34.0 v1/worker/gpu/spec_decode/mtp/config.py:83-88; vllm==0.33.0 config/speculative.py:1479-1485"
 
 
-# vLLM's refusal of DBO / microbatching with Engram, verbatim: 0.34.0 config/vllm.py:1418-1421, 0.33.0 :1479-1482
-# (`parallel_config.use_ubatching`: --enable-dbo or --ubatch-size > 1, config/parallel.py:720-721).
-DBO_REFUSAL = ("DeepSeek V4.1 Engram does not support DBO or microbatching. Disable --enable-dbo and set --ubatch-size "
-               "to 0.")
 MTP_METHODS = ("mtp", "deepseek_mtp")
 
 
@@ -42,10 +38,10 @@ def _mtp_refusal() -> Dsv4ctlError:
 
 def v41_launch_refusal(
     geometry: Dsv4Geometry, *, tensor_parallel_size: int, data_parallel_size: int, speculative_config: Any,
-    engram_config: Any, enable_dbo: bool, ubatch_size: int,
+    engram_config: Any,
 ) -> Dsv4ctlError | None:
     """serve's check of a DeepSeek-V4.1 launch from vLLM's parsed flags, before any GPU is read: what vLLM refuses
-    at startup (classic MTP, DBO/microbatching with Engram, a TP the heads cannot split, an Engram config)."""
+    at startup (classic MTP, a TP the heads cannot split, an Engram config)."""
     if geometry.v41 is None:
         return None
     spec = speculative_config
@@ -58,9 +54,6 @@ def v41_launch_refusal(
             spec = None
     if isinstance(spec, dict) and spec.get("method", "mtp") in MTP_METHODS:
         return _mtp_refusal()
-    if enable_dbo or ubatch_size > 1:
-        return Dsv4ctlError(f"vLLM refuses this launch: \"{DBO_REFUSAL}\" (vllm==0.34.0 config/vllm.py:1418-1421)",
-                            hint="drop --enable-dbo and --ubatch-size", exit_code=ExitCode.DOES_NOT_FIT)
     return _parallel_and_engram_refusal(geometry, tensor_parallel_size, data_parallel_size, engram_config)
 
 
