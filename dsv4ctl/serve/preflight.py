@@ -186,12 +186,6 @@ def _decide(
     if isinstance(planned, PreflightDecision):
         return planned
     result, notes, kv_bytes = planned
-    host = getattr(result, "engram_host", None)
-    if host is not None and host.verdict == "short":  # the host's memory is read, not estimated: refused as it stands
-        return _refuse(model, requested, flags, notes, result.to_json(), Dsv4ctlError(
-            f"vLLM would fail to pin DeepSeek-V4.1's Engram tables: {host.lines[-1]}",
-            hint="a host with more memory, or --engram-config '{\"cpu_offload\": false}' (the tables in GPU memory)",
-            exit_code=ExitCode.DOES_NOT_FIT))
     ctx = _Context(model, requested, list(flags), notes, result, kv_bytes, stale_fix_active(fixes))
     if not result.fits:
         return _does_not_fit(ctx, keep_auto=keep_auto)
@@ -265,6 +259,16 @@ V41_DBO_REFUSAL = ("DeepSeek V4.1 Engram does not support DBO or microbatching. 
                    "--ubatch-size to 0.")
 
 
+def _this_host() -> Any:
+    """This node's memory (serve runs here), or None where it cannot be read."""
+    from dsv4ctl import host
+
+    try:
+        return host.read_host_memory()
+    except OSError:
+        return None
+
+
 def _checkpoint_refusal(namespace: argparse.Namespace, geometry: Any) -> Dsv4ctlError | None:
     """What vLLM refuses of this checkpoint at the launch's parallel sizes (fit-length's check: heads, FP8 blocks; and
     EPLB's even spread of the experts), before any memory is read."""
@@ -282,7 +286,7 @@ def _checkpoint_refusal(namespace: argparse.Namespace, geometry: Any) -> Dsv4ctl
         refused = v41_launch_refusal(
             geometry, tensor_parallel_size=size("tensor_parallel_size"), data_parallel_size=size("data_parallel_size"),
             speculative_config=getattr(namespace, "speculative_config", None),
-            engram_config=getattr(namespace, "engram_config", None))
+            engram_config=getattr(namespace, "engram_config", None), host=_this_host())
         if refused is None and (getattr(namespace, "enable_dbo", False) or size("ubatch_size") > 1):
             refused = Dsv4ctlError(f"vLLM refuses this launch: \"{V41_DBO_REFUSAL}\" (vllm==0.34.0 config/vllm.py:1418-1421, "
                                    "0.33.0 :1479-1482)", hint="drop --enable-dbo and --ubatch-size",

@@ -72,10 +72,19 @@ def test_a_host_that_cannot_pin_the_tables_is_refused(host_is):
     decision = decide(_ns())
     assert decision.action == preflight.REFUSE
     assert "need 188.83 GiB at least (264.00 GiB with the allocator's rounding), have 150.00 GiB" in decision.reason
-    assert decision.plan["host_memory"]["verdict"] == "short"
+    assert decision.plan is None  # refused before any GPU is read: the host's memory decides it alone
 
 
 def test_a_host_that_holds_them_goes_on():
     decision = decide(_ns())
     assert decision.action != preflight.REFUSE
     assert decision.plan["host_memory"]["verdict"] == "fits" and decision.plan["block_size"] == 64
+
+
+def test_a_dspark_launch_without_gpu_figures_still_gets_the_host_check(host_is):
+    host_is(SMALL)
+    decision = decide(_ns(speculative_config={"method": "dspark"}, kv_cache_memory_bytes=None))
+    assert decision.action == preflight.REFUSE
+    assert "vLLM would fail to pin DeepSeek-V4.1's Engram tables: the host cannot pin the tables" in decision.reason
+    host_is(BIG)
+    assert decide(_ns(speculative_config={"method": "dspark"}, kv_cache_memory_bytes=None)).action == preflight.PASS_THROUGH

@@ -38,10 +38,12 @@ def _mtp_refusal() -> Dsv4ctlError:
 
 def v41_launch_refusal(
     geometry: Dsv4Geometry, *, tensor_parallel_size: int, data_parallel_size: int, speculative_config: Any,
-    engram_config: Any,
+    engram_config: Any, host: Any = None,
 ) -> Dsv4ctlError | None:
     """serve's check of a DeepSeek-V4.1 launch from vLLM's parsed flags, before any GPU is read: what vLLM refuses
-    at startup (classic MTP, a TP the heads cannot split, an Engram config)."""
+    at startup (classic MTP, a TP the heads cannot split, an Engram config), and, with `host` (this node's memory,
+    `dsv4ctl.host.HostMemory`), a node that cannot pin the Engram tables - whatever the KV plan, which a DSpark
+    launch or a node without GPU figures does not get."""
     if geometry.v41 is None:
         return None
     spec = speculative_config
@@ -54,7 +56,18 @@ def v41_launch_refusal(
             spec = None
     if isinstance(spec, dict) and spec.get("method", "mtp") in MTP_METHODS:
         return _mtp_refusal()
-    return _parallel_and_engram_refusal(geometry, tensor_parallel_size, data_parallel_size, engram_config)
+    refused = _parallel_and_engram_refusal(geometry, tensor_parallel_size, data_parallel_size, engram_config)
+    if refused is not None or host is None:
+        return refused
+    plan = plan_engram_host(geometry.v41, parse_engram_config(engram_config), tensor_parallel_size=tensor_parallel_size,
+                            data_parallel_size=data_parallel_size, host=host)
+    if plan.verdict != "short":
+        return None
+    return Dsv4ctlError(f"vLLM would fail to pin DeepSeek-V4.1's Engram tables: {plan.lines[-1]}",
+                        hint=HOST_SHORT_HINT, exit_code=ExitCode.DOES_NOT_FIT)
+
+
+HOST_SHORT_HINT = "a host with more memory, or --engram-config '{\"cpu_offload\": false}' (the tables in GPU memory)"
 
 
 def v41_refusal(geometry: Dsv4Geometry, request: FitRequest) -> Dsv4ctlError | None:
