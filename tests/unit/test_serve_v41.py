@@ -88,3 +88,17 @@ def test_a_dspark_launch_without_gpu_figures_still_gets_the_host_check(host_is):
     assert "vLLM would fail to pin DeepSeek-V4.1's Engram tables: the host cannot pin the tables" in decision.reason
     host_is(BIG)
     assert decide(_ns(speculative_config={"method": "dspark"}, kv_cache_memory_bytes=None)).action == preflight.PASS_THROUGH
+
+
+def test_the_v41_flags_are_read_without_vllm_as_each_release_has_them():
+    from dsv4ctl.errors import UsageError
+    from dsv4ctl.serve.flags_without_vllm import parse_planning_flags
+
+    flags = [V41, "-tp", "4", "--kv-cache-memory-bytes", "40G", "--engram-config", '{"disk_offload": true}']
+    ns = parse_planning_flags(flags, "0.33.0")
+    assert ns.engram_config == {"disk_offload": True}
+    assert preflight.decide(ns, flags, snapshot_reader=_no_gpu).action == preflight.REFUSE
+    ns = parse_planning_flags([V41, "--enable-dbo"], "0.33.0")
+    assert decide(_ns(enable_dbo=ns.enable_dbo)).action == preflight.REFUSE
+    with pytest.raises(UsageError, match="vLLM 0.29.0's parser would refuse this: unrecognized arguments: --engram-config"):
+        parse_planning_flags([V41, "--engram-config", "{}"], "0.29.0")  # the flag arrived with V4.1, in 0.30.0
