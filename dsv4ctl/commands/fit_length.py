@@ -19,7 +19,7 @@ def fit_length_command(
     gpu_memory_utilization: float = typer.Option(0.92, "--gpu-memory-utilization", metavar="FRACTION", help="As vLLM (0.32 default 0.92)."),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", metavar="DTYPE", help="auto, fp8, fp8_e4m3, fp8_ds_mla, bfloat16 (bfloat16 needs FLASHINFER_MLA_SPARSE_DSV4)."),
     attention_backend: str | None = typer.Option(None, "--attention-backend", metavar="NAME", help="FLASHMLA_SPARSE_DSV4 (default off SM12x) or FLASHINFER_MLA_SPARSE_DSV4."),
-    block_size: int | None = typer.Option(None, "--block-size", metavar="TOKENS", help="DeepSeek-V4 supports 256 only (vLLM's choice)."),
+    block_size: int | None = typer.Option(None, "--block-size", metavar="TOKENS", help="DeepSeek-V4: 256 only (vLLM's choice). DeepSeek-V4.1: vLLM picks 64 on H200, 128 on B200."),
     max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens", metavar="TOKENS", help="Default: vLLM's rule for the GPU (8192 on H100/H200)."),
     max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", metavar="N", help="Requests scheduled at once. Default: vLLM's rule for the GPU."),
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", metavar="N", help="GPUs one copy of the model is split over."),

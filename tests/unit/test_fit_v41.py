@@ -41,6 +41,7 @@ def test_the_preset_is_read_from_its_text_config(geometry):
     assert geometry.v41.engram_num_embeddings == (384_006_168, 384_016_682)
     assert geometry.model_max_model_len == 1_048_576 and geometry.sliding_window == 128
     assert geometry.to_json()["deepseek_v41"]["candidate_source_layer_id"] == 20
+    assert geometry.to_json()["sliding_window_only_layers"] == 2  # ratio 1 is a compressed cache in V4.1
 
 
 @pytest.mark.parametrize("version", ["0.33.0", "0.34.0"])

@@ -99,6 +99,8 @@ class Dsv4Geometry:
 
     @property
     def num_swa_only_layers(self) -> int:
+        if self.v41 is not None:  # DeepSeek-V4.1: ratio 1 is a full-length compressed cache, not sliding-only
+            return sum(1 for r in self.compress_ratios if r == 0)
         return sum(1 for r in self.compress_ratios if r <= 1)
 
     @property
