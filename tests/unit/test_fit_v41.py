@@ -229,3 +229,11 @@ def test_gpus_shows_the_snapshots_host_memory(cli, tmp_path):
     result = cli("gpus", "--snapshot", path)
     assert result.exit_code == 0
     assert "host memory: 1900.00 GiB available of 2048.00 GiB (big-node, snapshot)" in " ".join(result.stdout.split())
+
+
+def test_a_release_before_v41_does_not_plan_it(cli, host_is):
+    host_is(BIG)
+    result = cli("fit-length", V41, "--kv-cache-memory", "40GiB", "--vllm-version", "0.29.0", "--json")
+    doc = json.loads(result.stdout)
+    assert result.exit_code == 6 and doc["verdict"] == "does_not_fit"
+    assert doc["why"].startswith("vLLM 0.29.0 has no DeepSeek-V4.1")

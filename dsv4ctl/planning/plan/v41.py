@@ -9,6 +9,7 @@ from typing import Any
 
 from dsv4ctl.errors import Dsv4ctlError, ExitCode
 from dsv4ctl.planning.checkpoint.geometry import Dsv4Geometry
+from dsv4ctl.planning.mirror.kv_planner import version_key
 from dsv4ctl.planning.mirror.kv_specs import KvLayoutChoice, LayerKvSpec
 from dsv4ctl.planning.mirror.kv_specs_v41 import build_v41_layer_specs, default_block_size, resolve_v41_layout
 from dsv4ctl.planning.plan.engram import EngramHostPlan, parse_engram_config, plan_engram_host
@@ -17,6 +18,7 @@ from dsv4ctl.units import format_gib
 
 # Releases whose own planner answered for DeepSeek-V4.1 (tests/data/planner/deepseek-v41/, scripts/planner_oracle_v41.py).
 RECORDED_RELEASES = ("0.33.0", "0.34.0")
+FIRST_RELEASE = "0.30.0"  # the first release whose model registry has DeepseekV41ForCausalLM (0.29.0's has not)
 ASSUMED_COMPUTE_MAJOR = 9  # no GPU read: planned as an H200 (SM90), the GPU the field reports run V4.1 on
 
 # vLLM's refusal of `"method": "mtp"` on V4.1, verbatim: 0.34.0 v1/worker/gpu/spec_decode/mtp/config.py:83-88
@@ -134,6 +136,10 @@ def with_engram_host(result: Any, request: FitRequest, geometry: Dsv4Geometry, s
         geometry.v41, parse_engram_config(request.engram_config), tensor_parallel_size=request.tensor_parallel_size,
         data_parallel_size=request.data_parallel_size, host=host_memory_for(snapshot))
     result = replace(result, engram_host=plan)
+    if version_key(result.version.planned) < version_key(FIRST_RELEASE):
+        return replace(result, verdict="does_not_fit", why=(
+            f"vLLM {result.version.planned} has no DeepSeek-V4.1: DeepseekV41ForCausalLM is in the model registry from "
+            f"vLLM {FIRST_RELEASE} (vllm/model_executor/models/registry.py)"))
     if result.version.planned not in RECORDED_RELEASES:
         result = replace(result, warnings=(*result.warnings, (
             f"DeepSeek-V4.1's KV layout is checked against the planners of vLLM {' and '.join(RECORDED_RELEASES)}; "
