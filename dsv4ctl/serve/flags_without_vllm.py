@@ -51,6 +51,8 @@ _PLANNING_FLAGS: tuple[tuple[tuple[str, ...], str, str], ...] = (
     (("--data-parallel-size-local", "-dpl"), "data_parallel_size_local", "int"),
     (("--attention-backend",), "attention_backend", "str"),
     (("--speculative-config",), "speculative_config", "json"),
+    (("--engram-config",), "engram_config", "json"),  # DeepSeek-V4.1 (0.30.0+): the Engram tables' place
+    (("--ubatch-size",), "ubatch_size", "int"),
     (("--uds",), "uds", "str"),
     (("--model",), "model", "str"),
 )
@@ -58,6 +60,7 @@ _PLANNING_SWITCHES = {
     "--enable-expert-parallel": ("enable_expert_parallel", True), "-ep": ("enable_expert_parallel", True),
     "--enable-eplb": ("enable_eplb", True), "--no-enable-eplb": ("enable_eplb", False),
     "--async-scheduling": ("async_scheduling", True), "--no-async-scheduling": ("async_scheduling", False),
+    "--enable-dbo": ("enable_dbo", True), "--no-enable-dbo": ("enable_dbo", False),
 }
 
 

@@ -119,6 +119,10 @@ def checkpoint_refusal(geometry: Dsv4Geometry, tensor_parallel_size: int, enable
 
 def _plan_one(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4Geometry) -> tuple[FitResult, Inputs]:
     refusal = checkpoint_refusal(geometry, request.tensor_parallel_size, bool(request.enable_expert_parallel))
+    if refusal is None and geometry.v41 is not None:
+        from dsv4ctl.planning.plan.v41 import v41_refusal
+
+        refusal = v41_refusal(geometry, request)
     if refusal is not None:  # vLLM would refuse the checkpoint itself: no memory plan means anything
         raise refusal
     inputs = resolve(request, snapshot, log_facts, geometry)
@@ -135,7 +139,13 @@ def _plan_one(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4
     logged = log_cal.autofit_to if log_cal is not None and memory.source == "log" else None
     verdict, why = _decide(lengths, model_max, logged)
     _length_warnings(inputs, verdict, lengths.safe.length, lengths.autofit, model_max, lengths.explicit)
-    return _result(inputs, sched, memory, planner, positive, lengths, log_cal, verdict, why), inputs
+    result = _result(inputs, sched, memory, planner, positive, lengths, log_cal, verdict, why)
+    if geometry.v41 is not None:  # DeepSeek-V4.1: its block size, and the Engram tables' host memory
+        from dsv4ctl.planning.plan.v41 import with_engram_host
+
+        block = max(s.block_size for s in inputs.specs.values() if s.kind == "full")
+        result = with_engram_host(replace(result, block_size=block), inputs.request, geometry, inputs.snapshot)
+    return result, inputs
 
 
 def _decide(lengths: _Lengths, model_max: int, logged: int | None = None) -> tuple[str, str]:

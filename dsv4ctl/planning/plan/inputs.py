@@ -106,8 +106,13 @@ def resolve(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4Ge
         snapshot = read_snapshot()
     devices = select_devices(snapshot, request) if snapshot is not None else None
     compute_major = devices[0].compute_capability[0] if devices else None
-    layout = resolve_kv_layout(request.kv_cache_dtype, request.attention_backend, compute_major)
-    specs = build_specs(geometry, layout, num_speculative_tokens=request.num_speculative_tokens, block_size=request.block_size)
+    if geometry.v41 is not None:
+        from dsv4ctl.planning.plan.v41 import v41_layout_and_specs
+
+        layout, specs = v41_layout_and_specs(request, geometry, compute_major, notes)
+    else:
+        layout = resolve_kv_layout(request.kv_cache_dtype, request.attention_backend, compute_major)
+        specs = build_specs(geometry, layout, num_speculative_tokens=request.num_speculative_tokens, block_size=request.block_size)
     return Inputs(request, geometry, log_cal, version, devices, layout, specs, need_prediction, snapshot, notes, warnings)
 
 

@@ -74,6 +74,7 @@ class FitRequest:
     num_speculative_tokens: int = 0  # MTP speculative decoding (0 = off)
     attention_backend: str | None = None
     kv_cache_memory_bytes: int | None = None  # None: predict from the GPUs (or the log)
+    engram_config: str | dict[str, Any] | None = None  # DeepSeek-V4.1's --engram-config (JSON), None: vLLM's defaults
     # dsv4ctl's own inputs
     margin: Margin = field(default_factory=Margin)
     weights_bytes_per_rank: int | None = None  # overrides the checkpoint's safetensors size
