@@ -56,7 +56,7 @@ def applicable(action: str, settings: dict[str, Any]) -> bool:
 def fit_from_log_command(tl: StartupTimeline, log: str) -> str | None:
     """`dsv4ctl fit-length MODEL --from-log LOG` with the launch's flags, when the log names its model (the
     argument is required) and is a file."""
-    if not tl.model or log == "<log>" or tl.available_kv_gib is None:
+    if not tl.model or log == "<log>" or tl.kv_memory_gib is None:
         return None
     return f"dsv4ctl fit-length {deployment.model_arg(tl)} --from-log {shlex.quote(log)}{deployment.fit_length_flags(tl)}"
 
