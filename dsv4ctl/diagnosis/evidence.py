@@ -109,6 +109,14 @@ def command_parts(tl: StartupTimeline, log: str) -> dict[str, Any]:
     }
     if tl.model:
         parts["model"] = tl.model
-    if log != "<log>" and tl.kv_memory_gib is not None:
+    if log != "<log>" and plans_from_log(tl):
         parts["log"] = log  # for `fit-length --from-log`, which needs the measured KV memory
     return parts
+
+
+def plans_from_log(tl: StartupTimeline) -> bool:
+    """Whether `fit-length --from-log` plans from this log's KV memory line: every release before 0.34, and 0.34 with
+    its measured KV cache off. In the measured mode that line is a reservation (`LogCalibration.available_kv_bytes`
+    is None) and the log's memory is its measured blocks (`measured_kv_blocks`, `measured_kv_bytes`): the command is
+    printed once the planner takes those (then this is `tl.kv_memory_gib is not None`)."""
+    return tl.available_kv_gib is not None and tl.kv_memory_gib == tl.available_kv_gib

@@ -177,3 +177,31 @@ def test_flashmla_strings_are_in_the_0_34_binary():
     m = sig.match("Assertion `false` failed (/workspace/.deps/flashmla-src/csrc/3rdparty/kerutils/include/kerutils/"
                   "host/host.h:140)")
     assert m and m.group("line") == "140"
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("name, sig_id, setting, value", [
+    ("catalogue/v034_dsv4_o_groups_tp.log", "dsv4_o_groups_tp", "tensor_parallel_size", 8),
+    ("v034_measured_explicit_len_refused.log", "gpu_util_caps_measured_kv", "gpu_memory_utilization", None),
+])
+def test_a_command_that_changes_one_setting_keeps_the_others(name, sig_id, setting, value, vllm_available):
+    """The commands that change a launch setting on purpose parse with vLLM's parser and keep every other flag."""
+    import shlex
+
+    from dsv4ctl.serve.vllm_entry import build_serve_parser
+
+    parser = build_serve_parser()
+    d = diagnose([FIXTURES / name])
+    finding = next(f for f in d.findings if f.id == sig_id)
+    argvs = [shlex.split(a[a.index("vllm serve"):]) for a in finding.actions if "vllm serve" in a]
+    assert argvs
+    launch = d.timeline.serve_args
+    for argv in argvs:
+        namespace = parser.parse_args(["serve", *argv[2:]])
+        if value is not None:
+            assert getattr(namespace, setting) == value
+        else:
+            assert f"--{setting.replace('_', '-')}" not in argv
+        for key in ("kv_cache_dtype", "block_size", "max_model_len"):
+            if key in launch:
+                assert str(getattr(namespace, key)) == str(launch[key]), (key, argv)
