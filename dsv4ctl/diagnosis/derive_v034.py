@@ -53,8 +53,11 @@ def kv_refusal(d: Details, text: str, tl: StartupTimeline) -> None:
     if not after_capture(text):
         return
     d["when_text"] = "After CUDA-graph capture and warmup (vLLM 0.34's measured KV cache)"
-    parts = [" The length passed the check against the tentative plan's reservation before capture; the blocks vLLM "
-             "measured after it are what it was checked against again."]
+    if _NO_MEMORY_AFTER_WARMUP in text:
+        parts = [" Auto-fit ran again on what vLLM measured after capture and found no memory left for the KV cache."]
+    else:
+        parts = [" The length passed the check against the tentative plan's reservation before capture; the blocks "
+                 "vLLM measured after it are what it was checked against again."]
     least = tl.measured
     if least is not None:
         others = [b for b in tl.measured_per_worker if b.blocks > least.blocks]

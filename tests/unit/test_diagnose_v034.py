@@ -205,3 +205,20 @@ def test_a_command_that_changes_one_setting_keeps_the_others(name, sig_id, setti
         for key in ("kv_cache_dtype", "block_size", "max_model_len"):
             if key in launch:
                 assert str(getattr(namespace, key)) == str(launch[key]), (key, argv)
+
+
+def test_auto_fit_refused_after_capture_says_so(tmp_path):
+    log = tmp_path / "noaf.log"
+    log.write_text(
+        "(APIServer pid=1) INFO 11-20 10:00:02 [startup.py:38] vLLM server version 0.34.0, serving model "
+        "deepseek-ai/DeepSeek-V4-Pro\n"
+        "(EngineCore pid=2) ERROR 11-20 10:04:40 [core.py:1757] ValueError: Cannot auto-fit max_model_len: not enough "
+        "GPU memory available to serve even a single token. CUDA graph capture and warmup left no memory for the KV "
+        "cache. Increase `gpu_memory_utilization`, reduce the memory CUDA graphs take (fewer or smaller capture sizes "
+        "in the compilation config), or use more GPUs.\n")
+    d = diagnose([log])
+    assert d.root_cause.id == "kv_cache_insufficient"
+    assert d.root_cause.meaning.startswith("After CUDA-graph capture and warmup")
+    assert "Auto-fit ran again on what vLLM measured after capture" in d.root_cause.meaning
+    # 0.34's default utilization with the measured cache is 1.0, not 0.92
+    assert not any("0.92" in a for a in d.root_cause.actions)
