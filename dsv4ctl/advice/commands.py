@@ -9,7 +9,7 @@ from typing import Any
 
 from dsv4ctl.catalogue.signatures import BY_ID
 from dsv4ctl.diagnosis.dsv4 import stale_bug_status
-from dsv4ctl.diagnosis.evidence import command_parts, fill
+from dsv4ctl.diagnosis.evidence import command_parts, fill, plans_from_log
 from dsv4ctl.diagnosis.model import Diagnosis
 from dsv4ctl.logs import deployment
 from dsv4ctl.logs.timeline import StartupTimeline
@@ -56,7 +56,7 @@ def applicable(action: str, settings: dict[str, Any]) -> bool:
 def fit_from_log_command(tl: StartupTimeline, log: str) -> str | None:
     """`dsv4ctl fit-length MODEL --from-log LOG` with the launch's flags, when the log names its model (the
     argument is required) and is a file."""
-    if not tl.model or log == "<log>" or tl.available_kv_gib is None:
+    if not tl.model or log == "<log>" or not plans_from_log(tl):
         return None
     return f"dsv4ctl fit-length {deployment.model_arg(tl)} --from-log {shlex.quote(log)}{deployment.fit_length_flags(tl)}"
 

@@ -28,22 +28,25 @@ def safe_length_from_log(tl: StartupTimeline, fits: int) -> "SafeLength":
     (`_planned_as_preset`); else the length is scaled from `fits`, an estimate that says so."""
     from dsv4ctl.planning import safe_length_scaled  # the planner only when a length is asked
 
-    if tl.model and tl.available_kv_gib and tl.available_kv_gib > 0.005:
+    if tl.model and tl.kv_memory_gib and tl.kv_memory_gib > 0.005:
         args = json.dumps(deployment.launch_args(tl), sort_keys=True, default=str)
-        planned = _planned_safe_length(tl.model, tl.available_kv_gib, tl.vllm_version, args)
+        planned = _planned_safe_length(tl.model, tl.kv_memory_gib, tl.vllm_version, args, tl.sizing_mode_known)
         if planned is not None and planned.ceiling > 0:
             return planned
         planned = _planned_as_preset(tl, args)
         if planned is not None:
             return planned
     # vLLM logs the memory rounded to 0.01 GiB: the margin is taken from the low end of that interval.
-    memory = int(round(tl.available_kv_gib * GiB) - 0.005 * GiB) if tl.available_kv_gib and tl.available_kv_gib > 0.005 else None
+    memory = int(round(tl.kv_memory_gib * GiB) - 0.005 * GiB) if tl.kv_memory_gib and tl.kv_memory_gib > 0.005 else None
     return safe_length_scaled(fits, memory, tl.max_model_len)
 
 
 @functools.lru_cache(maxsize=32)
-def _planned_safe_length(model: str, available_kv_gib: float, vllm_version: str | None, args: str) -> "SafeLength | None":
-    """fit-length's plan for a log's figures; one per configuration (the starts of a crash loop repeat one)."""
+def _planned_safe_length(model: str, available_kv_gib: float, vllm_version: str | None, args: str,
+                         sizing_mode: str | None = None) -> "SafeLength | None":
+    """fit-length's plan for a log's figures; one per configuration (the starts of a crash loop repeat one). In vLLM
+    0.34's measured mode the memory is the blocks committed after capture (`StartupTimeline.kv_memory_gib`), given as
+    the KV memory and as the measured bytes."""
     from dsv4ctl.errors import Dsv4ctlError
     from dsv4ctl.logs.facts import LogCalibration
     from dsv4ctl.planning import FitRequest, plan_fit
@@ -51,6 +54,8 @@ def _planned_safe_length(model: str, available_kv_gib: float, vllm_version: str 
     calibration = LogCalibration(
         path="<log>", available_kv_bytes=int(round(available_kv_gib * GiB)), weights_bytes=None, graph_bytes=None,
         autofit_from=None, autofit_to=None, max_model_len=None, vllm_version=vllm_version, serve_args=json.loads(args),
+        sizing_mode=sizing_mode,
+        measured_kv_bytes=int(round(available_kv_gib * GiB)) if sizing_mode == "measured" else None,
     )
     try:
         return plan_fit(FitRequest(model=model, inherit_from_log=True), log_facts=calibration).safe_length
@@ -70,7 +75,7 @@ def _planned_as_preset(tl: StartupTimeline, args: str) -> "SafeLength | None":
         return None
     matches = []
     for model_id in builtin_model_ids():
-        planned = _planned_safe_length(model_id, tl.available_kv_gib, tl.vllm_version, args)
+        planned = _planned_safe_length(model_id, tl.kv_memory_gib, tl.vllm_version, args, tl.sizing_mode_known)
         if planned is None or planned.ceiling <= 0:
             continue
         if tl.max_model_len and load_geometry(model_id).model_max_model_len != tl.max_model_len:
@@ -81,7 +86,7 @@ def _planned_as_preset(tl: StartupTimeline, args: str) -> "SafeLength | None":
         return None
     model_id, planned = matches[0]
     basis = (f"planned as {model_id}, the geometry the log shows: its {tl.architecture} auto-fit "
-             f"{format_tokens(tl.autofit.to_len)} tokens in {tl.available_kv_gib} GiB, and {model_id} plans "
+             f"{format_tokens(tl.autofit.to_len)} tokens in {tl.kv_memory_gib} GiB, and {model_id} plans "
              f"{format_tokens(planned.ceiling)} there")
     return replace(planned, basis=basis)
 

@@ -45,15 +45,22 @@ CATALOGUE: tuple[Signature, ...] = (
             "vLLM measured less KV-cache memory than the model's full context needs and lowered "
             "max_model_len from {from_len:,} to {to_len:,} ({memory}). The served context is smaller than "
             "the checkpoint's, and because the result depends on the free memory at each start it can "
-            "differ between restarts."
+            "differ between restarts.{tentative_text}"
         ),
-        patterns=(r"max_model_len: reduced from [0-9,]+ to [0-9,]+",),
+        patterns=(
+            r"max_model_len: reduced from [0-9,]+ to [0-9,]+",
+            # vLLM 0.34: the reduction that stands (after CUDA-graph capture and warmup in the measured mode)
+            r"-max-model-len auto reduced max_model_len from [0-9]+ to [0-9]+",
+        ),
         actions=(
             "Pin the length explicitly so every start behaves the same: --max-model-len {safe_len}",
             "{knob_action}",
             "See how much memory a longer context needs: dsv4ctl fit-length {model!q} --from-log {log!q}{_fit_flags}",
         ),
-        source="vllm/v1/core/kv_cache_utils.py (0.27-0.32), v1/core/kv_cache_planning.py (0.33)",
+        source=(
+            "vllm/v1/core/kv_cache_utils.py (0.27-0.32), v1/core/kv_cache_planning.py (0.33); vllm==0.34.0 "
+            "v1/core/kv_cache_planning.py:1478-1485 (tentative), :1494-1499 and :1506-1514 (the reduction that stands)"
+        ),
     ),
     Signature(
         id="stale_max_model_len",
@@ -112,8 +119,8 @@ CATALOGUE: tuple[Signature, ...] = (
         severity="critical",
         title="Not enough KV-cache memory for max_model_len",
         meaning=(
-            "After loading weights and profiling, the memory left for the KV cache cannot hold one request "
-            "of the configured max_model_len{needed_clause}."
+            "{when_text}, the memory left for the KV cache cannot hold one request "
+            "of the configured max_model_len{needed_clause}.{measured_text}"
         ),
         patterns=(
             r"To serve at least one request with the model's max seq len",
@@ -127,8 +134,13 @@ CATALOGUE: tuple[Signature, ...] = (
             "Let vLLM choose the largest length that fits: --max-model-len auto",
             "Store the KV cache in fp8, half the memory of bf16: --kv-cache-dtype fp8",
             "Give the KV cache more memory: {more_memory_text}",
+            "{graphs_action}",
         ),
-        source="vllm/v1/core/kv_cache_utils.py _check_enough_kv_cache_memory / _auto_fit_max_model_len",
+        source=(
+            "vllm/v1/core/kv_cache_utils.py _check_enough_kv_cache_memory / _auto_fit_max_model_len; vllm==0.34.0 "
+            "v1/core/kv_cache_planning.py:99-132 (the check), :1849-1860 (after CUDA-graph capture, the hint "
+            "_more_kv_cache_memory_hint(after_warmup=True) :64-96), :1428-1439 (auto-fit after warmup)"
+        ),
         next_command="dsv4ctl fit-length {model!q} --from-log {log!q}{_fit_flags}",
     ),
     Signature(
@@ -589,12 +601,14 @@ DERIVED: tuple[Signature, ...] = (
 
 # The catalogue's families beyond DeepSeek-V4, each in a module of its own (each entry cites the source
 # file:line of the package that prints the message).
+from dsv4ctl.catalogue.signatures_dspark import DERIVED as _DSPARK_DERIVED, SIGNATURES as _DSPARK  # noqa: E402
 from dsv4ctl.catalogue.signatures_dsv4_field import SIGNATURES as _DSV4_FIELD  # noqa: E402
 from dsv4ctl.catalogue.signatures_ecosystem import SIGNATURES as _ECOSYSTEM  # noqa: E402
 from dsv4ctl.catalogue.signatures_vllm import SIGNATURES as _VLLM  # noqa: E402
+from dsv4ctl.catalogue.signatures_v034 import DERIVED as _V034_DERIVED, SIGNATURES as _V034  # noqa: E402
 from dsv4ctl.catalogue.signatures_waits import DERIVED as _WAITS_DERIVED, SIGNATURES as _WAITS  # noqa: E402
 
-CATALOGUE = CATALOGUE + _VLLM + _ECOSYSTEM + _WAITS + _DSV4_FIELD
+CATALOGUE = CATALOGUE + _VLLM + _ECOSYSTEM + _WAITS + _DSV4_FIELD + _V034 + _DSPARK
 
 class _ById(dict):
     """Signatures by id; the family rules (catalogue/families) join at the first id that is none of the above, so a
@@ -609,4 +623,4 @@ class _ById(dict):
         return families[key]
 
 
-BY_ID: dict[str, Signature] = _ById({s.id: s for s in CATALOGUE + DERIVED + _WAITS_DERIVED})
+BY_ID: dict[str, Signature] = _ById({s.id: s for s in CATALOGUE + DERIVED + _WAITS_DERIVED + _DSPARK_DERIVED + _V034_DERIVED})

@@ -75,6 +75,10 @@ _SERVING_ALERT = (
     r"NCCL", r"Watchdog", r"Check failed", r"paged_mqa_logits_metadata",
     r"terminate called", r"Killed", r"Segmentation fault", r"Fatal Python", r"Aborted", r"Bus error", r"Errno 98",
     r"out of memory", r"OutOfMemory",
+    # DSpark's reported crashes (catalogue/signatures_dspark.py): FlashMLA's host check, the draft's id mapping, Ascend's
+    # index check
+    r"Failed to create tensormap", r"kerutils/host", r"map_draft_to_target", r"IndexCheckKernel",
+    r"Index out of range in dimension", r"VllmQuantLightningIndexerMetadata",
     # a wait while serving (a worker that stopped answering the engine's broadcast); an answer with a server error
     # (500/503: the engine may be gone)
     r"No available shared memory broadcast", r'HTTP/[0-9.]+" 50[03] ',

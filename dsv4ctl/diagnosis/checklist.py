@@ -60,8 +60,8 @@ def _auto_length(tl: StartupTimeline) -> ChecklistItem:
         return ChecklistItem(q, "yes", ref_evidence(refs.get("max_model_len_arg")), f"max_model_len={arg}")
     if arg is not None:
         return ChecklistItem(q, "no", ref_evidence(refs.get("max_model_len_arg")), f"explicit max_model_len={arg}")
-    if tl.autofit is not None or tl.autofit_full_fit:
-        ref = refs.get("autofit") or refs.get("autofit_full")
+    if tl.autofit is not None or tl.autofit_full_fit or tl.tentative_autofit is not None:
+        ref = refs.get("autofit") or refs.get("autofit_full") or refs.get("tentative_autofit")
         return ChecklistItem(q, "yes", ref_evidence(ref), "auto-fit runs only with --max-model-len auto / -1")
     if "nondefault_args" in refs:
         return ChecklistItem(
@@ -72,10 +72,20 @@ def _auto_length(tl: StartupTimeline) -> ChecklistItem:
 
 def _reduction_printed(tl: StartupTimeline) -> ChecklistItem:
     q, refs = CHECKLIST_QUESTIONS[1], tl.refs
+    t = tl.tentative_autofit  # vLLM 0.34's measured mode: the fit before CUDA-graph capture
     if tl.autofit is not None:
-        return ChecklistItem(
-            q, "yes", ref_evidence(refs.get("autofit")), f"{format_tokens(tl.autofit.from_len)} → {format_tokens(tl.autofit.to_len)}"
-        )
+        note = f"{format_tokens(tl.autofit.from_len)} → {format_tokens(tl.autofit.to_len)}"
+        if t is not None and (t.from_len, t.to_len) != (tl.autofit.from_len, tl.autofit.to_len):
+            note += " after CUDA graph capture (the tentative fit before it: " + (
+                "full context" if t.from_len == t.to_len else f"{format_tokens(t.from_len)} → {format_tokens(t.to_len)}") + ")"
+        return ChecklistItem(q, "yes", ref_evidence(refs.get("autofit")), note)
+    if t is not None and t.to_len < t.from_len:
+        return ChecklistItem(q, "yes", ref_evidence(refs.get("tentative_autofit")),
+                             f"{format_tokens(t.from_len)} → {format_tokens(t.to_len)}, tentative (before CUDA graph "
+                             "capture); the log ends before the final fit")
+    if t is not None and not tl.autofit_full_fit:
+        return ChecklistItem(q, "not in log", ref_evidence(refs.get("tentative_autofit")),
+                             "the tentative fit kept the full context; the log ends before the fit after CUDA graph capture")
     if tl.autofit_full_fit or tl.kv_cache_tokens is not None:
         ref = refs.get("autofit_full") or refs.get("kv_cache_size")
         return ChecklistItem(q, "no", ref_evidence(ref), "the KV cache was sized without a reduction")

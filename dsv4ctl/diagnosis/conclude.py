@@ -8,6 +8,7 @@ from dsv4ctl.catalogue.signatures import BY_ID
 from dsv4ctl.diagnosis.analyzer import Hit, StartAnalyzer, window_of
 from dsv4ctl.diagnosis.answers import answer_scoped
 from dsv4ctl.diagnosis.checklist import checklist, could_be_stale
+from dsv4ctl.diagnosis.derive_v034 import dspark_notes, measured_notes
 from dsv4ctl.diagnosis.dsv4 import is_dsv4
 from dsv4ctl.diagnosis.evidence import evidence_of, fill, line_of, make_finding, ref_evidence
 from dsv4ctl.diagnosis.model import Diagnosis, Finding, PhaseBasis
@@ -252,6 +253,7 @@ def _findings(
         findings.append(
             make_finding(BY_ID["kv_cache_dtype_auto_bf16"], [], {"kv_cache_dtype": "auto"}, extra=[line_of(ref)] if ref else [])
         )
+    findings += dspark_notes(tl, findings, log) + measured_notes(tl, log)
     return findings, root
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from dsv4ctl import re_cache
 from dsv4ctl.catalogue.signatures import AFFECTED_STALE, FIXED_STALE
 from dsv4ctl.diagnosis.analyzer import Hit, StartAnalyzer
+from dsv4ctl.diagnosis import derive_v034
 from dsv4ctl.diagnosis.dsv4 import C128A_COMPRESS_RATIO, C128A_TOPK_ALIGNMENT, c128a_capacity, stale_bug_status
 from dsv4ctl.diagnosis.evidence import command_parts
 from dsv4ctl.logs.timeline import StartupTimeline
@@ -90,6 +91,7 @@ def derive(sig_id: str, hits: list[Hit], a: StartAnalyzer, tl: StartupTimeline, 
             to_len=af.to_len,
             memory=af.memory_text or "memory not stated",
             memory_gib=af.memory_gib,
+            tentative_text=derive_v034.tentative_text(tl),
         )
         _fits(d, a, af.to_len)
     per_signature = _DERIVE.get(sig_id)
@@ -157,6 +159,9 @@ def _kv_insufficient(d: dict[str, Any], msgs: list[str], hits: list[Hit], a: Sta
     elif "reason" in d:
         clause = f" ({d['reason']})"
     d["needed_clause"] = clause
+    derive_v034.kv_refusal(d, text, tl)
+    if "more_memory_text" in d:
+        return
     # Raising --gpu-memory-utilization is an answer only where the launch's value shows room: the log names it below
     # 0.95. Where the log does not name it, it is a check to make (vllm==0.27.1-0.33.0 vllm/config/cache.py:
     # gpu_memory_utilization default 0.92).
@@ -285,4 +290,5 @@ _DERIVE = {
     "engine_core_failed": _engine_core_failed,
     "free_memory_below_utilization": _free_memory,
     "worker_died": _worker_died,
+    **derive_v034.DERIVE,
 }

@@ -90,6 +90,9 @@ def make_finding(sig: Signature, hits: list[Hit], details: dict[str, Any], extra
         order=min(h.order for h in hits) if hits else (),
     )
 
+_SPLIT = ("max_model_len", "tensor_parallel_size", "data_parallel_size", "enable_expert_parallel")
+
+
 def command_parts(tl: StartupTimeline, log: str) -> dict[str, Any]:
     """What suggested commands are built from: the model and log as they are (only when known: a command with a
     placeholder would not run; a template quotes them as shell words, `{model!q}`) and the launch's own flags, quoted
@@ -98,9 +101,22 @@ def command_parts(tl: StartupTimeline, log: str) -> dict[str, Any]:
         "_serve_flags": deployment.serve_flags(tl),
         "_serve_all": deployment.serve_flags(tl, drop=()),
         "_fit_flags": deployment.fit_length_flags(tl),
+        # The launch without one setting, for the advice that drops it (DSpark's checks, a utilization that caps vLLM
+        # 0.34's measured KV cache, a tensor-parallel size to change).
+        "_serve_no_spec": deployment.serve_flags(tl, drop=("speculative_config",)),
+        "_serve_no_util": deployment.serve_flags(tl, drop=("gpu_memory_utilization",)),
+        "_serve_no_split": deployment.serve_flags(tl, drop=_SPLIT),
     }
     if tl.model:
         parts["model"] = tl.model
-    if log != "<log>" and tl.available_kv_gib is not None:
+    if log != "<log>" and plans_from_log(tl):
         parts["log"] = log  # for `fit-length --from-log`, which needs the measured KV memory
     return parts
+
+
+def plans_from_log(tl: StartupTimeline) -> bool:
+    """Whether `fit-length --from-log` plans from this log's KV memory line: every release before 0.34, and 0.34 with
+    its measured KV cache off. In the measured mode that line is a reservation (`LogCalibration.available_kv_bytes`
+    is None) and the log's memory is its measured blocks (`measured_kv_blocks`, `measured_kv_bytes`): the command is
+    printed once the planner takes those (then this is `tl.kv_memory_gib is not None`)."""
+    return tl.available_kv_gib is not None and tl.kv_memory_gib == tl.available_kv_gib

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsv4ctl.logs.deployment import launch_args
+from dsv4ctl.logs.timeline_model import MEASURED_FROM, release
 from dsv4ctl.units import GiB
 
 @dataclass(frozen=True)
@@ -28,9 +29,12 @@ class LogCalibration:
     predicted_range: tuple[int, int] | None = None  # auto-fit across the log's 0.01 GiB rounding interval
     model: str | None = None  # the model the log's launch named (its non-default args or engine config)
     # vLLM 0.34+'s measured ("extensible") KV cache: the mode the log shows ("measured" | "estimate" | None when
-    # its lines do not say), the blocks it committed after warm-up and capture ("Extended KV cache to N blocks",
-    # else the least "Memory after warmup ... N KV cache blocks" of its workers) with their bytes, and the length
-    # the tentative auto-fit picked before the measurement (the final fit's upper bound).
+    # neither its lines nor its release and flags say), the blocks it committed after warm-up and capture ("Extended
+    # KV cache to N blocks", else the least "Memory after warmup ... N KV cache blocks" of its workers) with their
+    # bytes (as vLLM rounds them: 0.01 GiB), and the length the tentative auto-fit picked before the measurement (the
+    # final fit's upper bound). In the measured mode autofit_from/autofit_to are the fit after warm-up (its "from"
+    # the tentative length, as vLLM logs it) and available_kv_bytes is None: "Available KV cache memory" is then the
+    # tentative plan's reservation, not KV memory.
     sizing_mode: str | None = None
     measured_kv_blocks: int | None = None
     measured_kv_bytes: int | None = None
@@ -72,9 +76,20 @@ def from_timeline(timeline: Any, path: str | None) -> LogCalibration:
         logged_from = logged_to = max_len
     else:
         logged_from = logged_to = None
+    mode = getattr(timeline, "sizing_mode_known", None)
+    available = gib_bytes(getattr(timeline, "available_kv_gib", None))
+    r = release(getattr(timeline, "vllm_version", None))
+    if mode == "measured" or (mode is None and r is not None and r >= MEASURED_FROM):
+        # vLLM 0.34's measured mode logs "Available KV cache memory" for the reservation of its tentative plan, not for
+        # the KV cache (vllm==0.34.0 v1/worker/gpu_worker.py:795-798; the size is measured after capture): no plan
+        # takes it as the KV memory. A 0.34 log whose lines do not say the mode is read the same way (measured is the
+        # default on CUDA and ROCm, config/vllm.py:3252-3254).
+        available = None
+    measured = getattr(timeline, "measured", None)
+    tentative = getattr(timeline, "tentative_autofit", None)
     return LogCalibration(
         path=path or "<timeline>",
-        available_kv_bytes=gib_bytes(getattr(timeline, "available_kv_gib", None)),
+        available_kv_bytes=available,
         weights_bytes=gib_bytes(getattr(timeline, "weights_gib", None)),
         graph_bytes=gib_bytes(getattr(timeline, "graph_capture_gib", None)),
         autofit_from=logged_from,
@@ -84,4 +99,8 @@ def from_timeline(timeline: Any, path: str | None) -> LogCalibration:
         serve_args=launch_args(timeline),
         startup_plans=tuple(getattr(timeline, "startup_plans", ()) or ()),
         model=getattr(timeline, "model", None),
+        sizing_mode=mode,
+        measured_kv_blocks=measured.blocks if measured is not None else None,
+        measured_kv_bytes=gib_bytes(measured.gib) if measured is not None else None,
+        tentative_autofit_to=tentative.to_len if tentative is not None else None,
     )

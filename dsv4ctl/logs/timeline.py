@@ -4,7 +4,7 @@
 everything reconstructed so far in a plain `StartupTimeline` dataclass. `serve` drives a live progress line with it;
 `fit-length --from-log` reads the memory fields; `diagnose` prints it. Every regex here contains one of the prefilter
 keywords (`dsv4ctl.logs.prefilter`), so the tracker sees the same lines whether it is fed the whole log or only
-prefiltered lines. Formats are vLLM's own (0.27-0.33; see docs/diagnose.md for the list and where each comes from).
+prefiltered lines. Formats are vLLM's own (0.27-0.34; see docs/diagnose.md for the list and where each comes from).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from dsv4ctl import re_cache
+from dsv4ctl.logs import timeline_sizing
 from dsv4ctl.logs.reader import LogLine, strip_ansi
 from dsv4ctl.logs.timeline_launch import read_engine_config, read_nondefault
 from dsv4ctl.logs.timeline_model import (
@@ -67,8 +68,6 @@ _RE = {
         r"|Initial profiling/warmup run took|Profiling CUDA graph memory|Estimated CUDA graph memory"
     ),
     "available_kv": re_cache.compile(r"Available KV cache memory: (-?[0-9]+(?:\.[0-9]+)?) GiB"),
-    "autofit": re_cache.compile(r"max_model_len: reduced from ([0-9,]+) to ([0-9,]+)(.*)"),
-    "autofit_full": re_cache.compile(r"Auto-fit max_model_len: full model context length ([0-9,]+) fits"),
     "kv_size": re_cache.compile(r"KV cache size: ([0-9,]+) tokens"),
     "concurrency": re_cache.compile(r"Maximum concurrency for ([0-9,]+) tokens per request: ([0-9]+(?:\.[0-9]+)?)x"),
     "capture": re_cache.compile(
@@ -148,13 +147,16 @@ class StartupTracker:
             self._identity(msg, line, events)
         if "Initializing a V1 LLM engine" in msg or "non-default args" in msg:
             self._launch(msg, line, events)
+        if tl.model_runner is None and tl.vllm_version is not None and ("version" in msg or "V1 LLM engine" in msg):
+            # vLLM 0.34 removed the V1 runner and its "Using V2 Model Runner" line: a 0.34 start is V2 without it.
+            tl.model_runner = timeline_sizing.runner_of_release(tl.vllm_version)
         if "Using max model len" in msg or "Resolved architecture" in msg:
             self._model_config(msg, line, events)
         if "oad" in msg:
             self._weights(msg, line, events)
         if tl.last_phase in (None, "starting", "loading_weights", "weights_loaded") and R["profiling"].search(msg):
             events.append(self._event("profiling", "Profiling memory and compiling", line))
-        if "KV cache" in msg or "max_model_len" in msg or "Maximum concurrency" in msg:
+        if "KV cache" in msg or "max_model_len" in msg or "Maximum concurrency" in msg or "max-model-len" in msg:
             self._kv_cache(msg, line, events)
         if "apturing" in msg or "apturing" in line.raw:
             self._graphs(msg, line, events)
@@ -260,7 +262,8 @@ class StartupTracker:
                 )
 
     def _kv_cache(self, msg: str, line: LogLine, events: list[ProgressEvent]) -> None:
-        """The KV cache: the memory vLLM measured, auto-fit's length, the size and concurrency."""
+        """The KV cache: the memory vLLM measured (or, in vLLM 0.34's measured mode, reserved), auto-fit's length and the
+        measured blocks (`timeline_sizing`), the size and concurrency."""
         tl = self.timeline
         R = _RE
         if "Available KV cache memory" in msg:
@@ -269,39 +272,11 @@ class StartupTracker:
                 tl.available_kv_gib = float(m.group(1))
                 tl.available_kv_line = msg
                 self._ref("available_kv", line)
-                events.append(self._event("kv_cache", f"Available KV cache memory: {m.group(1)} GiB", line))
-        if "max_model_len: reduced from" in msg:
-            m = R["autofit"].search(msg)
-            if m:
-                rest = m.group(3)
-                mem = re.search(r"\(([^)]*GiB[^)]*)\)", rest)
-                memory_text = mem.group(1).strip() if mem else None
-                tl.autofit = AutoFit(
-                    from_len=_int(m.group(1)),
-                    to_len=_int(m.group(2)),
-                    memory_text=memory_text,
-                    memory_gib=_gib_in(memory_text) if memory_text else None,
-                    ref=self._ref("autofit", line),
-                )
-                tl.max_model_len = tl.autofit.from_len
-                tl.effective_max_model_len = tl.autofit.to_len
-                mem_note = f" ({tl.autofit.memory_gib:.2f} GiB)" if tl.autofit.memory_gib is not None else ""
-                events.append(
-                    self._event(
-                        "kv_cache",
-                        f"KV cache: auto-fit reduced {format_tokens(tl.autofit.from_len)} → "
-                        f"{format_tokens(tl.autofit.to_len)}{mem_note}",
-                        line,
-                    )
-                )
-        if "Auto-fit max_model_len: full model context length" in msg:
-            m = R["autofit_full"].search(msg)
-            if m:
-                tl.autofit_full_fit = True
-                tl.max_model_len = _int(m.group(1))
-                tl.effective_max_model_len = tl.max_model_len
-                self._ref("autofit_full", line)
-                events.append(self._event("kv_cache", f"KV cache: full context {format_tokens(tl.max_model_len)} fits", line))
+                reserved = "" if tl.sizing_mode_known == "estimate" or tl.kv_memory_gib is not None else (
+                    " (reserved for the tentative plan; the KV cache is measured after CUDA graph capture)")
+                events.append(self._event("kv_cache", f"Available KV cache memory: {m.group(1)} GiB{reserved}", line))
+        if timeline_sizing.wants(msg):
+            timeline_sizing.read_sizing(tl, msg, line, self._ref, self._event, events)
         if "KV cache size" in msg:
             m = R["kv_size"].search(msg)
             if m:

@@ -30,6 +30,8 @@ _ENGINE_FIELDS = {
     "eager": re_cache.compile(r"\benforce_eager=(True|False)"),
     "mode": re_cache.compile(r"'mode': (?:<CompilationMode\.([A-Z_]+)[^>]*>|([0-9]+)|'([A-Za-z_]+)')"),
     "cg_mode": re_cache.compile(r"'cudagraph_mode': (?:<CUDAGraphMode\.([A-Z_]+)[^>]*>|'([A-Za-z_]+)')"),
+    # SpeculativeConfig.__repr__ (vllm==0.34.0 vllm/config/speculative.py:1829-1842): "SpeculativeConfig(method='dspark', …"
+    "spec": re_cache.compile(r"speculative_config=SpeculativeConfig\(method='([^']*)'"),
 }
 _COMPILATION_MODE_NAMES = {"0": "NONE", "1": "STOCK_TORCH_COMPILE", "2": "DYNAMO_TRACE_ONCE", "3": "VLLM_COMPILE"}
 
@@ -72,6 +74,8 @@ def read_engine_config(tl: StartupTimeline, version: str, config: str, line: Log
         tl.compilation_mode = name
     if m := f["cg_mode"].search(config):
         tl.cudagraph_mode = m.group(1) or m.group(2)
+    if m := f["spec"].search(config):
+        tl.speculative_method = m.group(1)
 
 
 def read_nondefault(tl: StartupTimeline, args: str, line: LogLine, set_model: SetModel) -> None:
@@ -84,6 +88,9 @@ def read_nondefault(tl: StartupTimeline, args: str, line: LogLine, set_model: Se
         model = parsed.get("model") or parsed.get("model_tag")
         if isinstance(model, str):
             set_model(model, 3)
+        spec = parsed.get("speculative_config")
+        if isinstance(spec, dict) and isinstance(spec.get("method"), str):
+            tl.speculative_method = tl.speculative_method or spec["method"]
     elif m := f["model"].search(args):
         set_model(m.group(1), 3)
     if m := f["max_model_len"].search(args):

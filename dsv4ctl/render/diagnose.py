@@ -264,8 +264,18 @@ def _timeline_rows(tl: StartupTimeline) -> list[tuple[str, str]]:
     if tl.weights_gib is not None:
         secs = f" in {tl.weights_seconds:.1f} s" if tl.weights_seconds is not None else ""
         add("weights", f"{tl.weights_gib:.2f} GiB{secs}")
+    reserved = tl.available_kv_gib is not None and tl.kv_memory_gib != tl.available_kv_gib
     if tl.available_kv_gib is not None:
-        add("available KV memory", f"{tl.available_kv_gib} GiB per worker")
+        # vLLM 0.34's measured mode: "Available KV cache memory" is the tentative plan's reservation, not the KV size.
+        add("KV reservation" if reserved else "available KV memory",
+            f"{tl.available_kv_gib} GiB per worker" + (" (tentative plan, before CUDA graphs)" if reserved else ""))
+    if tl.measured is not None:
+        of = f", the least of {len(tl.measured_per_worker)} workers" if len(tl.measured_per_worker) > 1 else ""
+        add("measured KV", f"{tl.measured.blocks:,} blocks ({tl.measured.gib} GiB) after CUDA graphs and warmup{of}")
+    if tl.tentative_autofit is not None:
+        t = tl.tentative_autofit
+        add("tentative fit", "full context fits" if t.from_len == t.to_len
+            else f"reduced {format_tokens(t.from_len)} → {format_tokens(t.to_len)}")
     if tl.autofit is not None:
         mem = f" ({tl.autofit.memory_text})" if tl.autofit.memory_text else ""
         add("auto-fit", f"reduced {format_tokens(tl.autofit.from_len)} → {format_tokens(tl.autofit.to_len)}{mem}")

@@ -19,6 +19,15 @@ change; one line). Pure: never prints, never reads NVML or the environment itsel
   `DEFAULT_BREAKABLE_CUDAGRAPH_ARCHITECTURES`; "Set VLLM_USE_BREAKABLE_CUDAGRAPH=0 to opt out"). Opted
   out, the start takes more memory per GPU: a whole thread took it for a 4 GiB-per-GPU regression
   (vllm#54677, retracted once every run was found to have it set).
+- **DSpark** (`--speculative-config '{"method": "dspark", ...}'`), the crash family of the field
+  (/work/shared/research/deepseek-v41-and-dspark.md §6.2); each note names its thread and ends in the launch
+  without DSpark, the comparison every thread made: DeepSeek-V4 with DP + EP (vllm#50842: FlashMLA's "Failed to
+  create tensormap" on 8 × H200, DP=8 + EP, closed without a named fix); DeepSeek-V4.1 on SM120 (vllm#56771: an
+  illegal memory access in sparse-MLA prefill for prompts of about 4K tokens and more, "Without DSpark this
+  configuration serves cleanly", open, fix PR vllm#57388); DeepSeek-V4.1 before 0.34 (vllm#56443: a device-side
+  assert in `map_draft_to_target` at draft warm-up on H200; in vllm==0.34.0
+  `models/deepseek_v41/nvidia/dspark.py:387-388` the mapping is the identity); GB10 with more than one GPU
+  (vllm#54385: Xid 31 on both ranks at the PIECEWISE warm-up, TP=2, open, no workaround found).
 """
 
 from __future__ import annotations
@@ -32,11 +41,22 @@ from typing import Any
 CUSTOM_ALL_REDUCE = "custom-all-reduce-multi-node"
 H20_MULTICAST = "h20-symm-mem-multicast"
 BREAKABLE_OFF = "breakable-cudagraph-off"
+DSPARK_DP_EP = "dspark-flashmla-tensormap-dp-ep"
+DSPARK_V41_SM120 = "dspark-v41-sm120-long-prompt"
+DSPARK_V41_MAP = "dspark-v41-draft-map-assert"
+DSPARK_GB10 = "dspark-gb10-xid31"
 
 # The releases whose custom all-reduce enters the cross-node rendezvous on every multi-node group (read:
 # vllm 0.27.1 and 0.28.0 custom_all_reduce.py; 0.26.0 returns early, 0.29.0 checks _group_can_attempt_mnnvl).
 UNGUARDED_MULTI_NODE = ((0, 27), (0, 28))
 _H20 = re.compile(r"\bH20\b")  # "NVIDIA H20" and "H20-3e", never "H200"
+# SM120 boards by NVML's name (the RTX PRO 6000 Blackwell editions, the RTX 50 series); "RTX 6000 Ada" is SM89.
+_SM120 = re.compile(r"RTX PRO 6000|RTX 50[5-9]0\b")
+_GB10 = re.compile(r"\bGB10\b")
+# The release whose DeepSeek-V4.1 drafter maps draft ids as the identity (vllm==0.34.0
+# models/deepseek_v41/nvidia/dspark.py:387-388).
+DSPARK_V41_IDENTITY = (0, 34)
+_SPEC_FLAGS = ("--speculative-config", "-sc")
 
 
 @dataclass(frozen=True)
@@ -74,6 +94,90 @@ def multi_node(namespace: Any, gpus_here: int | None) -> str | None:
     if gpus_here and world > gpus_here:
         return f"tensor × pipeline parallel = {world} GPUs, {gpus_here} on this node"
     return None
+
+
+def _speculative_method(namespace: Any) -> str | None:
+    """The method of vLLM's parsed `--speculative-config` (a dict; a JSON string read as one)."""
+    spec = getattr(namespace, "speculative_config", None)
+    if isinstance(spec, str):
+        try:
+            import json
+
+            spec = json.loads(spec)
+        except ValueError:
+            return None
+    method = spec.get("method") if isinstance(spec, dict) else None
+    return method if isinstance(method, str) else None
+
+
+def without_speculation(flags: Sequence[str]) -> list[str]:
+    """The launch's flags without its speculative config (`--speculative-config X`, `--speculative-config=X`, `-sc X`)."""
+    out: list[str] = []
+    skip = False
+    for token in flags:
+        if skip:
+            skip = False
+            continue
+        if token in _SPEC_FLAGS:
+            skip = True
+            continue
+        if any(token.startswith(f + "=") for f in _SPEC_FLAGS):
+            continue
+        out.append(token)
+    return out
+
+
+def _is_v41(namespace: Any) -> bool:
+    model = str(getattr(namespace, "model", "") or "").lower()
+    return "deepseek-v4.1" in model or "deepseek_v41" in model or "deepseekv41" in model
+
+
+def dspark_traps(namespace: Any, flags: Sequence[str], *, version: str | None, gpu_names: Sequence[str], dsv4: bool,
+                 v41: bool | None = None) -> list[Trap]:
+    """DSpark's reported crashes whose conditions this launch meets, each with the launch without DSpark."""
+    if _speculative_method(namespace) != "dspark":
+        return []
+    v41 = _is_v41(namespace) if v41 is None else v41
+    release = _release(version)
+    plain = _command(without_speculation(flags))
+    dp, ep = _int(namespace, "data_parallel_size"), bool(getattr(namespace, "enable_expert_parallel", False))
+    world = _int(namespace, "tensor_parallel_size") * _int(namespace, "pipeline_parallel_size") * dp
+    traps: list[Trap] = []
+    if dsv4 and dp > 1 and ep:
+        traps.append(Trap(
+            DSPARK_DP_EP,
+            f"DSpark with DP={dp} + EP: vllm#50842 (DeepSeek-V4-Pro + DSpark on 8 × H200, DP=8 + EP, vLLM 0.26.0) failed "
+            "in prefill with FlashMLA's 'Failed to create tensormap' (closed without a named fix). If this start fails "
+            "so, compare it without DSpark",
+            plain,
+        ))
+    sm120 = sorted({name for name in gpu_names if _SM120.search(name)})
+    if v41 and sm120:
+        traps.append(Trap(
+            DSPARK_V41_SM120,
+            f"DeepSeek-V4.1 with DSpark on {', '.join(sm120)} (SM120): vllm#56771 reports an illegal memory access in "
+            "the sparse-MLA prefill for prompts of about 4K tokens and more, 'Without DSpark this configuration serves "
+            "cleanly' (open; fix PR vllm#57388). Short prompts work there; for long ones run without DSpark",
+            plain,
+        ))
+    if v41 and release is not None and release < DSPARK_V41_IDENTITY:
+        traps.append(Trap(
+            DSPARK_V41_MAP,
+            f"DeepSeek-V4.1 with DSpark on vLLM {version}: vllm#56443 reports a CUDA device-side assert in "
+            "map_draft_to_target at the draft warm-up (4 × H200, TP4 + EP, a nightly; closed without a named fix); "
+            "vLLM 0.34.0 maps draft ids as the identity there. If it fails so, compare it without DSpark",
+            plain,
+        ))
+    gb10 = sorted({name for name in gpu_names if _GB10.search(name)})
+    if gb10 and world > 1:
+        traps.append(Trap(
+            DSPARK_GB10,
+            f"DSpark on {world} × {gb10[0]}: vllm#54385 reports Xid 31 on both ranks of DeepSeek-V4 + DSpark at TP=2 on "
+            "2 × GB10 at the PIECEWISE CUDA-graph warm-up (open, no workaround found). If it fails so, compare it "
+            "without DSpark",
+            plain,
+        ))
+    return traps
 
 
 def _command(flags: Sequence[str], add: Sequence[str] = (), env: str = "") -> str:
@@ -115,4 +219,5 @@ def find_traps(
             "taken for a regression). Leave vLLM's default",
             _command(flags, env="env -u VLLM_USE_BREAKABLE_CUDAGRAPH "),
         ))
+    traps += dspark_traps(namespace, flags, version=version, gpu_names=gpu_names, dsv4=dsv4)
     return traps

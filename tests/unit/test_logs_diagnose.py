@@ -75,6 +75,10 @@ EXPECTED = {
     "unrecognized_quoted_by_wrapper": ("failed", 4, "unrecognized_error", []),
     "request_error_while_serving": ("healthy", 0, None, ["prompt_too_long"]),
     "cuda_fault_while_serving": ("failed", 3, "cuda_illegal_memory_access", ["engine_core_failed"]),
+    # vLLM 0.34.0's measured KV cache (tests/fixtures/logs/generate_v034.py; more in test_diagnose_v034.py)
+    "v034_measured_autofit_reduced": ("healthy", 0, None, ["autofit_reduced", "measured_kv_uneven"]),
+    "v034_measured_explicit_len_refused": ("failed", 3, "kv_cache_insufficient", ["gpu_util_caps_measured_kv"]),
+    "v034_extensible_off_estimate": ("healthy", 0, None, ["autofit_reduced", "extensible_kv_cache_disabled"]),
 }
 
 
@@ -88,10 +92,17 @@ def test_every_fixture_has_an_expectation_and_every_signature_a_fixture():
     assert {p.stem for p in FIXTURES.glob("*.log")} == set(EXPECTED)
     covered = {root for _, _, root, _ in EXPECTED.values() if root} | {i for *_, ids in EXPECTED.values() for i in ids}
     # The family modules (signatures_vllm, …) have fixtures of their own under fixtures/logs/catalogue/.
-    from dsv4ctl.catalogue import signatures_dsv4_field, signatures_ecosystem, signatures_vllm, signatures_waits
+    from dsv4ctl.catalogue import (
+        signatures_dspark,
+        signatures_dsv4_field,
+        signatures_ecosystem,
+        signatures_v034,
+        signatures_vllm,
+        signatures_waits,
+    )
 
     family = {s.id for s in signatures_vllm.SIGNATURES + signatures_ecosystem.SIGNATURES + signatures_waits.SIGNATURES
-              + signatures_dsv4_field.SIGNATURES}
+              + signatures_dsv4_field.SIGNATURES + signatures_v034.SIGNATURES + signatures_dspark.SIGNATURES}
     assert {s.id for s in CATALOGUE} - family <= covered
 
 

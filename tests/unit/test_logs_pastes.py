@@ -107,6 +107,7 @@ CORE_CAUSE_LINE = {
     "unrecognized_chained_worker_error": 24,
     "unrecognized_error": 16,
     "unrecognized_quoted_by_wrapper": 20,
+    "v034_measured_explicit_len_refused": 66,
     "worker_died": 15,
 }
 # dsv4ctl/examples: stem -> (root cause, cause line); healthy.log is a control.
@@ -137,6 +138,16 @@ NEEDS_ALSO = {
 }
 # dsv4field_<id>.log: the line that holds the cause (the others are notes on healthy starts)
 DSV4_FIELD_CAUSE_LINE = {"dsv4_flashmla_empty_prefill_chunk": 52, "fp8_block_tp_split": 20}
+# catalogue/<stem>.log of vLLM 0.34 and DSpark: (root cause, the line that holds it); the notes are controls
+V034_CAUSE_LINE = {
+    "v034_v2_runner_env_refused": ("v2_runner_env_refused", 14),
+    "v034_dsv4_o_groups_tp": ("dsv4_o_groups_tp", 12),
+    "dspark_flashmla_tensormap": ("dspark_flashmla_tensormap", 12),
+    "dspark_map_draft_to_target": ("dspark_map_draft_to_target", 13),
+    "ascend_index_check_dspark": ("ascend_index_check_dspark", 4),
+    "mtp_refused_for_v41": ("mtp_refused_for_v41", 10),
+}
+V034_NOTES = ("v034_v2_runner_env_redundant", "v034_extensible_kv_cache_disabled_imex")
 # request_error_while_serving: the request's error line (the prompt_too_long warning quotes it)
 REQUEST_CORE = {"request_error_while_serving": ("prompt_too_long", 35)}
 
@@ -156,6 +167,11 @@ def _fixtures() -> list[Fixture]:
             out.append(make_fixture(path, "failed", sid, cause_lineno=DSV4_FIELD_CAUSE_LINE[sid]))
         else:
             out.append(make_fixture(path, "control", None))
+    # vLLM 0.34's refusals and notes and DSpark's reported crashes (catalogue/signatures_v034.py, signatures_dspark.py)
+    for stem, (sid, line) in sorted(V034_CAUSE_LINE.items()):
+        out.append(make_fixture(CATALOGUE_DIR / f"{stem}.log", "failed", sid, cause_lineno=line))
+    for stem in V034_NOTES:
+        out.append(make_fixture(CATALOGUE_DIR / f"{stem}.log", "control", None))
     for path in eco_tests.FIXTURE_PATHS:
         out.append(make_fixture(path, "failed", eco_tests.sig_id_of(path), cause_text=eco_tests.EVIDENCE[path.stem]))
     for name, (verdict, _code, root, _ids) in sorted(diagnose_tests.EXPECTED.items()):

@@ -265,8 +265,9 @@ def test_no_action_repeats_the_deployment_or_walks_into_a_known_bug(path):
     dsv4 = "deepseek-v4" in (tl.model or "").lower() or "DeepseekV4" in (tl.architecture or "")
     stale_fix = "stale-max-model-len applied" in path.read_text(errors="replace")
     # A suggested command repeats the launch's own flags; what it *recommends* is the rest.
-    carried = sorted({deployment.serve_flags(tl, drop=()), deployment.serve_flags(tl), deployment.fit_length_flags(tl)} - {""},
-                     key=len, reverse=True)
+    from dsv4ctl.diagnosis.evidence import command_parts
+
+    carried = sorted({v for k, v in command_parts(tl, "<log>").items() if k.startswith("_")} - {""}, key=len, reverse=True)
     texts = [a for f in d.findings for a in f.actions] + ([d.next_command] if d.next_command else [])
     for text in texts:
         for c in carried:
@@ -320,7 +321,9 @@ GIB = 1 << 30
 def _dsv4_logs():
     for path in sorted(FIXTURES.glob("*.log")) + sorted(EXAMPLES.glob("*.log")):
         tl = diagnose([path]).timeline
-        if tl.model and "DeepSeek-V4" in tl.model and tl.available_kv_gib is not None and tl.available_kv_gib >= 0:
+        # The KV memory the log states: "Available KV cache memory", or in vLLM 0.34's measured mode the blocks it
+        # committed after capture (that line is then a reservation).
+        if tl.model and "DeepSeek-V4" in tl.model and tl.kv_memory_gib is not None and tl.kv_memory_gib >= 0:
             yield path, tl
 
 
@@ -334,7 +337,7 @@ def test_every_dsv4_fixture_adds_up_with_the_planner(path, tl):
         return log_figures(tl.model, max(0, int(gib * GIB)), max_model_len=length,
                            kv_cache_dtype="auto" if tl.kv_cache_dtype == "auto" else "fp8")
 
-    lo_gib, hi_gib = tl.available_kv_gib - 0.005, tl.available_kv_gib + 0.005
+    lo_gib, hi_gib = tl.kv_memory_gib - 0.005, tl.kv_memory_gib + 0.005
     explicit = None if (tl.max_model_len_arg or "-1").strip("'") in ("-1", "auto") else int(tl.max_model_len_arg)
     if tl.autofit is not None:
         lo, hi = at(lo_gib, None), at(hi_gib, None)

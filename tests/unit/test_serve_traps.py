@@ -8,6 +8,7 @@ each note prints goes through vLLM's own serve parser (engine tier, the installe
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 
 import pytest
@@ -144,3 +145,56 @@ def test_every_printed_command_parses_with_vllms_parser(vllm_available, dsv4, mo
         assert parsed.tensor_parallel_size == 16 and parsed.nnodes == 2
         if trap.rule == traps.CUSTOM_ALL_REDUCE:
             assert parsed.disable_custom_all_reduce is True
+
+
+V41 = "deepseek-ai/DeepSeek-V4.1-Flash"
+DSPARK = '{"method": "dspark", "num_speculative_tokens": 5}'
+SM120 = ["NVIDIA RTX PRO 6000 Blackwell Server Edition"] * 4
+
+
+def test_dspark_with_dp_and_ep_names_the_tensormap_report_and_runs_without_dspark():
+    flags = [MODEL, "-dp", "8", "--enable-expert-parallel", "--speculative-config", DSPARK]
+    ns = _ns(MODEL, data_parallel_size=8, enable_expert_parallel=True, speculative_config=json.loads(DSPARK))
+    trap = rules(ns, flags, version="0.34.0")[traps.DSPARK_DP_EP]
+    assert "vllm#50842" in trap.text and "Failed to create tensormap" in trap.text
+    assert trap.command == "dsv4ctl serve " + shlex.join([MODEL, "-dp", "8", "--enable-expert-parallel"])
+    # without DSpark, or without DP + EP, nothing is noted
+    assert traps.DSPARK_DP_EP not in rules(_ns(MODEL, data_parallel_size=8, enable_expert_parallel=True), flags[:4])
+    assert traps.DSPARK_DP_EP not in rules(_ns(MODEL, speculative_config=json.loads(DSPARK)), [MODEL, "-sc", DSPARK])
+
+
+def test_v41_dspark_on_sm120_and_before_034():
+    flags = [V41, "-tp", "4", f"--speculative-config={DSPARK}"]
+    ns = _ns(V41, tensor_parallel_size=4, speculative_config=DSPARK)  # a JSON string is read as vLLM reads it
+    found = rules(ns, flags, version="0.33.0", names=SM120, dsv4=False)
+    assert "vllm#56771" in found[traps.DSPARK_V41_SM120].text and "RTX PRO 6000" in found[traps.DSPARK_V41_SM120].text
+    assert "vllm#56443" in found[traps.DSPARK_V41_MAP].text
+    assert found[traps.DSPARK_V41_SM120].command == "dsv4ctl serve " + shlex.join([V41, "-tp", "4"])
+    on_034_h200 = rules(ns, flags, version="0.34.0", names=["NVIDIA H200"] * 4, dsv4=False)
+    assert traps.DSPARK_V41_SM120 not in on_034_h200 and traps.DSPARK_V41_MAP not in on_034_h200
+    # V4.0 on SM120 is not the report's model
+    assert traps.DSPARK_V41_SM120 not in rules(_ns(MODEL, speculative_config=DSPARK), [MODEL, "-sc", DSPARK],
+                                               version="0.34.0", names=SM120)
+
+
+def test_dspark_on_gb10_names_the_xid_report():
+    flags = [MODEL, "-tp", "2", "-sc", DSPARK]
+    found = rules(_ns(MODEL, tensor_parallel_size=2, speculative_config=DSPARK), flags, version="0.34.0",
+                  names=["NVIDIA GB10"] * 2)
+    assert "vllm#54385" in found[traps.DSPARK_GB10].text and "Xid 31" in found[traps.DSPARK_GB10].text
+    assert found[traps.DSPARK_GB10].command == "dsv4ctl serve " + shlex.join([MODEL, "-tp", "2"])
+
+
+@pytest.mark.engine
+def test_the_dspark_commands_parse_with_vllms_parser(vllm_available):
+    from dsv4ctl.serve.vllm_entry import build_serve_parser
+
+    parser = build_serve_parser()
+    flags = [MODEL, "-dp", "8", "--enable-expert-parallel", "--speculative-config", DSPARK]
+    namespace = parser.parse_args(["serve", *flags])
+    found = traps.find_traps(namespace, flags, version="0.34.0", gpu_names=["NVIDIA GB10"] * 8, environ={}, dsv4=True)
+    assert {t.rule for t in found} == {traps.DSPARK_DP_EP, traps.DSPARK_GB10}
+    for trap in found:
+        argv = shlex.split(trap.command)
+        parsed = parser.parse_args(["serve", *argv[2:]])
+        assert parsed.data_parallel_size == 8 and parsed.speculative_config is None
