@@ -35,6 +35,7 @@ refuses), num_blocks, bytes per block and vLLM's error text.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -140,12 +141,39 @@ def worker(release_dir: Path, version: str) -> dict:
     except ImportError:  # 0.27/0.28: no KV layout resolution step
         resolve_kv_cache_layout = None
 
+    # 0.34 removed the V1 model runner (`v1/worker/gpu_model_runner.py` is gone): VLLM_USE_V2_MODEL_RUNNER set to
+    # anything but 1 is a startup error there (`platforms/interface.py:1481-1491`).
+    removed_v1_runner = not (release_dir / "vllm" / "v1" / "worker" / "gpu_model_runner.py").exists()
+
     class _NoCudaEvent:
         def __init__(self, *args, **kwargs):
             pass
 
     torch.cuda.Event = _NoCudaEvent
     flashmla.compute_fp8_einsum_recipe = lambda *a, **k: (None, None)
+    if removed_v1_runner:
+        # 0.34 picks the FP8 linear layers' GEMM kernel when it creates their weights, and no CPU kernel without AMX-FP8
+        # takes block-scaled FP8: the layer keeps no kernel (no GEMM runs here; no KV size reads it).
+        import vllm.model_executor.layers.quantization.fp8 as fp8
+
+        fp8.init_fp8_linear_kernel = lambda *a, **k: None
+
+
+    @contextlib.contextmanager
+    def _cpu_platform_accepts_no_triton():
+        """0.34's CPU platform refuses x86 without triton-cpu at config time (`platforms/cpu.py:239-243`); the venv's
+        Triton has no CPU backend. The check guards the CPU model runner only; no KV size reads it."""
+        try:
+            import vllm.triton_utils as triton_utils
+        except ImportError:
+            yield
+            return
+        saved = triton_utils.HAS_TRITON
+        triton_utils.HAS_TRITON = True
+        try:
+            yield
+        finally:
+            triton_utils.HAS_TRITON = saved
 
     points = []
     configs = builtin_configs()
@@ -154,11 +182,13 @@ def worker(release_dir: Path, version: str) -> dict:
         config = {**configs[model_id], **LAYER_EXTRAS}
         tmp = Path(tempfile.mkdtemp(prefix="dsv4-oracle-"))
         (tmp / "config.json").write_text(json.dumps(config))
-        vc = EngineArgs(
-            model=str(tmp), max_model_len=-1, load_format="dummy", skip_tokenizer_init=True, enforce_eager=True,
-            kv_cache_dtype=KV_CACHE_DTYPE, block_size=BLOCK_SIZE,
-        ).create_engine_config()
-        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
+        with _cpu_platform_accepts_no_triton():
+            vc = EngineArgs(
+                model=str(tmp), max_model_len=-1, load_format="dummy", skip_tokenizer_init=True, enforce_eager=True,
+                kv_cache_dtype=KV_CACHE_DTYPE, block_size=BLOCK_SIZE,
+            ).create_engine_config()
+        if not removed_v1_runner:  # 0.34 removed the V1 runner: the variable selects nothing (and only 1 is accepted)
+            os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
         vc.cache_config.block_size = BLOCK_SIZE  # the CPU platform of 0.27/0.28 forces 16 for MLA
         model_max = vc.model_config.max_model_len
         num_layers = config["num_hidden_layers"]
