@@ -55,6 +55,7 @@ class SizingMode:
     utilization: float  # the resolved value
     utilization_given: bool  # False: the release's default for the mode
     refusal: str | None = None  # vLLM's error when the measured mode is asked for where it cannot run
+    release: str = ""  # the release planned
 
     @property
     def measured(self) -> bool:
@@ -78,7 +79,7 @@ def sizing_mode(
     def made(mode: str, why: str, refusal: str | None = None) -> SizingMode:
         default = MEASURED_DEFAULT_UTILIZATION if mode == MEASURED else ESTIMATE_DEFAULT_UTILIZATION
         given = gpu_memory_utilization is not None
-        return SizingMode(mode, why, float(gpu_memory_utilization) if given else default, given, refusal)
+        return SizingMode(mode, why, float(gpu_memory_utilization) if given else default, given, refusal, version)
 
     if not has_measured_mode(version):
         return made(ESTIMATE, f"vLLM {version} sizes the KV cache from its profile-run estimate only")

@@ -23,6 +23,8 @@ from dsv4ctl.planning.checkpoint.geometry import Dsv4Geometry
 from dsv4ctl.planning.checkpoint.load import load_geometry
 from dsv4ctl.planning.mirror.kv_planner import KvPlan, blocks_per_request
 from dsv4ctl.planning.mirror.layers import worker_layer_sets
+from dsv4ctl.planning.mirror.measured import has_measured_mode
+from dsv4ctl.planning.mirror.refusals import RefusalTexts, refusal_texts
 from dsv4ctl.planning.mirror.plans import Planner, autofit_len, full_context_bytes
 from dsv4ctl.planning.plan.devices import kv_estimate
 from dsv4ctl.planning.plan.flags import LOG_FIELDS, log_only_flags, vllm_flags
@@ -123,11 +125,12 @@ def _plan_one(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4
         raise refusal
     inputs = resolve(request, snapshot, log_facts, geometry)
     sched = scheduling(inputs)
-    memory = worker_memory(inputs, sched)
     tp, pp = inputs.request.tensor_parallel_size, inputs.request.pipeline_parallel_size
     stage_layers = worker_layer_sets(inputs.specs, geometry, pp)
     # Worker order: rank = pp_rank * tp + tp_rank.
     planner = Planner(inputs.specs, [stage_layers[rank // tp] for rank in range(tp * pp)], inputs.version.rules)
+    strides = [w.bytes_per_block for w in planner([1 << 40] * (tp * pp), length=1, auto=False, tokens_in_flight=1).workers]
+    memory = worker_memory(inputs, sched, strides)
     positive = [max(m, 0) for m in memory.per_worker]
     lengths = _plan_lengths(inputs, sched, memory, planner, positive)
     model_max = geometry.model_max_model_len
@@ -169,14 +172,15 @@ def _plan_lengths(
     request, geometry = inputs.request, inputs.geometry
     model_max = geometry.model_max_model_len
     explicit = None if request.is_auto else request.max_model_len
-    auto_plan = planner(positive, length=model_max, auto=True, tokens_in_flight=sched.in_flight)
+    texts, bound = _measured_mode(inputs, memory.source)
+    auto_plan = planner(positive, length=bound, auto=True, tokens_in_flight=sched.in_flight, texts=texts)
     autofit = autofit_len(auto_plan)
     kv_memory = memory.per_worker[auto_plan.limiting_pp_rank]
-    refusal = _refusal(memory.refusal, planner, positive, explicit, auto_plan, geometry, sched.in_flight)
+    refusal = _refusal(memory.refusal, planner, positive, explicit, auto_plan, geometry, sched.in_flight, texts)
     available_kv = kv_estimate(
         request, memory.source, kv_memory, inputs.log_cal,
         memory.replica[auto_plan.limiting_pp_rank] if memory.replica else None, inputs.devices,
-        memory.calibration.log if memory.calibration is not None else None,
+        memory.calibration.log if memory.calibration is not None else None, inputs.sizing,
     )
     below = max(0, available_kv.value - available_kv.low)
     autofit_range = _autofit_range(planner, memory.per_worker, available_kv, model_max, sched.in_flight)
@@ -197,6 +201,29 @@ def _plan_lengths(
     return _Lengths(auto_plan, autofit, explicit, spare, kv_memory, refusal, available_kv, autofit_range, safe)
 
 
+def _measured_mode(inputs: Inputs, source: str) -> tuple[RefusalTexts | None, int]:
+    """vLLM 0.34's measured mode: its after-warm-up refusals, and the upper bound of its final auto-fit (the tentative
+    length a log shows, else the model's maximum); what the mode means said in the notes. Else (None, model max)."""
+    model_max = inputs.geometry.model_max_model_len
+    sizing, log_cal = inputs.sizing, inputs.log_cal
+    if sizing is None or not sizing.measured:
+        if sizing is not None and has_measured_mode(inputs.version.planned):
+            inputs.notes.append(f"KV cache sizing: estimate ({sizing.why})")
+        return None, model_max
+    texts = refusal_texts(True, measured=True, utilization=sizing.utilization, after_warmup=True)
+    bound = model_max
+    if source == "log" and log_cal is not None and log_cal.tentative_autofit_to:
+        bound = min(model_max, log_cal.tentative_autofit_to)
+    given = "" if sizing.utilization_given else " (vLLM's default in this mode)"
+    inputs.notes.append(
+        f"KV cache sizing: measured ({sizing.why}); --gpu-memory-utilization {sizing.utilization:g}{given}; no "
+        "startup refusal for free memory below it; auto-fit is fitted again to the blocks measured after warm-up"
+        + (f", at most the tentative {format_tokens(bound)} of the log" if bound < model_max else "")
+        + "; an explicit --max-model-len that does not fit is refused only after CUDA-graph capture (minutes into the "
+        "start)")
+    return texts, bound
+
+
 def _result(
     inputs: Inputs, sched: Scheduling, memory: WorkerMemory, planner: Planner, positive: list[int],
     lengths: _Lengths, log_cal: LogCalibration | None, verdict: str, why: str,
@@ -206,7 +233,7 @@ def _result(
     auto_plan = lengths.auto_plan
     # The length the command carries: the one asked for where it fits, else the safe one (no command otherwise).
     flags = vllm_flags(request, lengths.explicit if lengths.explicit is not None else max(safe.length, 0),
-                       sched.max_num_batched_tokens, sched.async_on)
+                       sched.max_num_batched_tokens, sched.async_on, inputs.sizing)
     if log_cal is not None and request.inherit_from_log:
         flags += log_only_flags(log_cal)
     limiting = auto_plan.workers[auto_plan.limiting_pp_rank]
@@ -250,12 +277,13 @@ def _result(
         available_kv=lengths.available_kv,
         autofit_range=lengths.autofit_range,
         visible_gpus=inputs.visible_gpus,
+        sizing=inputs.sizing,
     )
 
 
 def _refusal(
     refusal: str | None, planner: Planner, positive: list[int], explicit: int | None, auto_plan: KvPlan,
-    geometry: Dsv4Geometry, in_flight: int,
+    geometry: Dsv4Geometry, in_flight: int, texts: RefusalTexts | None = None,
 ) -> str | None:
     """vLLM's own error text when it would refuse: the memory's, else an explicit length's, else auto-fit's."""
     model_max = geometry.model_max_model_len
@@ -265,7 +293,7 @@ def _refusal(
                 f"User-specified max_model_len ({explicit}) is greater than the derived max_model_len "
                 f"({geometry.max_len_key}={model_max} in model's config.json)."
             )
-        explicit_plan = planner(positive, length=explicit, auto=False, tokens_in_flight=in_flight)
+        explicit_plan = planner(positive, length=explicit, auto=False, tokens_in_flight=in_flight, texts=texts)
         return refusal or explicit_plan.error
     if auto_plan.error:
         return refusal or auto_plan.error
@@ -314,7 +342,17 @@ def _check_log_autofit(
     """The log's figures with this plan's auto-fit for its logged memory; a warning when the log's own auto-fit
     lies outside it (vLLM logs the memory rounded to 0.01 GiB: the run had something in [x - 0.005, x + 0.005))."""
     log_cal = inputs.log_cal
-    if log_cal is None or log_cal.available_kv_bytes is None or source != "log":
+    if log_cal is None or source != "log":
+        return log_cal
+    if inputs.sizing is not None and inputs.sizing.measured:  # the committed blocks: exact, no rounding to widen
+        log_cal = replace(log_cal, predicted_from_log=autofit, predicted_range=(autofit, autofit))
+        if log_cal.autofit_to is not None and log_cal.autofit_to != autofit:
+            inputs.warnings.append(
+                f"the log's final auto-fit ({format_tokens(log_cal.autofit_to)}) differs from the plan for its "
+                f"{log_cal.measured_kv_blocks:,} committed blocks ({format_tokens(autofit)}): check that the flags match "
+                "that run (--max-num-batched-tokens, async scheduling, --kv-cache-dtype, MTP) and its vLLM version")
+        return log_cal
+    if log_cal.available_kv_bytes is None:
         return log_cal
     half = GiB // 200
     low = planner.autofit([max(m - half, 0) for m in positive], model_max, in_flight)
