@@ -237,7 +237,7 @@ def worker_memory(inputs: Inputs, sched: Scheduling, bytes_per_block: list[int])
     elif log_cal is not None and log_cal.available_kv_bytes is not None:
         memory.source, memory.per_worker = "log", [log_cal.available_kv_bytes] * workers
         notes.append("vLLM logs KV memory rounded to 0.01 GiB; the prediction can be a few blocks off near a boundary")
-    elif calibration is not None and not measured_mode and (plans := measured(calibration.startup_plans)) is not None:
+    elif calibration is not None and not measured_mode and (plans := measured(calibration.startup_plans, version=inputs.version.planned)) is not None:
         kv, files = plans
         memory.source, memory.per_worker = "startup_plan", [kv] * workers
         memory.plan_files = [p.path for p in files]
