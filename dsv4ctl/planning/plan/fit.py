@@ -21,9 +21,10 @@ from dsv4ctl.errors import Dsv4ctlError, ExitCode
 from dsv4ctl.logs.facts import LogCalibration
 from dsv4ctl.planning.checkpoint.geometry import Dsv4Geometry
 from dsv4ctl.planning.checkpoint.load import load_geometry
-from dsv4ctl.planning.mirror.kv_planner import KvPlan, blocks_per_request
+from dsv4ctl.planning.mirror.kv_planner import KvPlan, blocks_per_request, version_key
 from dsv4ctl.planning.mirror.layers import worker_layer_sets
 from dsv4ctl.planning.mirror.measured import has_measured_mode
+from dsv4ctl.planning.mirror.versions import choose_vllm_version
 from dsv4ctl.planning.mirror.refusals import RefusalTexts, refusal_texts
 from dsv4ctl.planning.mirror.plans import Planner, autofit_len, full_context_bytes
 from dsv4ctl.planning.plan.devices import kv_estimate
@@ -109,18 +110,27 @@ def plan_fit(
     return result
 
 
-def checkpoint_refusal(geometry: Dsv4Geometry, tensor_parallel_size: int, enable_expert_parallel: bool) -> Dsv4ctlError | None:
-    """What vLLM refuses of this checkpoint at these parallel sizes before any memory matters (heads and FP8 blocks
-    the TP cannot split), as the error to raise (exit 6); None when nothing is refused. fit-length, serve's dry run
-    and serve's preflight all ask it, with or without memory figures."""
-    split = check_split(geometry.extra, tensor_parallel_size, enable_expert_parallel)
+def checkpoint_refusal(
+    geometry: Dsv4Geometry, tensor_parallel_size: int, enable_expert_parallel: bool, vllm_version: str | None = None
+) -> Dsv4ctlError | None:
+    """What vLLM refuses of this checkpoint at these parallel sizes before any memory matters (heads, attention
+    output groups on 0.34+, and FP8 blocks the TP cannot split), as the error to raise (exit 6); None when nothing is
+    refused. fit-length, serve's dry run and serve's preflight all ask it, with or without memory figures.
+    `vllm_version`: the release that runs (None: as fit-length would choose it, the installed one, else the newest)."""
+    try:
+        planned = choose_vllm_version(vllm_version).planned
+    except Dsv4ctlError:
+        planned = None
+    split = check_split(geometry.extra, tensor_parallel_size, enable_expert_parallel,
+                        version_key(planned) if planned else None)
     if split is None:
         return None
     return Dsv4ctlError(split.message, hint=split.hint, exit_code=ExitCode.DOES_NOT_FIT)
 
 
 def _plan_one(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4Geometry) -> tuple[FitResult, Inputs]:
-    refusal = checkpoint_refusal(geometry, request.tensor_parallel_size, bool(request.enable_expert_parallel))
+    refusal = checkpoint_refusal(geometry, request.tensor_parallel_size, bool(request.enable_expert_parallel),
+                                 request.vllm_version)
     if refusal is not None:  # vLLM would refuse the checkpoint itself: no memory plan means anything
         raise refusal
     inputs = resolve(request, snapshot, log_facts, geometry)
