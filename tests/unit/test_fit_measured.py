@@ -148,3 +148,31 @@ def test_cli_034_with_the_flags(cli):
     assert doc["autofit_max_model_len"] == 979_456
     res = cli("fit-length", FLASH, "--kv-cache-memory", "9.81GiB", "--vllm-version", "0.34.0")
     assert "KV sizing: estimated from the profile run" in res.stdout.replace("\n  ", " ")
+
+
+def test_serve_plans_034_with_its_own_defaults(checkpoint):
+    from dsv4ctl.serve import preflight
+    from dsv4ctl.serve.flags_without_vllm import parse_planning_flags
+
+    snap = snapshot(*(h200(i) for i in range(8)))
+    flags = [str(checkpoint), "-tp", "8"]
+    ns = parse_planning_flags(flags, "0.34.0")
+    assert ns.gpu_memory_utilization is None  # 0.34's parser leaves it unset (engine/arg_utils.py:1403)
+    decision = preflight.decide(ns, flags, vllm_version="0.34.0", snapshot_reader=lambda: snap)
+    assert decision.plan["sizing_mode"]["mode"] == "measured" and decision.plan["gpu_memory_utilization"] == 1.0
+    assert not any("utilization" in f for f in decision.flags)
+    off = [*flags, "--no-enable-extensible-kv-cache"]
+    decision = preflight.decide(parse_planning_flags(off, "0.34.0"), off, vllm_version="0.34.0", snapshot_reader=lambda: snap)
+    assert decision.plan["sizing_mode"]["mode"] == "estimate" and decision.plan["gpu_memory_utilization"] == 0.92
+    assert decision.flags[:len(off)] == off and not any("utilization" in f for f in decision.flags)
+
+
+def test_serve_dry_run_for_034_passes_vllms_defaults(cli):
+    res = cli("serve", "--dry-run", "--json", "--vllm-version", "0.34.0", FLASH, "-tp", "4", "--kv-cache-memory-bytes", "10G")
+    doc = json.loads(res.stdout)["serve_preflight"]
+    assert res.exit_code == 0, res.stderr
+    assert not any("utilization" in a for a in doc["vllm_argv"])
+    assert doc["plan"]["vllm_version_planned"] == "0.34.0" and doc["plan"]["sizing_mode"]["mode"] == "estimate"
+    res = cli("serve", "--dry-run", "--json", "--vllm-version", "0.34.0", FLASH, "-tp", "4", "--kv-cache-memory-bytes",
+              "10G", "--no-enable-extensible-kv-cache")
+    assert res.exit_code == 0, res.stderr  # 0.34's flag, read from the table of its flags
