@@ -176,3 +176,12 @@ def test_serve_dry_run_for_034_passes_vllms_defaults(cli):
     res = cli("serve", "--dry-run", "--json", "--vllm-version", "0.34.0", FLASH, "-tp", "4", "--kv-cache-memory-bytes",
               "10G", "--no-enable-extensible-kv-cache")
     assert res.exit_code == 0, res.stderr  # 0.34's flag, read from the table of its flags
+
+
+def test_a_034_log_of_a_fixed_budget_is_the_estimate_path():
+    # --kv-cache-memory-bytes in the log's own flags: vLLM turned the measured mode off (config/vllm.py:3204-3208),
+    # so its "Available KV cache memory" is the KV size.
+    log = _log(available_kv_bytes=int(9.81 * GiB), serve_args={"kv_cache_memory_bytes": 10533407294})
+    result = plan_fit(FitRequest(model=FLASH, from_log="start-0.34.log", max_num_batched_tokens=8192,
+                                 vllm_version="0.34.0", inherit_from_log=True), log_facts=log)
+    assert result.sizing.mode == "estimate" and result.autofit_max_model_len == 979_456

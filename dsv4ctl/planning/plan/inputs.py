@@ -127,7 +127,10 @@ def _sizing(request: FitRequest, version: str, log_cal: LogCalibration | None) -
     """How the launch's vLLM sizes its KV cache: from its flags; a log of that release that shows the mode wins (vLLM
     turns the measured mode off at start when device virtual memory is unusable). vLLM's refusal of the measured mode
     asked for where it cannot run is raised (exit 6)."""
-    flags = dict(gpu_memory_utilization=request.gpu_memory_utilization, kv_cache_memory_bytes=request.kv_cache_memory_bytes,
+    fixed = request.kv_cache_memory_bytes
+    if fixed is None and log_cal is not None and request.inherit_from_log:
+        fixed = log_cal.serve_args.get("kv_cache_memory_bytes")  # the log's start had a fixed budget: its estimate path
+    flags = dict(gpu_memory_utilization=request.gpu_memory_utilization, kv_cache_memory_bytes=fixed,
                  num_gpu_blocks_override=request.num_gpu_blocks_override,
                  enable_extensible_kv_cache=request.enable_extensible_kv_cache, enable_elastic_ep=request.enable_elastic_ep)
     mode = sizing_mode(version, **flags)
