@@ -113,6 +113,7 @@ def test_a_034_log_calibrates_from_its_committed_blocks():
     bounded = plan_fit(FitRequest(model=FLASH, from_log="start-0.34.log", max_num_batched_tokens=8192,
                                   vllm_version="0.34.0"), log_facts=log.__class__(**{**log.__dict__, "tentative_autofit_to": 100_000}))
     assert bounded.autofit_max_model_len == 100_000 < result.autofit_max_model_len
+    assert 0 < bounded.recommended_max_model_len <= 100_000  # a longer explicit length fails the reservation's check
 
 
 def test_a_034_log_that_did_not_reach_the_measurement_is_not_read_as_kv():

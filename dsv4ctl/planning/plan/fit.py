@@ -197,9 +197,11 @@ def _plan_lengths(
     if available_kv.basis == "estimated":
         inputs.notes.append(_estimate_note(available_kv, autofit_range))
     # Recommendation: the one safe-length rule (auto-fit again with the margin off every worker), from the low end.
+    # In 0.34's measured mode an explicit length is first checked against the reservation, which the log's tentative
+    # auto-fit measured: nothing above it is recommended (`bound`, else the model's maximum).
     safe = safe_length(
-        lambda cut, tokens: planner.autofit([max(m - cut - below, 0) for m in positive], model_max, tokens),
-        kv_memory_bytes=kv_memory, model_max=model_max, max_num_batched_tokens=sched.max_num_batched_tokens,
+        lambda cut, tokens: planner.autofit([max(m - cut - below, 0) for m in positive], bound, tokens),
+        kv_memory_bytes=kv_memory, model_max=bound, max_num_batched_tokens=sched.max_num_batched_tokens,
         async_scheduling=sched.async_on, pipeline_parallel_size=request.pipeline_parallel_size,
         margin=as_margin(request.margin),
     )
