@@ -4,6 +4,7 @@
     .venv/bin/python scripts/planner_oracle.py                    # every release under --src
     .venv/bin/python scripts/planner_oracle.py 0.27.1 0.28.0      # some releases
     .venv/bin/python scripts/planner_oracle.py --src DIR --out tests/data/planner
+    .venv/bin/python scripts/planner_oracle.py --measured 0.34.0  # 0.34's measured KV cache: <version>-measured.json
 
 How a release's own code answers, without that release's GPU build:
 - The release's pure-Python sources (the `vllm/` tree unpacked from its wheel, e.g.
@@ -24,12 +25,22 @@ How a release's own code answers, without that release's GPU build:
   and the CPU platform's rewrites set back to what a CUDA launch has: the block size (0.27/0.28's CPU
   platform forces 16 for MLA; CUDA uses 256, the only size DeepSeek-V4's kernels take),
   `max_num_batched_tokens` and `async_scheduling` (per point: async on; with PP = 1 the V1 and V2 runners both allow 2 batches in flight).
+- 0.34.0 removed the V1 runner (`VLLM_USE_V2_MODEL_RUNNER` is then left unset: any value but 1 is an error there),
+  refuses x86 CPUs without triton-cpu when the config is built (`platforms/cpu.py:239-243`: the check is passed for
+  that call only) and picks its FP8 linear layers' GEMM kernel when their weights are created (none takes
+  block-scaled FP8 on this CPU: the layers keep none). None of the three touches a KV size.
 - `--kv-cache-dtype fp8` on every release (see KV_CACHE_DTYPE); FlashMLA stores it as fp8_ds_mla.
 - bytes per block = the release's own `_pool_bytes_per_block` on the groups of the config it returns.
 
 Output: one JSON file per release, `<out>/<version>.json`, with every grid point:
 both models x 8 memory sizes x max_num_batched_tokens 2048/8192 -> auto-fit length (0 when vLLM
 refuses), num_blocks, bytes per block and vLLM's error text.
+
+`--measured` (0.34+): the measured ("extensible") KV cache on a grid of the memory readings its workers take
+(MEASURED_*), each answered by the release's own functions with the readings given as numbers: the tentative
+`get_kv_cache_configs` on the reservation (`enable_extensible_kv_cache` on, so its texts are that mode's),
+`measure_kv_cache_bytes`, `ExtensibleKVCache.blocks_within` (its own `_segments` on the configs' KV tensors; the
+CUDA commit granule, 2 MiB) and `finalize_extensible_kv_cache` -> `<out>/<version>-measured.json`.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ def test_measured_mode_asked_with_a_fixed_size_is_refused_with_vllms_words():
         plan_fit(FitRequest(model=FLASH, kv_cache_memory_bytes=10 * GiB, enable_extensible_kv_cache=True,
                             vllm_version="0.34.0"))
     assert err.value.exit_code == ExitCode.DOES_NOT_FIT
-    # vllm==0.34.0 config/vllm.py:3205-3208, :3263
+    # vllm==0.34.0 config/vllm.py:3203-3207, :3263
     assert ("enable_extensible_kv_cache: it sizes the KV cache from measured memory, which kv_cache_memory_bytes "
             "overrides.") in err.value.message
 
@@ -180,7 +180,7 @@ def test_serve_dry_run_for_034_passes_vllms_defaults(cli):
 
 
 def test_a_034_log_of_a_fixed_budget_is_the_estimate_path():
-    # --kv-cache-memory-bytes in the log's own flags: vLLM turned the measured mode off (config/vllm.py:3204-3208),
+    # --kv-cache-memory-bytes in the log's own flags: vLLM turned the measured mode off (config/vllm.py:3203-3207),
     # so its "Available KV cache memory" is the KV size.
     log = _log(available_kv_bytes=int(9.81 * GiB), serve_args={"kv_cache_memory_bytes": 10533407294})
     result = plan_fit(FitRequest(model=FLASH, from_log="start-0.34.log", max_num_batched_tokens=8192,

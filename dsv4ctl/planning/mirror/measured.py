@@ -1,8 +1,8 @@
 """vLLM 0.34+'s measured ("extensible") KV cache, mirrored: which launches use it, and how it sizes the cache.
 
 Which mode (`sizing_mode`; vllm==0.34.0 `VllmConfig._resolve_extensible_kv_cache`, `config/vllm.py:3180-3269`): on
-for CUDA/ROCm unless `--kv-cache-memory-bytes` (`:3204-3208`), `--num-gpu-blocks-override` (`:3209-3213`), elastic
-EP (`:3214-3218`), a KV connector sharing the cache by legacy CUDA IPC or its own memory pool (`:3219-3230`, not
+for CUDA/ROCm unless `--kv-cache-memory-bytes` (`:3203-3207`), `--num-gpu-blocks-override` (`:3208-3212`), elastic
+EP (`:3213-3217`), a KV connector sharing the cache by legacy CUDA IPC or its own memory pool (`:3218-3230`, not
 read here: a connector's access kind is not a flag) or `--no-enable-extensible-kv-cache`; asked for (`--enable-...`)
 where unsupported it is refused (`:3263`). Releases before 0.34 have only the estimate.
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from dsv4ctl.units import format_gib_vllm
 
 SEE_DOCS = "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
-# vllm==0.34.0 v1/core/kv_cache_planning.py:93-96 (also every earlier release's "No available memory" advice).
+# vllm==0.34.0 v1/core/kv_cache_planning.py:92-96 (also every earlier release's "No available memory" advice).
 ESTIMATE_HINT = ("Try increasing `gpu_memory_utilization` when initializing the engine (this flag also controls CPU "
                  "memory reservation on the CPU backend, despite its name).")
-# vllm==0.34.0 v1/core/kv_cache_planning.py:1427-1431: auto-fit after the measurement found no room.
+# vllm==0.34.0 v1/core/kv_cache_planning.py:1428-1434: auto-fit after the measurement found no room.
 AFTER_WARMUP_AUTOFIT_HINT = ("CUDA graph capture and warmup left no memory for the KV cache. Increase "
                              "`gpu_memory_utilization`, reduce the memory CUDA graphs take (fewer or smaller capture "
                              "sizes in the compilation config), or use more GPUs.")
