@@ -16,7 +16,7 @@ from dsv4ctl.planning.checkpoint.geometry import CheckpointWeights, Dsv4Geometry
 from dsv4ctl.planning.mirror.kv_planner import max_concurrent_batches
 from dsv4ctl.planning.mirror.kv_specs import KvLayoutChoice, LayerKvSpec, resolve_kv_layout
 from dsv4ctl.planning.mirror.layers import build_specs
-from dsv4ctl.planning.mirror.measured import MEASURED, SizingMode, has_measured_mode, sizing_mode
+from dsv4ctl.planning.mirror.measured import MEASURED, SizingMode, blocks_within, has_measured_mode, sizing_mode
 from dsv4ctl.planning.mirror.startup_plans import cache_root, measured
 from dsv4ctl.planning.mirror.versions import VersionChoice, choose_vllm_version
 from dsv4ctl.planning.plan.devices import predict_memory, select_devices
@@ -258,6 +258,9 @@ def worker_memory(inputs: Inputs, sched: Scheduling, bytes_per_block: list[int])
         )
     else:
         _predict(inputs, memory, workers)
+        if measured_mode:  # the blocks whose 2 MiB-granule footprint fits, as `blocks_within` takes them
+            memory.per_worker = [blocks_within(m, b, m // b) * b if m > 0 else m
+                                 for m, b in zip(memory.per_worker, bytes_per_block)]
     if calibration is not None and measured_mode and calibration.startup_plans and memory.source != "startup_plan":
         notes.append("vLLM's startup plans of this configuration hold only a reservation in its measured mode (the "
                      "cache is measured again at every start): not read as the KV size")
