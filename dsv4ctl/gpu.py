@@ -31,6 +31,8 @@ from typing import Any, Callable
 
 from dsv4ctl.errors import GpuUnavailableError, InputError
 from dsv4ctl.files import write_whole
+from dsv4ctl import host
+from dsv4ctl.host import HostMemory
 
 SNAPSHOT_KIND = "dsv4ctl.gpus"
 SNAPSHOT_SCHEMA_VERSION = 1
@@ -145,6 +147,7 @@ class GpuSnapshot:
     source: str  # "nvml" | "file"
     notes: tuple[str, ...] = field(default=())  # things the reader should know (ignored entries, ...)
     hosts: tuple[str, ...] = field(default=())  # several nodes' GPUs pooled: each device's node, in node order
+    host_memory: HostMemory | None = None  # the host's RAM when the snapshot was taken (None: not recorded)
 
     @property
     def whole_gpus(self) -> tuple[GpuDevice, ...]:
@@ -177,7 +180,7 @@ class GpuSnapshot:
             "cuda_visible_devices": self.cuda_visible_devices,
             "notes": list(self.notes),
             "devices": [d.to_json() for d in self.devices],
-        }
+        } | ({"host_memory": self.host_memory.to_json()} if self.host_memory is not None else {})
 
     @classmethod
     def from_json(cls, data: Any) -> GpuSnapshot:
@@ -283,7 +286,18 @@ def _parse_snapshot(data: Any) -> GpuSnapshot:
         cuda_visible_devices=_opt_str(data, "cuda_visible_devices"),
         source="file",
         notes=tuple(notes),
+        host_memory=_parse_host_memory(data.get("host_memory")),
     )
+
+
+def _parse_host_memory(raw: Any) -> HostMemory | None:
+    """A snapshot's optional `host_memory` (snapshots written before it was recorded have none)."""
+    if raw is None:
+        return None
+    try:
+        return HostMemory.from_json(raw)
+    except InputError as exc:
+        raise _Invalid(exc.message) from None
 
 
 def _parse_device(raw: Any, where: str) -> GpuDevice:
@@ -584,6 +598,7 @@ def _collect(nvml: ModuleType, cuda_visible_devices: str | None) -> GpuSnapshot:
         cuda_visible_devices=cuda_visible_devices,
         source="nvml",
         notes=tuple(notes),
+        host_memory=host.read_host_memory(),
     )
 
 
@@ -636,14 +651,9 @@ def _memory(nvml: ModuleType, handle: Any, is_mig: bool = False) -> tuple[int, i
 
 
 def _host_memory() -> tuple[int, int]:
-    """(total, available) bytes of host RAM: psutil where installed, sysconf otherwise."""
-    try:
-        import psutil
-    except ImportError:
-        page = os.sysconf("SC_PAGE_SIZE")
-        return os.sysconf("SC_PHYS_PAGES") * page, os.sysconf("SC_AVPHYS_PAGES") * page
-    host = psutil.virtual_memory()
-    return int(host.total), int(host.available)
+    """(total, available) bytes of host RAM, as `dsv4ctl.host` reads them."""
+    memory = host.read_host_memory()
+    return memory.total_bytes, memory.available_bytes
 
 
 def _processes(nvml: ModuleType, handle: Any) -> tuple[GpuProcess, ...]:

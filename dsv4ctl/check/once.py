@@ -13,6 +13,11 @@ What is judged is what `judge.judge` makes of /health alone (the window's look j
 - a 3xx or 4xx (never vLLM's answer there) or an answer that is not HTTP: `unknown`, not a vLLM API server. A 200
   from another service's health route cannot be told from vLLM's without more requests (/v1/models, /metrics),
   which --once does not send; a 200 with a body (vLLM's has none) is said in a note.
+
+A URL whose path is one of `dsv4ctl serve`'s probe routes (under SERVE_ROUTES, e.g. `http://HOST:PORT/dsv4ctl/livez`,
+dsv4ctl/health/routes.py) is asked as it stands, and its JSON body is the verdict: serve's judgement of the engine's
+progress, made in vLLM's process (docs/serve.md, "Probe routes"). 200: `alive`, with the route's own verdict (healthy,
+busy, stalling) in the evidence; 503: the route's `wedged` or `dead`, anything else it says `unknown`.
 """
 
 from __future__ import annotations
@@ -23,11 +28,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsv4ctl.check.judge import judge
-from dsv4ctl.check.model import EXIT_CODES, HEALTHY, SEVERITY, HttpAnswer, Readings, _answer_json
+from dsv4ctl.check.model import DEAD, EXIT_CODES, HEALTHY, SEVERITY, UNKNOWN, WEDGED, HttpAnswer, Readings, _answer_json
 from dsv4ctl.check.urls import ServerUrl
 from dsv4ctl.errors import ExitCode
 
 ALIVE = "alive"  # what --once can say of a 200: the API server answers; the engine's progress is unseen
+SERVE_ROUTES = "/dsv4ctl/"  # serve's probe routes (dsv4ctl.health.routes.PREFIX); their bodies carry the verdict
+BODY_LIMIT = 65536  # a route's body is a few hundred bytes; a larger one is not serve's
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,8 @@ class OnceCheck:
 def look_once(server: ServerUrl, timeout_s: float = 1.0) -> OnceCheck:
     """GET /health within `timeout_s` (connection, TLS and answer together), judged. Never raises for the server's
     failures: they are the verdict."""
+    if serve_route(server):
+        return _look_route(server, timeout_s)
     health, body_bytes = get_health(server, timeout_s)
     judged = judge(Readings(url=server.shown, health=health, duration_s=health.elapsed_s))
     if judged.verdict != HEALTHY:
@@ -68,13 +77,51 @@ def look_once(server: ServerUrl, timeout_s: float = 1.0) -> OnceCheck:
     return OnceCheck(server.shown, ALIVE, (f"/health answered 200 in {health.elapsed_s:.3f} s",), health, notes)
 
 
+def serve_route(server: ServerUrl) -> bool:
+    from urllib.parse import urlsplit
+
+    return urlsplit(server.base).path.startswith(SERVE_ROUTES)
+
+
+def _look_route(server: ServerUrl, timeout_s: float) -> OnceCheck:
+    """GET of serve's probe route itself; its body's verdict is the look's."""
+    import json
+
+    health, body = _get(server, timeout_s, "", read_body=True)
+    if health.status is None:
+        return OnceCheck(server.shown, judge(Readings(url=server.shown, health=health)).verdict,
+                         (f"{_route(server)}: {health.error or 'no answer'}",), health)
+    try:
+        doc = json.loads(body)
+        verdict, evidence = str(doc["verdict"]), tuple(str(e) for e in doc.get("evidence") or ())
+    except (ValueError, KeyError, TypeError):
+        return OnceCheck(server.shown, UNKNOWN, (f"{_route(server)} answered {health.status} without serve's JSON verdict: "
+                                                 "not a dsv4ctl serve probe route",), health)
+    said = f"{_route(server)} answered {health.status} in {health.elapsed_s:.3f} s: {verdict}"
+    if health.status == 200:
+        return OnceCheck(server.shown, ALIVE, (said, *evidence), health)
+    return OnceCheck(server.shown, verdict if verdict in (WEDGED, DEAD) else UNKNOWN, (said, *evidence), health)
+
+
+def _route(server: ServerUrl) -> str:
+    from urllib.parse import urlsplit
+
+    return urlsplit(server.base).path
+
+
 def worst_once(looks: list[OnceCheck]) -> OnceCheck:
     """The look whose verdict is the worst (alive counts as healthy)."""
     return max(looks, key=lambda c: SEVERITY.get(c.verdict, 0))
 
 
 def get_health(server: ServerUrl, timeout_s: float) -> tuple[HttpAnswer, int]:
-    """(the answer, the body's length as its Content-Length says: 0 when it says none, -1 for a chunked body).
+    """(the answer, the body's length as its Content-Length says: 0 when it says none, -1 for a chunked body)."""
+    health, body = _get(server, timeout_s, "/health")
+    return health, body if isinstance(body, int) else len(body)
+
+
+def _get(server: ServerUrl, timeout_s: float, suffix: str, read_body: bool = False) -> tuple[HttpAnswer, Any]:
+    """GET the server's path + `suffix`: (the answer, the body's length, or with `read_body` its first BODY_LIMIT bytes).
 
     Through the standard library's HTTP client (`http.client`: its status line and header parsing, 1xx answers
     skipped); `timeout_s` bounds the connection (TLS included) and then what is left of it each read."""
@@ -84,7 +131,7 @@ def get_health(server: ServerUrl, timeout_s: float) -> tuple[HttpAnswer, int]:
     split = urlsplit(server.base)
     https = split.scheme.lower() == "https"
     port = split.port or (443 if https else 80)
-    path = quote(split.path.rstrip("/") + "/health", safe="/%:@!$&'()*+,;=~")
+    path = quote(split.path.rstrip("/") + suffix, safe="/%:@!$&'()*+,;=~")
     headers = {"User-Agent": "dsv4ctl-check-once", "Accept": "*/*", "Connection": "close"}
     if split.username is not None:  # http://user:password@host: basic authentication, as httpx sends it
         import base64
@@ -108,7 +155,8 @@ def get_health(server: ServerUrl, timeout_s: float) -> tuple[HttpAnswer, int]:
         chunked = "chunked" in (response.getheader("Transfer-Encoding", "") or "").lower()
         body_bytes = int(length) if length.strip().isdigit() else (-1 if chunked else 0)
         kind = (response.getheader("Content-Type", "") or "").split(";", 1)[0].strip().lower()
-        return HttpAnswer(response.status, time.monotonic() - started, content_type=kind), body_bytes
+        body: Any = response.read(BODY_LIMIT) if read_body else body_bytes
+        return HttpAnswer(response.status, time.monotonic() - started, content_type=kind), body
     except (socket.timeout, TimeoutError):
         return HttpAnswer(None, time.monotonic() - started, error=f"no answer within {timeout_s:.1f} s",
                           timed_out=True), 0

@@ -21,7 +21,7 @@ def fit_length_command(
     num_gpu_blocks_override: int | None = typer.Option(None, "--num-gpu-blocks-override", metavar="N", help="As vLLM: this many KV blocks (turns 0.34's measured KV cache off)."),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", metavar="DTYPE", help="auto, fp8, fp8_e4m3, fp8_ds_mla, bfloat16 (bfloat16 needs FLASHINFER_MLA_SPARSE_DSV4)."),
     attention_backend: str | None = typer.Option(None, "--attention-backend", metavar="NAME", help="FLASHMLA_SPARSE_DSV4 (default off SM12x) or FLASHINFER_MLA_SPARSE_DSV4."),
-    block_size: int | None = typer.Option(None, "--block-size", metavar="TOKENS", help="DeepSeek-V4 supports 256 only (vLLM's choice)."),
+    block_size: int | None = typer.Option(None, "--block-size", metavar="TOKENS", help="DeepSeek-V4: 256 only (vLLM's choice). DeepSeek-V4.1: vLLM picks 64 on H200, 128 on B200."),
     max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens", metavar="TOKENS", help="Default: vLLM's rule for the GPU (8192 on H100/H200)."),
     max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", metavar="N", help="Requests scheduled at once. Default: vLLM's rule for the GPU."),
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", metavar="N", help="GPUs one copy of the model is split over."),
@@ -30,12 +30,14 @@ def fit_length_command(
     enable_expert_parallel: bool = typer.Option(False, "--enable-expert-parallel", "-ep", help="Experts spread whole over TP x DP instead of sliced."),
     async_scheduling: bool | None = typer.Option(None, "--async-scheduling/--no-async-scheduling", help="Default: on, as vLLM."),
     speculative_config: str | None = typer.Option(None, "--speculative-config", metavar="JSON", help='MTP drafting, as vLLM: \'{"method": "mtp", "num_speculative_tokens": 1}\'.'),
+    engram_config: str | None = typer.Option(None, "--engram-config", metavar="JSON", help='DeepSeek-V4.1\'s Engram tables, as vLLM: \'{"cpu_offload": true}\' (default: pinned host memory).'),
     margin: str = typer.Option("5%", "--margin", metavar="SIZE|PERCENT", help="Headroom below the auto-fit ceiling: share of KV memory (floor 512 MiB) or a size."),
     weights_memory: str | None = typer.Option(None, "--weights-memory", metavar="SIZE", help="Weights per GPU (one GPU's share), when no checkpoint dir is given."),
     checkpoint_size: str | None = typer.Option(None, "--checkpoint-size", metavar="SIZE", help="The whole checkpoint's size (e.g. 160GB), split per GPU as vLLM loads it."),
     overhead: str | None = typer.Option(None, "--overhead", metavar="SIZE", help="Non-KV, non-weight memory per GPU (default estimate 6 GiB)."),
     vllm_version: str | None = typer.Option(None, "--vllm-version", metavar="X.Y.Z", help="Plan as this vLLM release does (0.27.1-0.34.0). Default: the installed vLLM, else --from-log's, else the newest known."),
     no_calibration: bool = typer.Option(False, "--no-calibration", help="Ignore the KV memory earlier serve starts measured on this host and configuration."),
+    compare: str | None = typer.Option(None, "--compare", metavar="X.Y.Z", help="Show what changes for this launch under another vLLM release (the upgrade view, docs/upgrade.md): sizing, lengths, fixes, flags, messages, log lines."),
     json_output: bool = typer.Option(False, "--json", help="Print the answer as JSON."),
 ) -> None:
     """Predict vLLM's --max-model-len auto-fit for DeepSeek-V4 and recommend a safe explicit length.
@@ -68,6 +70,7 @@ def fit_length_command(
         async_scheduling=async_scheduling,
         num_speculative_tokens=parse_speculative_config(speculative_config) if speculative_config else 0,
         attention_backend=attention_backend,
+        engram_config=engram_config,
         kv_cache_memory_bytes=parse_memory_flag(kv_cache_memory, what="--kv-cache-memory") if kv_cache_memory else None,
         enable_extensible_kv_cache=extensible_kv_cache,
         num_gpu_blocks_override=num_gpu_blocks_override,
@@ -88,6 +91,9 @@ def fit_length_command(
         log_facts = read_log_facts(from_log)
     else:
         log_facts = None
+    if compare is not None:
+        _render_upgrade(request, compare, log_facts, json_output)
+        return
     result = _plan_fit_or_say_what_replaces_the_gpus(plan_fit, request, log_facts)
     if json_output:
         emit_json(result.to_json())
@@ -127,3 +133,26 @@ def _plan_fit_or_say_what_replaces_the_gpus(plan_fit: Any, request: Any, log_fac
             "(`dsv4ctl gpus --save snapshot.json` there)",
             exit_code=exc.exit_code,
         ) from None
+
+
+def _render_upgrade(request: Any, compare: str, log_facts: Any, json_output: bool) -> None:
+    """--compare: the launch under its release and under COMPARE (dsv4ctl.upgrade); exit 6 when it does not fit
+    under COMPARE, the release being considered."""
+    from dsv4ctl.planning import plan_fit
+    from dsv4ctl.render import emit_json, out_console
+    from dsv4ctl.upgrade import compare_releases
+
+    def plan(req: Any, snapshot: Any = None, log_facts: Any = None) -> Any:
+        return _plan_fit_or_say_what_replaces_the_gpus(lambda r, log_facts=None: plan_fit(r, snapshot=snapshot,
+                                                                                           log_facts=log_facts),
+                                                       req, log_facts)
+
+    view = compare_releases(request, compare, plan=plan, log_facts=log_facts)
+    if json_output:
+        emit_json(view.to_json())
+    else:
+        from dsv4ctl.render.upgrade import render_upgrade
+
+        render_upgrade(view, out_console())
+    if not view.fits_after:
+        raise typer.Exit(int(ExitCode.DOES_NOT_FIT))

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from dsv4ctl.errors import ExitCode
+from dsv4ctl.errors import ExitCode, UsageError
 
 
 SERVE_HELP = """Launch vLLM's OpenAI-compatible server in this process, the way `vllm serve` does.
@@ -53,9 +53,20 @@ def serve_command(
         False, "--no-calibration", help="Plan without the KV memory earlier starts measured on this host and configuration."
     ),
     json_output: bool = typer.Option(False, "--json", help="With --dry-run: the decision as JSON on stdout."),
+    compare: Optional[str] = typer.Option(
+        None, "--compare", metavar="X.Y.Z", help="With --dry-run: what changes for this launch under another vLLM release "
+        "(the upgrade view, docs/upgrade.md) instead of the decision."
+    ),
     watchdog: Optional[float] = typer.Option(
         None, "--watchdog", metavar="SECONDS", help="Check this server as `dsv4ctl check` does; once it is wedged this long, "
         f"write the evidence (and py-spy stacks, where installed) to the log, shut vLLM down and exit {int(ExitCode.WEDGED)} [default: off]."
+    ),
+    probe_grace: Optional[float] = typer.Option(
+        None, "--probe-grace", metavar="SECONDS", help="The probe routes (/dsv4ctl/livez, /readyz, /startupz): liveness "
+        "answers 503 once the engine has made no progress this long (a compile named by the busy source excepted) [default: 60]."
+    ),
+    probe_health: bool = typer.Option(
+        False, "--probe-health", help="vLLM's own /health answers as /dsv4ctl/livez does (503 once wedged) [default: off: /health stays vLLM's]."
     ),
     vllm_help: Optional[str] = typer.Option(
         None, "--vllm-help", metavar="GROUP", help="Show vLLM's serve help for GROUP (`all`, a config group such as ModelConfig, or a search word)."
@@ -81,13 +92,21 @@ def serve_command(
         return
     _check_options(flags, fixes=fixes, json_output=json_output, dry_run=dry_run, vllm_version=vllm_version,
                    pin_length=pin_length, keep_auto=keep_auto, watchdog=watchdog)
+    if compare is not None and not dry_run:
+        raise UsageError("--compare goes with --dry-run", hint="dsv4ctl serve --dry-run --compare X.Y.Z MODEL [flags...]")
+    if probe_grace is not None and not probe_grace > 0:
+        raise UsageError(f"--probe-grace {probe_grace:g}: must be more than 0 seconds", hint="e.g. --probe-grace 60")
     options = ServeOptions(
         log_file=log_file, keep_auto=keep_auto, retry=retry, fixes=fixes, dry_run=dry_run, pin_length=pin_length,
-        vllm_version=vllm_version, no_calibration=no_calibration, watchdog=watchdog,
+        vllm_version=vllm_version, no_calibration=no_calibration, watchdog=watchdog, probe_grace=probe_grace,
+        probe_health=probe_health,
     )
     view = ServeConsole()
     for flag, size in memory_flags:  # stderr: how vLLM will read it (10G = 10 GiB, 10g = 10^9 bytes)
         view.say(f"{flag} read as {describe_bytes(size)}")
+    if dry_run and compare is not None:
+        _upgrade_view(flags, options, compare, json_output)
+        return
     if dry_run:
         decision = plan_only(flags, options)
         if json_output:
@@ -142,6 +161,36 @@ def _finish(result, view) -> None:
 
         warning_line(f"{log_error}: the log is incomplete, and so may be the diagnosis read from it")
     raise typer.Exit(int(result.exit_code))
+
+
+def _upgrade_view(flags: list[str], options, compare: str, json_output: bool) -> None:
+    """--dry-run --compare: the launch's flags read as the dry run reads them, planned under its release and COMPARE."""
+    import dataclasses
+
+    from dsv4ctl.errors import EngineUnavailableError
+    from dsv4ctl.render import emit_json, out_console
+    from dsv4ctl.serve.flags_without_vllm import parse_planning_flags
+    from dsv4ctl.serve.preflight import fit_request_from
+    from dsv4ctl.serve.vllm_entry import parse_serve_flags
+    from dsv4ctl.upgrade import compare_releases
+
+    try:
+        namespace = parse_serve_flags(flags)
+    except EngineUnavailableError:
+        namespace = parse_planning_flags(flags, options.vllm_version)
+    request = fit_request_from(namespace, str(getattr(namespace, "model", None) or ""),
+                               kv_cache_memory_bytes=getattr(namespace, "kv_cache_memory_bytes", None),
+                               vllm_version=options.vllm_version)
+    request = dataclasses.replace(request, no_calibration=options.no_calibration)
+    view = compare_releases(request, compare, argv=flags)
+    if json_output:
+        emit_json(view.to_json())
+    else:
+        from dsv4ctl.render.upgrade import render_upgrade
+
+        render_upgrade(view, out_console())
+    if not view.fits_after:
+        raise typer.Exit(int(ExitCode.DOES_NOT_FIT))
 
 
 def _names_a_model(flags: list[str]) -> bool:

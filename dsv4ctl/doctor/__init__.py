@@ -18,9 +18,9 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from dsv4ctl import __version__
+from dsv4ctl import __version__, host
 from dsv4ctl.doctor.redact import EnvVar, redact, relevant_environment
 from dsv4ctl.doctor.target import MARKER
 from dsv4ctl.errors import Dsv4ctlError
@@ -64,6 +64,7 @@ class DoctorReport:
     notes: tuple[str, ...] = field(default=())
     startup_plans_dir: str | None = None  # vLLM's startup plans (dsv4ctl.planning.mirror.startup_plans): where, and each
     startup_plans: tuple[StartupPlan, ...] = ()
+    host_memory: Any = None  # this host's RAM (`dsv4ctl.host.HostMemory`): what pinned host tables (Engram) draw on
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -84,6 +85,7 @@ class DoctorReport:
             "fixes": [f.to_json() for f in self.fixes],
             "environment": [e.to_json() for e in self.environment],
             "startup_plans": {"dir": self.startup_plans_dir, "plans": [p.to_json() for p in self.startup_plans]},
+            "host_memory": self.host_memory.to_json() if self.host_memory is not None else None,
             "notes": list(self.notes),
         }
 
@@ -177,4 +179,5 @@ def build_report(python: str | None = None, environ: Mapping[str, str] | None = 
         notes=tuple(notes),
         startup_plans_dir=str(startup_plans.cache_root(environ) / "startup_plan"),
         startup_plans=tuple(startup_plans.read_plans(environ)),
+        host_memory=host.read_host_memory(),
     )

@@ -20,6 +20,13 @@ would describe a query row the request does not have):
   for every part). Each remaining chunk has at least one query token; every query row is still
   computed exactly once.
 
+DeepSeek-V4.1's FlashMLA attention (`vllm/models/deepseek_v41/nvidia/flashmla.py`, a class of the same name; its
+`_forward_prefill` at line 248 in 0.32.0, 269 in 0.33.0, 281 in 0.34.0) walks the same chunk plan (with
+`has_compressed=`) and calls `flash_mla_sparse_fwd(q=q[query_start:query_end, ...])` unguarded in all three: the
+same bug, the same wrapper. Its module imports DeepSeek-V4's first (`vllm.models.deepseek_v4.nvidia.ops.o_proj`), so
+the V4 class is wrapped when the registry's target lands and the V4.1 class when its own module is imported
+(`install_v41`, a watch of its own), each only where its `_forward_prefill` has no guard.
+
 Need: `_forward_prefill` has no guard before the kernel call (an `if` on the query range or on
 `num_prefill_tokens` that skips) and the real `get_prefill_chunk_plan`, run on a one-request batch
 with zero query tokens, still plans a chunk for it; and this vLLM build ships FlashMLA's kernels
@@ -289,7 +296,56 @@ def install() -> str:
     if isinstance(targets, str):
         raise RuntimeError(targets)
     cls, method, _, metadata_index = targets
+    v41 = _watch_v41()
     if is_wrapper(method, NAME):
-        return f"{ATTENTION_CLASS}.{METHOD} already wrapped"
+        return f"{ATTENTION_CLASS}.{METHOD} already wrapped{v41}"
     setattr(cls, METHOD, _make_wrapper(method, metadata_index))
-    return f"wrapped {ATTENTION_CLASS}.{METHOD} (empty query ranges skipped before {KERNEL})"
+    return f"wrapped {ATTENTION_CLASS}.{METHOD} (empty query ranges skipped before {KERNEL}){v41}"
+
+
+V41_MODULE = "vllm.models.deepseek_v41.nvidia.flashmla"
+V41_FILE = ("models", "deepseek_v41", "nvidia", "flashmla.py")
+
+
+def install_v41(module: Any = None) -> str:
+    """Wrap DeepSeek-V4.1's `_forward_prefill` where it has the same unguarded call; the reason otherwise."""
+    import importlib
+
+    module = module if module is not None else importlib.import_module(V41_MODULE)
+    cls = getattr(module, ATTENTION_CLASS, None)
+    method = inspect.getattr_static(cls, METHOD, None) if isinstance(cls, type) else None
+    if not callable(method):
+        return f"{V41_MODULE}.{ATTENTION_CLASS}.{METHOD} not found"
+    if is_wrapper(method, NAME):
+        return "DeepSeek-V4.1's already wrapped"
+    params = list(inspect.signature(unwrap(method, NAME)).parameters)
+    if params[:1] != ["self"] or METADATA_PARAM not in params or not callable(getattr(module, KERNEL, None)):
+        return f"DeepSeek-V4.1's {METHOD} has an unexpected shape ({', '.join(params)})"
+    if _guards_empty_range(unwrap(method, NAME)) is not False:
+        return f"DeepSeek-V4.1's {METHOD} already skips empty query ranges (or could not be read)"
+    setattr(cls, METHOD, _make_wrapper(method, params.index(METADATA_PARAM) - 1))
+    return f"wrapped DeepSeek-V4.1's {ATTENTION_CLASS}.{METHOD}"
+
+
+def _watch_v41() -> str:
+    """DeepSeek-V4.1's class wrapped now if its module is loaded, else when it is; what was done, as a suffix."""
+    import logging
+    import sys
+
+    root = _vllm_dir()
+    if root is None or not root.joinpath(*V41_FILE).is_file():
+        return ""
+    if V41_MODULE in sys.modules and hasattr(sys.modules[V41_MODULE], ATTENTION_CLASS):
+        return f"; {install_v41(sys.modules[V41_MODULE])}"
+    from dsv4ctl.fixes import post_import
+    from dsv4ctl.fixes.base import LOG_PREFIX, LOGGER_NAME
+
+    def landed(module: Any) -> None:
+        log = logging.getLogger(LOGGER_NAME)
+        try:
+            log.info("%s %s: %s", LOG_PREFIX, NAME, install_v41(module))
+        except Exception as exc:  # noqa: BLE001 - the import itself must succeed
+            log.warning("%s %s: DeepSeek-V4.1's not wrapped: %s: %s", LOG_PREFIX, NAME, type(exc).__name__, exc)
+
+    post_import.finder().watch(V41_MODULE, f"{LOGGER_NAME}:{NAME}:v41", landed)
+    return f"; DeepSeek-V4.1's when {V41_MODULE} is imported"

@@ -41,6 +41,7 @@ from dsv4ctl.planning.plan.fit import (
     speculative_tokens,
 )
 from dsv4ctl.planning.plan.safe_length import SafeLength, safe_length_scaled
+from dsv4ctl.planning.plan.v41 import v41_launch_refusal
 
 __all__ = [
     "DEFAULT_GPU_MEMORY_UTILIZATION",
@@ -69,4 +70,5 @@ __all__ = [
     "safe_length_scaled",
     "speculative_tokens",
     "startup_plans",
+    "v41_launch_refusal",
 ]

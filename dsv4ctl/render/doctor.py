@@ -11,6 +11,7 @@ from rich.console import Console
 
 from dsv4ctl.doctor import DoctorReport
 from dsv4ctl.render import print_prose
+from dsv4ctl.render.gpus import host_memory_line
 from dsv4ctl.units import format_gib
 
 
@@ -77,6 +78,8 @@ def doctor_lines(report: DoctorReport) -> list[str]:
     else:
         lines.append(f"GPUs       {len(snapshot.devices)}")
         lines.extend(f"  {line}" for line in snapshot.summary_lines())
+    if report.host_memory is not None:
+        lines.append(f"host RAM   {host_memory_line(report.host_memory)}")
     if not report.target_error:
         lines.extend(_deepgemm_lines(t.get("deepgemm")))
     env_value = "unset" if report.fixes_env is None else repr(report.fixes_env)

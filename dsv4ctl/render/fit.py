@@ -27,6 +27,7 @@ def render_fit(result: FitResult, console: Console) -> None:
     if result.gpus:
         console.print()
         print_table(console, _gpu_table(result), _gpu_table(result, narrow=True), heading_columns=2)
+    _host_lines(result, console)
     if result.log is not None:
         _log_line(result, console)
     console.print()
@@ -51,6 +52,14 @@ def render_fit(result: FitResult, console: Console) -> None:
 def _what_would_fit(result: FitResult, console: Console) -> None:
     """No command for a plan that does not fit; what would instead, each planned, with its command; else what is
     missing, from the decision's own cause."""
+    host = result.engram_host
+    if host is not None and host.verdict == "short":
+        print_prose(console, "No change dsv4ctl can plan here makes room: the node pins the Engram tables whatever the "
+                    f"KV cache: a host with at least {format_gib(host.per_node_pinned)} available "
+                    f"({format_gib(host.per_node_exact)} of data), or the tables in GPU memory "
+                    "(--engram-config '{\"cpu_offload\": false}', their share added to every GPU's weights).",
+                    subsequent_indent=HANG)
+        return
     if not result.alternatives:
         need = format_gib(result.full_context_kv_memory_bytes)
         if any(g.refusal for g in result.gpus):
@@ -78,19 +87,40 @@ def _what_would_fit(result: FitResult, console: Console) -> None:
         print_command(console, alt.vllm_command)
 
 
+def _layer_mix(g) -> str:
+    """The layers by compression: DeepSeek-V4's ratios 4 and 128; V4.1's ratios 2 and 1 and the kv sources that own
+    the compressed caches."""
+    if g.v41 is None:
+        return f"{g.num_csa_layers}×ratio 4, {g.num_hca_layers}×ratio 128, {g.num_swa_only_layers}×sliding only"
+    ratios = g.compress_ratios
+    sources = ", ".join(map(str, g.v41.kv_source_layer_ids))
+    return (f"{ratios.count(2)}×ratio 2, {ratios.count(1)}×ratio 1, {ratios.count(0)}×sliding only; compressed caches "
+            f"on kv sources {sources}")
+
+
+def _host_lines(result: FitResult, console: Console) -> None:
+    """DeepSeek-V4.1: the Engram tables' host memory, its arithmetic line by line."""
+    plan = result.engram_host
+    if plan is None:
+        return
+    console.print()
+    console.print("Host memory (Engram tables):", markup=False)
+    for line in plan.lines:
+        print_prose(console, f"  {line}", subsequent_indent=HANG + "  ")
+
+
 def _plan_lines(result: FitResult, console: Console) -> None:
     """What was planned: the model, the KV layout, the scheduling, the KV memory and its range."""
     g = result.geometry
     print_prose(
         console,
-        f"{g.model}  {g.num_hidden_layers} layers ({g.num_csa_layers}×ratio 4, {g.num_hca_layers}×ratio 128, "
-        f"{g.num_swa_only_layers}×sliding only), planned as {result.version.describe()}",
+        f"{g.model}  {g.num_hidden_layers} layers ({_layer_mix(g)}), planned as {result.version.describe()}",
         subsequent_indent=HANG,
     )
     print_prose(console, f"checkpoint: {g.checkpoint}", subsequent_indent=HANG)  # which files (or preset) were read
     print_prose(
         console,
-        f"KV cache: {result.layout.kv_cache_dtype} ({result.layout.attention_class}), block {DSV4_BLOCK_SIZE}, "
+        f"KV cache: {result.layout.kv_cache_dtype} ({result.layout.attention_class}), block {result.block_size or DSV4_BLOCK_SIZE}, "
         f"{result.num_kv_layers} cache layers in {result.num_kv_cache_groups} groups, "
         f"{format_tokens(result.bytes_per_block)} bytes per block",
         subsequent_indent=HANG,

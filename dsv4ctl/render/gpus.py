@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dsv4ctl.gpu import GpuDevice, GpuSnapshot
+from dsv4ctl.host import HostMemory
 from dsv4ctl.render import print_prose, wrap_prose
 from dsv4ctl.render.tables import counted, fit_table, group_same, index_ranges, natural_width, pack
 from dsv4ctl.units import format_gib, gib
@@ -80,6 +81,15 @@ def device_lines(d: GpuDevice) -> list[str]:
     return lines
 
 
+def host_memory_line(memory: HostMemory) -> str:
+    """The host's RAM in one line: available of total (what pinned host tables such as DeepSeek-V4.1's Engram draw
+    on), and /dev/shm where it was read."""
+    where = ", ".join(p for p in (memory.hostname, memory.source) if p)
+    shm = (f"; /dev/shm {format_gib(memory.shm_free_bytes)} free of {format_gib(memory.shm_total_bytes)}"
+           if memory.shm_total_bytes is not None and memory.shm_free_bytes is not None else "")
+    return f"{format_gib(memory.available_bytes)} available of {format_gib(memory.total_bytes)} ({where}){shm}"
+
+
 def render_gpus(snapshot: GpuSnapshot, console: Console) -> None:
     """The `dsv4ctl gpus` report: origin line, device table, UUIDs with their processes, legend."""
     table, narrow = gpus_table(snapshot), gpus_table(snapshot, narrow=True)
@@ -93,6 +103,8 @@ def render_gpus(snapshot: GpuSnapshot, console: Console) -> None:
     for line in pack(snapshot_origin(snapshot).split(" · "), console.width, sep=" · ", hang="  "):
         console.print(line, markup=False, soft_wrap=True)
     console.print(layout)
+    if snapshot.host_memory is not None:
+        print_prose(console, f"host memory: {host_memory_line(snapshot.host_memory)}")
     for d in snapshot.devices:
         for line in device_lines(d):
             for part in wrap_prose(line, console.width, subsequent_indent=" " * (len(line) - len(line.lstrip()) + 4)):

@@ -36,6 +36,8 @@ class ServeOptions:
     no_calibration: bool = False  # plan without the calibration records of earlier starts
     vllm_version: str | None = None  # --dry-run only: plan as this release (default: the installed vLLM)
     watchdog: float | None = None  # end the server once wedged this many seconds (serve/watchdog.py)
+    probe_grace: float | None = None  # the probe routes' liveness grace (dsv4ctl/health; default there)
+    probe_health: bool = False  # vLLM's /health answers as the liveness route does
 
 
 @dataclass
@@ -103,6 +105,7 @@ def plan_only(flags: list[str], options: ServeOptions) -> PreflightDecision:
     if note:
         decision.notes.insert(0, note)
     _say_environment(decision, apply_environment(options.fixes, env=dict(os.environ)))  # a copy: nothing is set
+    _say_routes(decision, namespace)
     return decision
 
 
@@ -117,6 +120,17 @@ def _another_release(version: str | None) -> bool:
         return False  # no parser here: parse_serve_flags says so, and the table reads the flags
     minor = lambda v: ".".join(v.split("+")[0].split(".")[:2])  # noqa: E731
     return minor(version) != minor(installed)
+
+
+def _say_routes(decision: PreflightDecision, namespace: Any) -> None:
+    """The flag serve adds to vLLM's at start (`probe_routes`), said where the command line is shown without it."""
+    if not getattr(namespace, "headless", False):
+        from dsv4ctl.health import routes
+
+        decision.notes.append(
+            f"serve adds --middleware {routes.MIDDLEWARE} at start: its probe routes {routes.LIVENESS}, "
+            f"{routes.READINESS} and {routes.STARTUP} (docs/serve.md, \"Probe routes\")"
+        )
 
 
 def _say_environment(decision: PreflightDecision, environment: dict[str, str]) -> None:
@@ -154,6 +168,7 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
             no_calibration=options.no_calibration,
         )
         _say_environment(decision, environment)
+        _say_routes(decision, namespace)
         view.decision(decision)
         if decision.action == REFUSE:
             refusal = decision.refusal
@@ -161,8 +176,9 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
                 session.note_in_log(f"refused, vLLM not started: {refusal.message}")
         else:
             dog = _start_watchdog(namespace, options)
+            routes = probe_routes(namespace, options, phase=session.phase)
             try:
-                session.run(lambda: run_vllm_serve(decision.flags))
+                session.run(lambda: run_vllm_serve([*decision.flags, *routes]))
             finally:
                 if dog is not None:
                     dog.stop()
@@ -221,6 +237,23 @@ class _RememberReady:
             self.view.say(f"warning: {warning}", style="yellow")
 
 
+def probe_routes(namespace: Any, options: ServeOptions, *, phase: Any = None, busy: Any = None) -> list[str]:
+    """The flags that have vLLM install serve's probe routes (dsv4ctl/health/routes.py) through its own `--middleware`
+    hook, with their settings in the environment vLLM's API server processes inherit. None for `--headless` (no API
+    server). `busy`: the source that names what compiles (health.judgement.BusySource); `phase`: serve's startup
+    phase."""
+    if getattr(namespace, "headless", False):
+        return []
+    from dsv4ctl.health import routes
+
+    if options.probe_grace is not None:
+        os.environ[routes.GRACE_ENV] = f"{options.probe_grace:g}"
+    if options.probe_health:
+        os.environ[routes.HEALTH_ENV] = "1"
+    routes.set_sources(busy=busy, phase=phase)
+    return ["--middleware", routes.MIDDLEWARE]
+
+
 def _start_watchdog(namespace: Any, options: ServeOptions) -> Any:
     """`--watchdog SECONDS`: the thread that checks this server (None when off)."""
     if options.watchdog is None:
@@ -275,4 +308,8 @@ def retry_argv(flags: list[str], options: ServeOptions, length: int, log_file: P
         argv += ["--no-calibration"]
     if options.watchdog is not None:
         argv += ["--watchdog", f"{options.watchdog:g}"]
+    if options.probe_grace is not None:
+        argv += ["--probe-grace", f"{options.probe_grace:g}"]
+    if options.probe_health:
+        argv += ["--probe-health"]
     return argv + set_max_model_len(flags, length)

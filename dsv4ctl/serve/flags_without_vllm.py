@@ -51,6 +51,8 @@ _PLANNING_FLAGS: tuple[tuple[tuple[str, ...], str, str], ...] = (
     (("--data-parallel-size-local", "-dpl"), "data_parallel_size_local", "int"),
     (("--attention-backend",), "attention_backend", "str"),
     (("--speculative-config",), "speculative_config", "json"),
+    (("--engram-config",), "engram_config", "json"),  # DeepSeek-V4.1 (0.30.0+): the Engram tables' place
+    (("--ubatch-size",), "ubatch_size", "int"),
     (("--uds",), "uds", "str"),
     (("--num-gpu-blocks-override",), "num_gpu_blocks_override", "int"),
     (("--model",), "model", "str"),
@@ -63,6 +65,7 @@ _PLANNING_SWITCHES = {
     "--enable-extensible-kv-cache": ("enable_extensible_kv_cache", True),
     "--no-enable-extensible-kv-cache": ("enable_extensible_kv_cache", False),
     "--enable-elastic-ep": ("enable_elastic_ep", True), "--no-enable-elastic-ep": ("enable_elastic_ep", False),
+    "--enable-dbo": ("enable_dbo", True), "--no-enable-dbo": ("enable_dbo", False),
 }
 
 

@@ -253,6 +253,22 @@ def _plan(
     return result, notes, kv_bytes
 
 
+# vLLM's refusal of DBO / microbatching with DeepSeek-V4.1's Engram, verbatim (`parallel_config.use_ubatching`:
+# --enable-dbo or --ubatch-size > 1, config/parallel.py:720-721).
+V41_DBO_REFUSAL = ("DeepSeek V4.1 Engram does not support DBO or microbatching. Disable --enable-dbo and set "
+                   "--ubatch-size to 0.")
+
+
+def _this_host() -> Any:
+    """This node's memory (serve runs here), or None where it cannot be read."""
+    from dsv4ctl import host
+
+    try:
+        return host.read_host_memory()
+    except OSError:
+        return None
+
+
 def _checkpoint_refusal(namespace: argparse.Namespace, geometry: Any, vllm_version: str | None = None) -> Dsv4ctlError | None:
     """What vLLM refuses of this checkpoint at the launch's parallel sizes (fit-length's check: heads, the attention
     output groups on 0.34+, FP8 blocks; and EPLB's even spread of the experts), before any memory is read.
@@ -265,6 +281,17 @@ def _checkpoint_refusal(namespace: argparse.Namespace, geometry: Any, vllm_versi
 
     ep = bool(getattr(namespace, "enable_expert_parallel", False))
     refused = checkpoint_refusal(geometry, size("tensor_parallel_size"), ep, vllm_version)
+    if refused is None and getattr(geometry, "v41", None) is not None:
+        from dsv4ctl.planning import v41_launch_refusal
+
+        refused = v41_launch_refusal(
+            geometry, tensor_parallel_size=size("tensor_parallel_size"), data_parallel_size=size("data_parallel_size"),
+            speculative_config=getattr(namespace, "speculative_config", None),
+            engram_config=getattr(namespace, "engram_config", None), host=_this_host())
+        if refused is None and (getattr(namespace, "enable_dbo", False) or size("ubatch_size") > 1):
+            refused = Dsv4ctlError(f"vLLM refuses this launch: \"{V41_DBO_REFUSAL}\" (vllm==0.34.0 config/vllm.py:1418-1421, "
+                                   "0.33.0 :1479-1482)", hint="drop --enable-dbo and --ubatch-size",
+                                   exit_code=ExitCode.DOES_NOT_FIT)
     if refused is None and ep and getattr(namespace, "enable_eplb", False):
         refused = _eplb_refusal(geometry.extra, size("tensor_parallel_size") * size("data_parallel_size"))
     return refused

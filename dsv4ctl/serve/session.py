@@ -183,6 +183,12 @@ class ServeSession:
             self._restore_handlers()
         return False
 
+    def phase(self) -> str | None:
+        """The startup phase the latest of vLLM's lines showed (logs.timeline PHASES); None before the first. Read
+        from other threads: one list index."""
+        events = self._feed.events if self._feed is not None else []
+        return events[-1][1] if events else None
+
     def note_in_log(self, text: str) -> None:
         """A line of dsv4ctl's own for the log only (`dsv4ctl serve: <text>`), after all of vLLM's: why a start
         ended before vLLM ran, which the terminal shows as the command's error."""

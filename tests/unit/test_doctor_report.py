@@ -156,3 +156,14 @@ def test_doctor_lists_vllms_startup_plans(cli, bare_python, tmp_path):
     assert [p["fingerprint"] for p in doc["startup_plans"]["plans"]] == [fp]
     text = cli("doctor", "--python", bare_python, env=env).stdout
     assert "plans      1 vLLM startup plan in" in text and f"  {fp}: KV 7.00 GiB, free at start 130.00 GiB" in text
+
+
+def test_doctor_shows_the_hosts_memory_from_the_host_reader(cli, bare_python, monkeypatch):
+    from dsv4ctl import host
+
+    memory = host.HostMemory(2048 << 30, 1900 << 30, "node-a", "psutil", 1024 << 30, 1000 << 30)
+    monkeypatch.setattr(host, "read_host_memory", lambda: memory)
+    doc = json.loads(cli("doctor", "--json", "--python", bare_python).stdout)
+    assert doc["host_memory"]["total_bytes"] == 2048 << 30 and doc["host_memory"]["available_bytes"] == 1900 << 30
+    text = " ".join(cli("doctor", "--python", bare_python).stdout.split())
+    assert "host RAM 1900.00 GiB available of 2048.00 GiB (node-a, psutil); /dev/shm 1000.00 GiB free of 1024.00 GiB" in text

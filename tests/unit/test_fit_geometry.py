@@ -142,9 +142,11 @@ def test_cached_non_dsv4_id_is_rejected(tmp_path, monkeypatch):
         (lambda c: c.update(index_head_dim=512), "for index_head_dim 128 only"),
         (lambda c: c.update(compress_ratios=[128 if r == 4 else r for r in c["compress_ratios"]]),
          "no layer with compression ratio 4"),
-        (lambda c: c.update(architectures=["DeepseekV41ForCausalLM"]), "architecture DeepseekV41ForCausalLM is not planned"),
+        # A DeepSeek-V4 layout labelled V4.1: read as V4.1, whose layers vLLM refuses for a ratio of 4.
+        (lambda c: c.update(architectures=["DeepseekV41ForCausalLM"]), "DeepSeek V4.1 layer 2 has compress_ratio=4"),
         (lambda c: c.update(architectures=["DeepseekV41ForCausalLM"], model_type="deepseek_v41"),
-         "architecture DeepseekV41ForCausalLM is not planned"),
+         "only 0 \\(sliding window\\), 1 and 2 are supported"),
+        (lambda c: c.update(architectures=["DeepseekV42ForCausalLM"]), "architecture DeepseekV42ForCausalLM is not planned"),
         (lambda c: c.update(architectures=["SomethingElseForCausalLM"]), "architecture SomethingElseForCausalLM is not planned"),
     ],
 )
@@ -159,11 +161,11 @@ def test_unmodelled_layouts_are_refused(tmp_path, mutate, message):
 
 def test_unmodelled_layout_is_one_line_and_exit_1(cli, tmp_path):
     config = builtin_config(FLASH)
-    config["architectures"] = ["DeepseekV41ForCausalLM"]
+    config["architectures"] = ["DeepseekV42ForCausalLM"]
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     result = cli("fit-length", str(path), "--kv-cache-memory", "10GiB")
     assert result.exit_code == 1
-    assert "DeepseekV41ForCausalLM" in result.stderr and "Traceback" not in result.output
+    assert "DeepseekV42ForCausalLM" in result.stderr and "Traceback" not in result.output
     assert result.stdout == ""
 

@@ -1,6 +1,6 @@
 """fit-length and serve refuse what vLLM cannot load or dsv4ctl does not model: a tensor-parallel size that
 cuts the checkpoint's FP8 blocks (the arithmetic from its config.json, and the sizes that split), and
-DeepSeek-V4.1 ("not modelled", never a V4.0 plan)."""
+a DeepSeek-V4 layout labelled DeepSeek-V4.1 (vLLM's own refusal of its ratios, never a V4.0 plan)."""
 
 from __future__ import annotations
 
@@ -73,16 +73,19 @@ def test_the_arithmetic_comes_from_the_checkpoints_own_config(cli, tmp_path):
     assert f"{', '.join(str(t) for t in (1, 2, 4, 8, 16))} (they also divide the 64 attention heads)" in result.stderr
 
 
-def test_deepseek_v41_is_refused_plainly(cli, tmp_path):
+V41_REFUSAL = "DeepSeek V4.1 layer 2 has compress_ratio=4; only 0 (sliding window), 1 and 2 are supported."
+
+
+def test_a_v4_layout_labelled_v41_is_refused_plainly(cli, tmp_path):
     config = builtin_config(FLASH)
     config["architectures"] = ["DeepseekV41ForCausalLM"]
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     text = cli("fit-length", str(path), "--kv-cache-memory", "10GiB")
     assert text.exit_code == 1 and text.stdout == ""
-    assert "DeepSeek-V4.1 is not modelled" in text.stderr
+    assert V41_REFUSAL in " ".join(text.stderr.split())
     doc = cli("fit-length", str(path), "--kv-cache-memory", "10GiB", "--json")
-    assert "DeepSeek-V4.1 is not modelled" in json.loads(doc.stdout)["error"]["message"]
+    assert V41_REFUSAL in json.loads(doc.stdout)["error"]["message"]
 
 
 def _ns(model: str, **kw) -> argparse.Namespace:
@@ -107,13 +110,13 @@ def test_serve_refuses_pro_at_tp_16_before_vllm_starts():
     assert "1, 2, 4, 8" in decision.refusal.hint
 
 
-def test_serve_passes_deepseek_v41_to_vllm_with_the_reason(tmp_path):
+def test_serve_passes_a_v4_layout_labelled_v41_to_vllm_with_the_reason(tmp_path):
     config = builtin_config(FLASH)
     config["architectures"] = ["DeepseekV41ForCausalLM"]
     (tmp_path / "config.json").write_text(json.dumps(config))
     decision = preflight.decide(_ns(str(tmp_path), kv_cache_memory_bytes=20 << 30), [str(tmp_path)],
                                 snapshot_reader=_no_gpu)
-    assert decision.action == preflight.PASS_THROUGH and "DeepSeek-V4.1 is not modelled" in decision.reason
+    assert decision.action == preflight.PASS_THROUGH and V41_REFUSAL in decision.reason
     assert decision.plan is None
 
 

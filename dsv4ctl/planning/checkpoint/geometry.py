@@ -20,14 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from dsv4ctl.errors import InputError
+from dsv4ctl.planning.checkpoint import v41 as v41_config
 
 DSV4_ARCHITECTURES = ("DeepseekV4ForCausalLM", "DeepseekV4ForConditionalGeneration")
-# DeepSeek-V4.1 (vLLM 0.30.0+): its compress-ratio-1 layers keep a full compressed cache (vLLM's sparse_swa.py
-# `get_prefill_chunk_plan(has_compressed=...)`, "v4.1 ... compress_ratio==1 layers DO have a full-length
-# compressed cache"), a layout not mirrored here: refused plainly, never planned as V4.0.
-DSV41_ARCHITECTURE = "DeepseekV41ForCausalLM"
-DSV41_NOT_MODELLED = ("DeepSeek-V4.1 is not modelled: its compress-ratio-1 layers keep a full compressed cache, "
-                      "so a plan with DeepSeek-V4.0's layout would be wrong")
 DSV4_MODEL_TYPES = ("deepseek_v4",)
 BUILTIN_FILE = "builtin_models.json"
 
@@ -90,6 +85,7 @@ class Dsv4Geometry:
     weights: CheckpointWeights | Any | None = None
     revision: str | None = None  # the checkpoint revision (commit) the config describes, when known
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    v41: v41_config.V41Facts | None = None  # DeepSeek-V4.1's kv/index sources, two-level top-k and Engram tables
 
     @property
     def num_csa_layers(self) -> int:
@@ -103,6 +99,8 @@ class Dsv4Geometry:
 
     @property
     def num_swa_only_layers(self) -> int:
+        if self.v41 is not None:  # DeepSeek-V4.1: ratio 1 is a full-length compressed cache, not sliding-only
+            return sum(1 for r in self.compress_ratios if r == 0)
         return sum(1 for r in self.compress_ratios if r <= 1)
 
     @property
@@ -157,7 +155,7 @@ class Dsv4Geometry:
             "model_max_model_len": self.model_max_model_len,
             "config_path": self.config_path,
             "weights": self.weights.to_json() if self.weights is not None else None,  # a hub read not yet made: None
-        }
+        } | ({"deepseek_v41": self.v41.to_json()} if self.v41 is not None else {})
 
 
 def builtin_model_ids() -> list[str]:
@@ -204,6 +202,8 @@ def _geometry_from_config(
     directory: Path | None,
 ) -> Dsv4Geometry:
     where = config_path or model
+    if v41_config.is_v41(config):
+        return _v41_geometry(config, model=model, source=source, config_path=config_path, weights=weights, directory=directory)
     config, arch = _dsv4_config(config, where)
     num_layers = _int_field(config, "num_hidden_layers", where)
     num_mtp = _int_field(config, "num_nextn_predict_layers", where, default=0, minimum=0)
@@ -233,6 +233,43 @@ def _geometry_from_config(
     )
 
 
+def _v41_geometry(
+    config: dict[str, Any],
+    *,
+    model: str,
+    source: str,
+    config_path: str | None,
+    weights: CheckpointWeights | None,
+    directory: Path | None,
+) -> Dsv4Geometry:
+    """DeepSeek-V4.1's geometry from its nested config.json (`v41.py` reads the V4.1-only values)."""
+    where = config_path or model
+    flat = v41_config.flatten(config)
+    num_layers = _int_field(flat, "num_hidden_layers", where)
+    ratios = v41_config.compress_ratios(flat, num_layers, where)
+    facts = v41_config.read_v41(flat, num_layers, ratios, where)
+    max_len, key = _max_len(flat, where, directory)
+    return Dsv4Geometry(
+        model=model,
+        source=source,
+        config_form="compress_ratios",
+        architecture=v41_config.ARCHITECTURE,
+        num_hidden_layers=num_layers,
+        compress_ratios=ratios,
+        num_nextn_predict_layers=facts.dspark_stages,
+        sliding_window=_int_field(flat, "sliding_window", where),
+        head_dim=_int_field(flat, "head_dim", where, default=512),
+        index_head_dim=_int_field(flat, "index_head_dim", where, default=128),
+        model_max_model_len=max_len,
+        max_len_key=key,
+        config_path=config_path,
+        weights=weights,
+        extra={k: flat.get(k) for k in ("hidden_size", "num_attention_heads", "n_routed_experts",
+                                        "moe_intermediate_size", "quantization_config") if k in flat},
+        v41=facts,
+    )
+
+
 def _dsv4_config(config: dict[str, Any], where: str) -> tuple[dict[str, Any], str | None]:
     """The text model's config (a multimodal wrapper's `text_config`) and its planned architecture; refuses a
     DeepSeek-V4 relative whose KV layout is not modelled, and a model that is not DeepSeek-V4."""
@@ -250,8 +287,7 @@ def _dsv4_config(config: dict[str, Any], where: str) -> tuple[dict[str, Any], st
         # A DeepSeek-V4 relative (DeepseekV41ForCausalLM) or an unknown class on a deepseek_v4 config: its KV
         # layout is not the one mirrored here, so no number at all rather than one from the wrong layout.
         name = unplanned or architectures[0]
-        why = (DSV41_NOT_MODELLED if name == DSV41_ARCHITECTURE
-               else f"its KV-cache layout is not modelled; planned: {', '.join(DSV4_ARCHITECTURES)}")
+        why = f"its KV-cache layout is not modelled; planned: {', '.join(DSV4_ARCHITECTURES + (v41_config.ARCHITECTURE,))}"
         raise InputError(
             f"{where}: architecture {name} is not planned by dsv4ctl ({why})",
             hint="no length can be predicted for it here; let vLLM auto-fit it (--max-model-len auto)",

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from dsv4ctl.planning.mirror.kv_specs import SLIDING, LayerKvSpec
+from dsv4ctl.planning.mirror.kv_specs_v41 import CIRCULAR
 from dsv4ctl.planning.mirror.refusals import RefusalTexts, refusal_texts
 from dsv4ctl.units import cdiv, round_up
 
@@ -198,8 +199,8 @@ def get_packed_kv_cache_groups(kv_cache_spec: dict[str, LayerKvSpec]) -> list[Kv
         return sum(cdiv(len(names), n) * page for page, names in psl.items())
 
     def is_state_bucket(bucket: _Bucket) -> bool:
-        # vLLM: MambaSpec / CircularBufferSpec (DeepSeek-V4 has none), or unsplit sliding-window buckets.
-        return repeats_per_group is None and bucket.first.kind == SLIDING
+        # vLLM: MambaSpec / CircularBufferSpec (DeepSeek-V4.1's compressor ring), or unsplit sliding-window buckets.
+        return bucket.first.kind == CIRCULAR or (repeats_per_group is None and bucket.first.kind == SLIDING)
 
     anchor_bytes = max(
         (

@@ -23,13 +23,12 @@ from dsv4ctl.planning.checkpoint.geometry import Dsv4Geometry
 from dsv4ctl.planning.checkpoint.load import load_geometry
 from dsv4ctl.planning.mirror.kv_planner import KvPlan, blocks_per_request, version_key
 from dsv4ctl.planning.mirror.layers import worker_layer_sets
-from dsv4ctl.planning.mirror.measured import has_measured_mode
 from dsv4ctl.planning.mirror.versions import choose_vllm_version
-from dsv4ctl.planning.mirror.refusals import RefusalTexts, refusal_texts
+from dsv4ctl.planning.mirror.refusals import RefusalTexts
 from dsv4ctl.planning.mirror.plans import Planner, autofit_len, full_context_bytes
 from dsv4ctl.planning.plan.devices import kv_estimate
 from dsv4ctl.planning.plan.flags import LOG_FIELDS, log_only_flags, vllm_flags
-from dsv4ctl.planning.plan.inputs import Inputs, Scheduling, WorkerMemory, resolve, scheduling, worker_memory
+from dsv4ctl.planning.plan.inputs import Inputs, Scheduling, WorkerMemory, resolve, scheduling, sizing_plan, worker_memory
 from dsv4ctl.planning.plan.memory import KvMemoryEstimate
 from dsv4ctl.planning.plan.request import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -131,6 +130,10 @@ def checkpoint_refusal(
 def _plan_one(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4Geometry) -> tuple[FitResult, Inputs]:
     refusal = checkpoint_refusal(geometry, request.tensor_parallel_size, bool(request.enable_expert_parallel),
                                  request.vllm_version)
+    if refusal is None and geometry.v41 is not None:
+        from dsv4ctl.planning.plan.v41 import v41_refusal
+
+        refusal = v41_refusal(geometry, request)
     if refusal is not None:  # vLLM would refuse the checkpoint itself: no memory plan means anything
         raise refusal
     inputs = resolve(request, snapshot, log_facts, geometry)
@@ -148,7 +151,13 @@ def _plan_one(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4
     logged = log_cal.autofit_to if log_cal is not None and memory.source == "log" else None
     verdict, why = _decide(lengths, model_max, logged)
     _length_warnings(inputs, verdict, lengths.safe.length, lengths.autofit, model_max, lengths.explicit)
-    return _result(inputs, sched, memory, planner, positive, lengths, log_cal, verdict, why), inputs
+    result = _result(inputs, sched, memory, planner, positive, lengths, log_cal, verdict, why)
+    if geometry.v41 is not None:  # DeepSeek-V4.1: its block size, and the Engram tables' host memory
+        from dsv4ctl.planning.plan.v41 import with_engram_host
+
+        block = max(s.block_size for s in inputs.specs.values() if s.kind == "full")
+        result = with_engram_host(replace(result, block_size=block), inputs.request, geometry, inputs.snapshot)
+    return result, inputs
 
 
 def _decide(lengths: _Lengths, model_max: int, logged: int | None = None) -> tuple[str, str]:
@@ -182,7 +191,7 @@ def _plan_lengths(
     request, geometry = inputs.request, inputs.geometry
     model_max = geometry.model_max_model_len
     explicit = None if request.is_auto else request.max_model_len
-    texts, bound = _measured_mode(inputs, memory.source)
+    texts, bound = sizing_plan(inputs, memory.source)
     auto_plan = planner(positive, length=bound, auto=True, tokens_in_flight=sched.in_flight, texts=texts)
     autofit = autofit_len(auto_plan)
     kv_memory = memory.per_worker[auto_plan.limiting_pp_rank]
@@ -211,29 +220,6 @@ def _plan_lengths(
     if explicit is not None and refusal is None:
         spare = min(m for m in positive) - full_context_bytes(auto_plan, explicit)
     return _Lengths(auto_plan, autofit, explicit, spare, kv_memory, refusal, available_kv, autofit_range, safe)
-
-
-def _measured_mode(inputs: Inputs, source: str) -> tuple[RefusalTexts | None, int]:
-    """vLLM 0.34's measured mode: its after-warm-up refusals, and the upper bound of its final auto-fit (the tentative
-    length a log shows, else the model's maximum); what the mode means said in the notes. Else (None, model max)."""
-    model_max = inputs.geometry.model_max_model_len
-    sizing, log_cal = inputs.sizing, inputs.log_cal
-    if sizing is None or not sizing.measured:
-        if sizing is not None and has_measured_mode(inputs.version.planned):
-            inputs.notes.append(f"KV cache sizing: estimate ({sizing.why})")
-        return None, model_max
-    texts = refusal_texts(True, measured=True, utilization=sizing.utilization, after_warmup=True)
-    bound = model_max
-    if source == "log" and log_cal is not None and log_cal.tentative_autofit_to:
-        bound = min(model_max, log_cal.tentative_autofit_to)
-    given = "" if sizing.utilization_given else " (vLLM's default in this mode)"
-    inputs.notes.append(
-        f"KV cache sizing: measured ({sizing.why}); --gpu-memory-utilization {sizing.utilization:g}{given}; no "
-        "startup refusal for free memory below it; auto-fit is fitted again to the blocks measured after warm-up"
-        + (f", at most the tentative {format_tokens(bound)} of the log" if bound < model_max else "")
-        + "; an explicit --max-model-len that does not fit is refused only after CUDA-graph capture (minutes into the "
-        "start)")
-    return texts, bound
 
 
 def _result(

@@ -71,6 +71,9 @@ def vllm_flags(
         flags += ["--no-async-scheduling"]
     if request.num_speculative_tokens > 0:
         flags += ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": request.num_speculative_tokens})]
+    if request.engram_config is not None:  # DeepSeek-V4.1: where the Engram tables live, as planned
+        text = request.engram_config
+        flags += ["--engram-config", text if isinstance(text, str) else json.dumps(text)]
     return flags
 
 

@@ -16,6 +16,7 @@ from dsv4ctl.planning.checkpoint.geometry import CheckpointWeights, Dsv4Geometry
 from dsv4ctl.planning.mirror.kv_planner import max_concurrent_batches
 from dsv4ctl.planning.mirror.kv_specs import KvLayoutChoice, LayerKvSpec, resolve_kv_layout
 from dsv4ctl.planning.mirror.layers import build_specs
+from dsv4ctl.planning.mirror.refusals import RefusalTexts, refusal_texts
 from dsv4ctl.planning.mirror.measured import MEASURED, SizingMode, blocks_within, has_measured_mode, sizing_mode
 from dsv4ctl.planning.mirror.startup_plans import cache_root, measured
 from dsv4ctl.planning.mirror.versions import VersionChoice, choose_vllm_version
@@ -23,7 +24,7 @@ from dsv4ctl.planning.plan.devices import predict_memory, select_devices
 from dsv4ctl.planning.plan.flags import inherit_log_flags
 from dsv4ctl.planning.plan.memory import DEFAULT_NON_KV_OVERHEAD_BYTES, GpuMemoryPrediction, check_startup_memory
 from dsv4ctl.planning.plan.request import FitRequest, default_batch_limits
-from dsv4ctl.units import GiB, format_gib
+from dsv4ctl.units import GiB, format_gib, format_tokens
 
 
 @dataclass
@@ -117,8 +118,13 @@ def resolve(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4Ge
         snapshot = read_snapshot()
     devices = select_devices(snapshot, request) if snapshot is not None else None
     compute_major = devices[0].compute_capability[0] if devices else None
-    layout = resolve_kv_layout(request.kv_cache_dtype, request.attention_backend, compute_major)
-    specs = build_specs(geometry, layout, num_speculative_tokens=request.num_speculative_tokens, block_size=request.block_size)
+    if geometry.v41 is not None:
+        from dsv4ctl.planning.plan.v41 import v41_layout_and_specs
+
+        layout, specs = v41_layout_and_specs(request, geometry, compute_major, notes)
+    else:
+        layout = resolve_kv_layout(request.kv_cache_dtype, request.attention_backend, compute_major)
+        specs = build_specs(geometry, layout, num_speculative_tokens=request.num_speculative_tokens, block_size=request.block_size)
     return Inputs(request, geometry, log_cal, version, devices, layout, specs, need_prediction, sizing, snapshot, notes,
                   warnings)
 
@@ -344,3 +350,26 @@ def _refuse_weights_beyond_a_gpu(request: FitRequest, devices: list[Any] | None)
         hint=f"for the whole checkpoint pass --checkpoint-size {format_gib(weights).replace(' ', '')} "
         f"(split over TP x PP = {ranks} GPU{'s' if ranks != 1 else ''}: {format_gib(weights // ranks)} each)",
     )
+
+
+def sizing_plan(inputs: Inputs, source: str) -> tuple[RefusalTexts | None, int]:
+    """vLLM 0.34's measured mode: its after-warm-up refusals, and the upper bound of its final auto-fit (the tentative
+    length a log shows, else the model's maximum); what the mode means said in the notes. Else (None, model max)."""
+    model_max = inputs.geometry.model_max_model_len
+    sizing, log_cal = inputs.sizing, inputs.log_cal
+    if sizing is None or not sizing.measured:
+        if sizing is not None and has_measured_mode(inputs.version.planned):
+            inputs.notes.append(f"KV cache sizing: estimate ({sizing.why})")
+        return None, model_max
+    texts = refusal_texts(True, measured=True, utilization=sizing.utilization, after_warmup=True)
+    bound = model_max
+    if source == "log" and log_cal is not None and log_cal.tentative_autofit_to:
+        bound = min(model_max, log_cal.tentative_autofit_to)
+    given = "" if sizing.utilization_given else " (vLLM's default in this mode)"
+    inputs.notes.append(
+        f"KV cache sizing: measured ({sizing.why}); --gpu-memory-utilization {sizing.utilization:g}{given}; no "
+        "startup refusal for free memory below it; auto-fit is fitted again to the blocks measured after warm-up"
+        + (f", at most the tentative {format_tokens(bound)} of the log" if bound < model_max else "")
+        + "; an explicit --max-model-len that does not fit is refused only after CUDA-graph capture (minutes into the "
+        "start)")
+    return texts, bound

@@ -82,6 +82,7 @@ class FitRequest:
     enable_extensible_kv_cache: bool | None = None
     num_gpu_blocks_override: int | None = None
     enable_elastic_ep: bool = False
+    engram_config: str | dict[str, Any] | None = None  # DeepSeek-V4.1's --engram-config (JSON), None: vLLM's defaults
     # dsv4ctl's own inputs
     margin: Margin = field(default_factory=Margin)
     weights_bytes_per_rank: int | None = None  # overrides the checkpoint's safetensors size

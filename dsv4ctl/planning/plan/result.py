@@ -81,6 +81,8 @@ class FitResult:
     why: str = ""  # the decision in one sentence (fit.py `_decide`): what every line and the exit code follow
     requested_spare_bytes: int | None = None  # the KV memory the length asked for leaves unused, where it fits
     sizing: SizingMode | None = None  # how the release sizes the KV cache for this launch (0.34+: measured or estimate)
+    engram_host: Any = None  # DeepSeek-V4.1: the Engram tables' host memory (planning/plan/engram.py EngramHostPlan)
+    block_size: int | None = None  # the KV block size planned, where it is not DeepSeek-V4's 256
 
     @property
     def tightest_gpu(self) -> GpuMemoryPrediction | None:
@@ -149,7 +151,7 @@ class FitResult:
             "blocks_per_request": self.blocks_per_request,
             "num_blocks": self.num_blocks,
             "full_context_kv_memory_bytes": self.full_context_kv_memory_bytes,
-            "block_size": DSV4_BLOCK_SIZE,
+            "block_size": self.block_size or DSV4_BLOCK_SIZE,
             "kv_cache_dtype": self.layout.kv_cache_dtype,
             "attention_class": self.layout.attention_class,
             "num_kv_cache_groups": self.num_kv_cache_groups,
@@ -184,7 +186,7 @@ class FitResult:
             # A plan vLLM refuses has no safe length: the margin's arithmetic is for a start vLLM would make.
             "safe_length": self.safe_length.to_json() if self.safe_length and self.refusal is None else None,
             "geometry": self.geometry.to_json(),
-        }
+        } | ({"host_memory": self.engram_host.to_json()} if self.engram_host is not None else {})
 
 
 def shell_quote(text: str) -> str:
