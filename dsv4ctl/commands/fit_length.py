@@ -16,7 +16,9 @@ def fit_length_command(
     gpus: list[str] | None = typer.Option(None, "--gpus", metavar="SNAPSHOT", help="GPU snapshot JSON (`dsv4ctl gpus --save`); repeat, one per node: a launch across the nodes is planned rank by rank, nodes that each hold it are planned each (the tightest binds). Default: ask NVML when a prediction needs GPUs."),
     from_log: str | None = typer.Option(None, "--from-log", metavar="LOG", help="Calibrate from a previous vLLM startup log (Available KV cache memory, Model loading, graphs)."),
     max_model_len: str = typer.Option("auto", "--max-model-len", metavar="LENGTH", help="Check this explicit length too (vLLM syntax: 1048576, 1M, 512k, auto)."),
-    gpu_memory_utilization: float = typer.Option(0.92, "--gpu-memory-utilization", metavar="FRACTION", help="As vLLM (0.32 default 0.92)."),
+    gpu_memory_utilization: float | None = typer.Option(None, "--gpu-memory-utilization", metavar="FRACTION", help="As vLLM. Default: the release's, 0.92 (vLLM 0.34's measured KV cache: 1.0)."),
+    extensible_kv_cache: bool | None = typer.Option(None, "--enable-extensible-kv-cache/--no-enable-extensible-kv-cache", help="vLLM 0.34+: size the KV cache from memory measured after warm-up (vLLM's default on CUDA) or from the profile estimate."),
+    num_gpu_blocks_override: int | None = typer.Option(None, "--num-gpu-blocks-override", metavar="N", help="As vLLM: this many KV blocks (turns 0.34's measured KV cache off)."),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", metavar="DTYPE", help="auto, fp8, fp8_e4m3, fp8_ds_mla, bfloat16 (bfloat16 needs FLASHINFER_MLA_SPARSE_DSV4)."),
     attention_backend: str | None = typer.Option(None, "--attention-backend", metavar="NAME", help="FLASHMLA_SPARSE_DSV4 (default off SM12x) or FLASHINFER_MLA_SPARSE_DSV4."),
     block_size: int | None = typer.Option(None, "--block-size", metavar="TOKENS", help="DeepSeek-V4: 256 only (vLLM's choice). DeepSeek-V4.1: vLLM picks 64 on H200, 128 on B200."),
@@ -33,7 +35,7 @@ def fit_length_command(
     weights_memory: str | None = typer.Option(None, "--weights-memory", metavar="SIZE", help="Weights per GPU (one GPU's share), when no checkpoint dir is given."),
     checkpoint_size: str | None = typer.Option(None, "--checkpoint-size", metavar="SIZE", help="The whole checkpoint's size (e.g. 160GB), split per GPU as vLLM loads it."),
     overhead: str | None = typer.Option(None, "--overhead", metavar="SIZE", help="Non-KV, non-weight memory per GPU (default estimate 6 GiB)."),
-    vllm_version: str | None = typer.Option(None, "--vllm-version", metavar="X.Y.Z", help="Plan as this vLLM release does (0.27.1-0.33.0). Default: the installed vLLM, else --from-log's, else the newest known."),
+    vllm_version: str | None = typer.Option(None, "--vllm-version", metavar="X.Y.Z", help="Plan as this vLLM release does (0.27.1-0.34.0). Default: the installed vLLM, else --from-log's, else the newest known."),
     no_calibration: bool = typer.Option(False, "--no-calibration", help="Ignore the KV memory earlier serve starts measured on this host and configuration."),
     compare: str | None = typer.Option(None, "--compare", metavar="X.Y.Z", help="Show what changes for this launch under another vLLM release (the upgrade view, docs/upgrade.md): sizing, lengths, fixes, flags, messages, log lines."),
     json_output: bool = typer.Option(False, "--json", help="Print the answer as JSON."),
@@ -70,6 +72,8 @@ def fit_length_command(
         attention_backend=attention_backend,
         engram_config=engram_config,
         kv_cache_memory_bytes=parse_memory_flag(kv_cache_memory, what="--kv-cache-memory") if kv_cache_memory else None,
+        enable_extensible_kv_cache=extensible_kv_cache,
+        num_gpu_blocks_override=num_gpu_blocks_override,
         margin=parse_margin(margin),
         weights_bytes_per_rank=parse_memory_flag(weights_memory, what="--weights-memory") if weights_memory else None,
         checkpoint_bytes=parse_memory_flag(checkpoint_size, what="--checkpoint-size") if checkpoint_size else None,
@@ -79,7 +83,7 @@ def fit_length_command(
         vllm_version=vllm_version,
         no_calibration=no_calibration,
         inherit_from_log=from_log is not None,
-        explicit=given(ctx, num_speculative_tokens="speculative_config"),
+        explicit=given(ctx, num_speculative_tokens="speculative_config", enable_extensible_kv_cache="extensible_kv_cache"),
     )
     if from_log is not None:
         from dsv4ctl.advice import read_log_facts

@@ -141,6 +141,13 @@ def _plan_lines(result: FitResult, console: Console) -> None:
         memory = (f"none ({source}): the weights and the overhead exceed the budget by "
                   f"{format_gib(-result.kv_cache_memory_bytes)}")
     print_prose(console, f"KV memory per GPU: {memory}", subsequent_indent=HANG)
+    sizing = result.sizing_json()
+    if result.has_sizing_modes:
+        mode = ("measured after CUDA-graph capture and warm-up" if sizing["mode"] == "measured"
+                else "estimated from the profile run")
+        print_prose(console, f"KV sizing: {mode}, --gpu-memory-utilization {sizing['gpu_memory_utilization']:g}"
+                    f"{'' if sizing['gpu_memory_utilization_given'] else ' (default)'}; budget basis: "
+                    f"{sizing['budget_basis']}", subsequent_indent=HANG)
     kv = result.available_kv
     if kv is not None and kv.width > 0 and kv.high > 0:
         low, high = result.autofit_range or (0, 0)

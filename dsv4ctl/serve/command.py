@@ -81,7 +81,14 @@ def plan_only(flags: list[str], options: ServeOptions) -> PreflightDecision:
 
     note = None
     try:
-        namespace = parse_serve_flags(flags)  # nothing is launched: the environment stays as it is
+        if _another_release(options.vllm_version):
+            # The installed parser has another release's flags and defaults (0.34 leaves --gpu-memory-utilization
+            # unset, 0.33 sets 0.92): the plan reads the flags as the named release's parser would, from the table.
+            namespace = parse_planning_flags(flags, options.vllm_version)
+            note = (f"--vllm-version {options.vllm_version}: the flags were read as that release's parser reads them "
+                    "(dsv4ctl's table of its flags), not by the vLLM installed here")
+        else:
+            namespace = parse_serve_flags(flags)  # nothing is launched: the environment stays as it is
     except EngineUnavailableError as exc:
         # Planning on a machine without vLLM: read the flags the plan needs; vLLM's own checks run at start.
         namespace = parse_planning_flags(flags, options.vllm_version)
@@ -100,6 +107,19 @@ def plan_only(flags: list[str], options: ServeOptions) -> PreflightDecision:
     _say_environment(decision, apply_environment(options.fixes, env=dict(os.environ)))  # a copy: nothing is set
     _say_routes(decision, namespace)
     return decision
+
+
+def _another_release(version: str | None) -> bool:
+    """Whether --vllm-version names another minor release than the vLLM installed here (None: not installed)."""
+    if version is None:
+        return False
+    from dsv4ctl.planning import installed_vllm_version
+
+    installed = installed_vllm_version()
+    if installed is None:
+        return False  # no parser here: parse_serve_flags says so, and the table reads the flags
+    minor = lambda v: ".".join(v.split("+")[0].split(".")[:2])  # noqa: E731
+    return minor(version) != minor(installed)
 
 
 def _say_routes(decision: PreflightDecision, namespace: Any) -> None:

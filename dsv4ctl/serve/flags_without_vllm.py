@@ -54,12 +54,17 @@ _PLANNING_FLAGS: tuple[tuple[tuple[str, ...], str, str], ...] = (
     (("--engram-config",), "engram_config", "json"),  # DeepSeek-V4.1 (0.30.0+): the Engram tables' place
     (("--ubatch-size",), "ubatch_size", "int"),
     (("--uds",), "uds", "str"),
+    (("--num-gpu-blocks-override",), "num_gpu_blocks_override", "int"),
     (("--model",), "model", "str"),
 )
 _PLANNING_SWITCHES = {
     "--enable-expert-parallel": ("enable_expert_parallel", True), "-ep": ("enable_expert_parallel", True),
     "--enable-eplb": ("enable_eplb", True), "--no-enable-eplb": ("enable_eplb", False),
     "--async-scheduling": ("async_scheduling", True), "--no-async-scheduling": ("async_scheduling", False),
+    # vLLM 0.34+ (vllm==0.34.0 engine/arg_utils.py:1412): the KV cache's sizing mode, and elastic EP that turns it off.
+    "--enable-extensible-kv-cache": ("enable_extensible_kv_cache", True),
+    "--no-enable-extensible-kv-cache": ("enable_extensible_kv_cache", False),
+    "--enable-elastic-ep": ("enable_elastic_ep", True), "--no-enable-elastic-ep": ("enable_elastic_ep", False),
     "--enable-dbo": ("enable_dbo", True), "--no-enable-dbo": ("enable_dbo", False),
 }
 
@@ -139,5 +144,6 @@ def parse_planning_flags(flags: list[str], release: str | None = None) -> argpar
         data_parallel_size=None, data_parallel_size_local=None, enable_expert_parallel=None, enable_eplb=None,
         async_scheduling=None,
         attention_backend=None, speculative_config=None, uds=None,
+        num_gpu_blocks_override=None, enable_extensible_kv_cache=None, enable_elastic_ep=None,
     )
     return argparse.Namespace(**{**defaults, **values})

@@ -216,7 +216,7 @@ def _plan(
     except InputError as exc:
         return passthrough(f"no DeepSeek-V4 plan ({exc.message}): --max-model-len passes through unchanged")
     notes: list[str] = []
-    refused = _checkpoint_refusal(namespace, geometry)
+    refused = _checkpoint_refusal(namespace, geometry, vllm_version)
     if refused is not None:  # the checkpoint itself, whatever the memory: refused with or without GPU figures
         return _refuse(model, requested, flags, notes, None, refused)
     snapshot = None
@@ -269,9 +269,10 @@ def _this_host() -> Any:
         return None
 
 
-def _checkpoint_refusal(namespace: argparse.Namespace, geometry: Any) -> Dsv4ctlError | None:
-    """What vLLM refuses of this checkpoint at the launch's parallel sizes (fit-length's check: heads, FP8 blocks; and
-    EPLB's even spread of the experts), before any memory is read."""
+def _checkpoint_refusal(namespace: argparse.Namespace, geometry: Any, vllm_version: str | None = None) -> Dsv4ctlError | None:
+    """What vLLM refuses of this checkpoint at the launch's parallel sizes (fit-length's check: heads, the attention
+    output groups on 0.34+, FP8 blocks; and EPLB's even spread of the experts), before any memory is read.
+    `vllm_version`: the release that runs (None: the installed one)."""
     from dsv4ctl.planning import checkpoint_refusal
 
     def size(name: str) -> int:
@@ -279,7 +280,7 @@ def _checkpoint_refusal(namespace: argparse.Namespace, geometry: Any) -> Dsv4ctl
         return int(value) if isinstance(value, int) and value > 0 else 1
 
     ep = bool(getattr(namespace, "enable_expert_parallel", False))
-    refused = checkpoint_refusal(geometry, size("tensor_parallel_size"), ep)
+    refused = checkpoint_refusal(geometry, size("tensor_parallel_size"), ep, vllm_version)
     if refused is None and getattr(geometry, "v41", None) is not None:
         from dsv4ctl.planning import v41_launch_refusal
 

@@ -352,8 +352,14 @@ def test_defaults_mirror_vllm(vllm_available):
     assert SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS == SCHEDULER_DEFAULT_MAX_NUM_BATCHED_TOKENS
     import inspect
 
+    # The option leaves it to the release: None, resolved per release and sizing mode as the installed vLLM does.
+    from dsv4ctl.planning import installed_vllm_version
+    from dsv4ctl.planning.mirror.measured import sizing_mode
+
     option = inspect.signature(fit_length_command).parameters["gpu_memory_utilization"].default
-    assert option.default == DEFAULT_GPU_MEMORY_UTILIZATION
+    assert option.default is None
+    resolved = sizing_mode(installed_vllm_version(), gpu_memory_utilization=None).utilization
+    assert resolved == CacheConfig.__pydantic_fields__["gpu_memory_utilization"].default
 
 
 # -- randomized differential test: custom DeepSeek-V4-shaped configs against vLLM 0.32's own planner -------

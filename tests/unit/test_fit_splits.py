@@ -118,3 +118,31 @@ def test_serve_passes_a_v4_layout_labelled_v41_to_vllm_with_the_reason(tmp_path)
                                 snapshot_reader=_no_gpu)
     assert decision.action == preflight.PASS_THROUGH and V41_REFUSAL in decision.reason
     assert decision.plan is None
+
+
+def test_034_refuses_a_tp_that_does_not_divide_the_attention_output_groups():
+    # vllm==0.34.0 vllm/models/deepseek_v4/common/grouped_wo_a.py:26: divide(o_groups, tp) asserts; 0.33 floors it.
+    flash = {"num_attention_heads": 64, "o_groups": 8}
+    refusal = check_split(flash, 16, expert_parallel=False, vllm_version=(0, 34, 0))
+    assert refusal is not None
+    assert "8 attention output groups" in refusal.message and "8 % 16 = 8" in refusal.message
+    assert "8 is not divisible by 16" in refusal.message and "grouped_wo_a.py:26" in refusal.message
+    assert refusal.working == (1, 2, 4, 8)
+    assert check_split(flash, 16, expert_parallel=False, vllm_version=(0, 33, 0)) is None
+    assert check_split(flash, 8, expert_parallel=False, vllm_version=(0, 34, 0)) is None
+
+
+def test_fit_length_and_serve_refuse_flash_at_tp_16_on_034_only(cli):
+    res = cli("fit-length", FLASH, "--kv-cache-memory", "9.81GiB", "-tp", "16", "--vllm-version", "0.34.0")
+    assert res.exit_code == 6 and "attention output groups" in res.stderr
+    res = cli("fit-length", FLASH, "--kv-cache-memory", "9.81GiB", "-tp", "16", "--vllm-version", "0.33.0")
+    assert res.exit_code == 0
+    ns = argparse.Namespace(model=FLASH, max_model_len=None, kv_cache_memory_bytes=10 << 30, gpu_memory_utilization=None,
+                            tensor_parallel_size=16, pipeline_parallel_size=None, data_parallel_size=None,
+                            enable_expert_parallel=None)
+    decision = preflight.decide(ns, [FLASH, "-tp", "16"], vllm_version="0.34.0", snapshot_reader=_no_gpu)
+    assert decision.action == preflight.REFUSE and "8 is not divisible by 16" in decision.refusal.message
+
+
+def _no_gpu():
+    raise GpuUnavailableError("no NVML here")

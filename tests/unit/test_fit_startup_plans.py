@@ -108,3 +108,34 @@ def test_serve_turns_plans_on_where_the_release_has_them(monkeypatch):
     assert startup_plans.ENV not in apply_environment(None, env={})  # no evidence it has them
     assert [startup_plans.available_in(v) for v in ("0.26.0", "0.27.1", "0.33.0", "0.33.1", "0.34.0", None)] == [
         True, True, True, True, False, False]
+
+
+def test_034_writes_schema_2_and_each_release_reads_its_own():
+    # vllm==0.34.0 v1/worker/startup_plan.py:39 PLAN_SCHEMA_VERSION = 2 (0.26.0-0.33.0: 1, :38).
+    path = startup_plans.plan_path(FPS[0])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"schema": 2, "fingerprint": FPS[0], "kv_cache_memory_bytes": 9 * GiB,
+                                "free_memory_baseline": 130 * GiB}))
+    assert startup_plans.read_plan(path, "0.34.0").kv_cache_memory_bytes == 9 * GiB
+    assert startup_plans.read_plan(path, "0.33.0") is None  # 0.33 ignores a schema-2 file, as vLLM does
+    assert startup_plans.read_plan(path) is not None  # release unknown: either schema
+    assert startup_plans.measured([FPS[0]], version="0.34.0")[0] == 9 * GiB
+    assert not startup_plans.available_in("0.34.0")  # read, but not turned on: a measured start's plan is a reservation
+    _write_plan(FPS[1], 9 * GiB)
+    assert startup_plans.read_plan(startup_plans.plan_path(FPS[1]), "0.34.0") is None
+
+
+def test_034_measured_mode_does_not_take_a_plan_as_the_kv_size(checkpoint):
+    # The configuration's plans hold a reservation in the measured mode: the prediction stands, and the plan is named.
+    snap = snapshot(*(h200(i) for i in range(8)))
+    first = plan_fit(FitRequest(model=str(checkpoint), tensor_parallel_size=8, vllm_version="0.34.0"), snapshot=snap).to_json()
+    for fp in FPS:
+        path = startup_plans.plan_path(fp)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"schema": 2, "fingerprint": fp, "kv_cache_memory_bytes": 9 * GiB,
+                                    "free_memory_baseline": 130 * GiB}))
+    key = calibration.CalibrationKey.from_plan(first, first["gpus"][0])
+    calibration.record(key, 100 * GiB, "start.log", startup_plans=FPS)
+    again = plan_fit(FitRequest(model=str(checkpoint), tensor_parallel_size=8, vllm_version="0.34.0"), snapshot=snap)
+    assert again.kv_cache_memory_source != "startup_plan"
+    assert any("hold only a reservation" in n for n in again.notes)

@@ -229,7 +229,7 @@ def _geometry_from_config(
         config_path=config_path,
         weights=weights,
         extra={k: config.get(k) for k in ("hidden_size", "num_attention_heads", "n_routed_experts",
-                                          "moe_intermediate_size", "quantization_config") if k in config},
+                                          "moe_intermediate_size", "quantization_config", "o_groups") if k in config},
     )
 
 

@@ -1,7 +1,9 @@
 """vLLM's KV-cache planner for DeepSeek-V4, mirrored line by line, per release.
 
-vLLM 0.29.0-0.33.0 plan identically (0.32.0 `v1/core/kv_cache_utils.py` is the reference; 0.33.0 moved the
-same code to `kv_cache_planning.py`). vLLM 0.27.1 and 0.28.0 plan differently ("layer tuples", below).
+vLLM 0.29.0-0.34.0 plan identically for a given KV memory (0.32.0 `v1/core/kv_cache_utils.py` is the reference;
+0.33.0 moved the same code to `kv_cache_planning.py`; 0.34.0's functions on DeepSeek-V4's path are the same
+code, only its refusal texts changed: `refusals.py`). How 0.34.0 finds that memory by default (measured after
+warm-up) is `measured.py`. vLLM 0.27.1 and 0.28.0 plan differently ("layer tuples", below).
 
 The functions keep vLLM's names so the mirror can be read side by side with the source:
 - `get_packed_kv_cache_groups`  <- `_get_packed_kv_cache_groups` (block-outermost packing, approximate gcd)
@@ -38,12 +40,13 @@ from typing import Callable
 
 from dsv4ctl.planning.mirror.kv_specs import SLIDING, LayerKvSpec
 from dsv4ctl.planning.mirror.kv_specs_v41 import CIRCULAR
-from dsv4ctl.units import cdiv, format_gib_vllm, round_up
+from dsv4ctl.planning.mirror.refusals import RefusalTexts, refusal_texts
+from dsv4ctl.units import cdiv, round_up
 
 MIRRORED_VLLM_VERSION = "0.32.0"  # the release the default rules were first mirrored from
 
 # Releases whose planner was read and whose answers are recorded in tests/data/planner/<version>.json.
-KNOWN_VLLM_VERSIONS = ("0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
+KNOWN_VLLM_VERSIONS = ("0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")
 PACKED = "packed-blocks"  # 0.29+: per-group pages x one aligned block stride, one null block held back
 LAYER_TUPLES = "layer-tuples"  # 0.27/0.28: every group priced per layer tuple, no null block
 
@@ -71,6 +74,11 @@ class PlannerRules:
     @property
     def null_block(self) -> bool:
         return self.accounting == PACKED
+
+    @property
+    def hinted_refusals(self) -> bool:
+        """0.34+: the KV refusals end with a hint that depends on the sizing mode (refusals.py)."""
+        return version_key(self.vllm_version) >= (0, 34, 0)
 
 
 def planner_rules(vllm_version: str | None = None) -> PlannerRules:
@@ -402,9 +410,12 @@ def plan_kv_cache(
     autofit: bool,
     max_in_flight_tokens: int,
     rules: PlannerRules | None = None,
+    texts: RefusalTexts | None = None,
 ) -> KvPlan:
-    """`get_kv_cache_configs`: group globally, project per worker, reserve the null block (0.29+), auto-fit, check."""
+    """`get_kv_cache_configs`: group globally, project per worker, reserve the null block (0.29+), auto-fit, check.
+    `texts`: the refusals in the launch's sizing mode (default: the release's estimate-mode texts)."""
     rules = rules or planner_rules()
+    texts = texts or refusal_texts(rules.hinted_refusals)
     if rules.accounting == LAYER_TUPLES:
         global_groups = layer_tuple_groups(kv_cache_spec)
     else:
@@ -425,10 +436,7 @@ def plan_kv_cache(
             if worker_max < auto:
                 auto, limiting = worker_max, rank
         if auto <= 0:
-            error = (
-                "Cannot auto-fit max_model_len: not enough GPU memory available to serve even a single token. "
-                "Try increasing `gpu_memory_utilization`."
-            )
+            error = texts.cannot_autofit()
         else:
             max_len = min(auto, original_max_model_len)
     else:
@@ -437,24 +445,12 @@ def plan_kv_cache(
     if error is None:
         for rank, (groups, avail) in enumerate(zip(projected, check)):
             if avail <= 0:
-                error = (
-                    "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
-                    "initializing the engine."
-                )
+                error = texts.no_memory()
                 limiting = rank
                 break
             needed = needed_bytes(groups, max_len, max_in_flight_tokens, rules)
             if needed > avail:
-                estimated = fits[rank]
-                estimated_msg = (
-                    f"Based on the available memory, the estimated maximum model length is {estimated}. " if estimated > 0 else ""
-                )
-                error = (
-                    f"To serve at least one request with the model's max seq len ({max_len}), "
-                    f"({format_gib_vllm(needed)} GiB KV cache is needed, which is larger than the available KV cache "
-                    f"memory ({format_gib_vllm(avail)} GiB). {estimated_msg}Try increasing `gpu_memory_utilization` "
-                    "or decreasing `max_model_len` when initializing the engine."
-                )
+                error = texts.admission(max_len, needed, avail, fits[rank])
                 limiting = rank
                 break
     workers = [

@@ -7,6 +7,7 @@ from typing import Any
 
 from dsv4ctl.planning.mirror.kv_planner import KvPlan, needed_bytes, plan_kv_cache
 from dsv4ctl.planning.mirror.kv_specs import LayerKvSpec
+from dsv4ctl.planning.mirror.refusals import RefusalTexts
 
 
 class Planner:
@@ -17,12 +18,14 @@ class Planner:
         self.specs, self.worker_layers, self.rules = specs, worker_layers, rules
         self._plans: dict[tuple, KvPlan] = {}
 
-    def __call__(self, memory: list[int], *, length: int, auto: bool, tokens_in_flight: int) -> KvPlan:
-        key = (tuple(memory), length, auto, tokens_in_flight)
+    def __call__(
+        self, memory: list[int], *, length: int, auto: bool, tokens_in_flight: int, texts: RefusalTexts | None = None
+    ) -> KvPlan:
+        key = (tuple(memory), length, auto, tokens_in_flight, texts)
         if key not in self._plans:
             self._plans[key] = plan_kv_cache(
                 self.specs, self.worker_layers, memory, original_max_model_len=length, autofit=auto,
-                max_in_flight_tokens=tokens_in_flight, rules=self.rules,
+                max_in_flight_tokens=tokens_in_flight, rules=self.rules, texts=texts,
             )
         return self._plans[key]
 
@@ -43,3 +46,17 @@ def full_context_bytes(plan: KvPlan, length: int) -> int:
         needed_bytes(w.groups, length, plan.max_in_flight_tokens, rules) + (w.bytes_per_block if rules.null_block else 0)
         for w in plan.workers
     )
+
+
+def finalize_measured(
+    planner: Planner, measured_blocks: int, capacity_blocks: int, length: int, auto: bool, tokens_in_flight: int,
+    texts: RefusalTexts,
+) -> tuple[int, KvPlan]:
+    """vllm==0.34.0 `finalize_extensible_kv_cache` (`v1/core/kv_cache_planning.py:1864-1906`): the blocks every worker
+    keeps (the least measured, at most the capacity) and the plan on them: auto-fit again with `length` (the tentative
+    auto-fit) as its upper bound, or the explicit length checked, on (N - 1) x bytes_per_block (the plan holds the
+    null block back itself); `texts`: the after-warm-up refusals."""
+    blocks = min(measured_blocks, capacity_blocks)
+    probe = planner([1 << 40] * len(planner.worker_layers), length=length, auto=auto, tokens_in_flight=tokens_in_flight)
+    memory = [blocks * w.bytes_per_block for w in probe.workers]
+    return blocks, planner(memory, length=length, auto=auto, tokens_in_flight=tokens_in_flight, texts=texts)

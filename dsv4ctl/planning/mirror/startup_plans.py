@@ -4,7 +4,8 @@ With the variable set, each GPU worker saves, after a profiled boot, the KV memo
 --gpu-memory-utilization (the `--kv-cache-memory` value vLLM suggests) and the free memory it started with,
 under a fingerprint of its configuration, device and rank; a later boot of the same fingerprint re-applies
 the figure when free memory is at least that baseline, and skips profiling. Every release dsv4ctl plans has
-it: vllm/v1/worker/startup_plan.py is the same file in 0.26.0 through 0.33.0 (read from each release's wheel):
+it: vllm/v1/worker/startup_plan.py is the same file in 0.26.0 through 0.33.0 (read from each release's wheel; 0.34.0
+writes schema 2, below):
 
 - the file: `{VLLM_CACHE_ROOT}/startup_plan/startup_plan_{fingerprint}.json` (startup_plan.py:77-84), JSON
   `{"schema": 1, "fingerprint", "kv_cache_memory_bytes", "free_memory_baseline"}` (:167-191);
@@ -30,9 +31,14 @@ from pathlib import Path
 from typing import Any, Mapping
 
 ENV = "VLLM_ENABLE_STARTUP_PLAN"
-SCHEMA = 1  # startup_plan.py:38 PLAN_SCHEMA_VERSION
-# The releases whose vllm/v1/worker/startup_plan.py dsv4ctl read (identical in each).
-RELEASES = ("0.26.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
+SCHEMA = 1  # startup_plan.py:38 PLAN_SCHEMA_VERSION (0.26.0-0.33.0)
+# vllm==0.34.0 startup_plan.py:39: schema 2, the same payload (`:180-185`), the fingerprint now `hash_config` (`:65`).
+# In 0.34's measured KV cache the saved figure is only the reservation (`requested` = total x 1.0 there, the cache is
+# measured again after warm-up at every start, v1/worker/gpu_worker.py:1226-1238): planning does not read it as the
+# KV size in that mode (plan/inputs.py).
+SCHEMA_034 = 2
+# The releases whose vllm/v1/worker/startup_plan.py dsv4ctl read (identical through 0.33.0; 0.34.0 as above).
+RELEASES = ("0.26.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")
 FINGERPRINT_RE = re.compile(r"startup_plan_([0-9a-f]{16})\.json")
 
 
@@ -64,15 +70,24 @@ def plan_path(fingerprint: str, environ: Mapping[str, str] | None = None) -> Pat
     return cache_root(environ) / "startup_plan" / f"startup_plan_{fingerprint}.json"
 
 
-def read_plan(path: str | Path) -> StartupPlan | None:
-    """A plan file, or None when it is missing, unreadable or not vLLM's schema (vLLM ignores those too)."""
+def schemas_of(version: str | None) -> tuple[int, ...]:
+    """The plan schema a release writes and reads (both when the release is not known)."""
+    m = re.match(r"([0-9]+)\.([0-9]+)", version or "")
+    if not m:
+        return (SCHEMA, SCHEMA_034)
+    return (SCHEMA_034,) if (int(m.group(1)), int(m.group(2))) >= (0, 34) else (SCHEMA,)
+
+
+def read_plan(path: str | Path, version: str | None = None) -> StartupPlan | None:
+    """A plan file, or None when it is missing, unreadable or not the schema of `version` (vLLM ignores those too;
+    None: either schema)."""
     p = Path(path)
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
         modified = p.stat().st_mtime
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+    if not isinstance(data, dict) or data.get("schema") not in schemas_of(version):
         return None
     kv, base, fp = data.get("kv_cache_memory_bytes"), data.get("free_memory_baseline"), data.get("fingerprint")
     if not (isinstance(kv, int) and kv > 0 and isinstance(base, int) and isinstance(fp, str)):
@@ -91,18 +106,24 @@ def read_plans(environ: Mapping[str, str] | None = None) -> list[StartupPlan]:
     return sorted(plans, key=lambda p: p.modified, reverse=True)
 
 
-def measured(fingerprints: list[str] | tuple[str, ...], environ: Mapping[str, str] | None = None) -> tuple[int, list[StartupPlan]] | None:
+def measured(
+    fingerprints: list[str] | tuple[str, ...], environ: Mapping[str, str] | None = None, version: str | None = None
+) -> tuple[int, list[StartupPlan]] | None:
     """The KV memory vLLM's plans of one start hold: the smallest over its workers (vLLM gives every worker the
-    smallest block count), with the plans read; None unless every plan named is there."""
-    plans = [read_plan(plan_path(fp, environ)) for fp in fingerprints]
+    smallest block count), with the plans read; None unless every plan named is there (in `version`'s schema)."""
+    plans = [read_plan(plan_path(fp, environ), version) for fp in fingerprints]
     if not plans or any(p is None for p in plans):
         return None
     return min(p.kv_cache_memory_bytes for p in plans), plans  # type: ignore[union-attr]
 
 
 def available_in(version: str | None) -> bool:
-    """Whether a vLLM release has startup plans, on evidence: one of the releases read (0.26.0-0.33.0)."""
+    """Whether a vLLM release's startup plans hold a measured KV size worth turning them on for, on evidence: one of
+    the releases read (0.26.0-0.33.0). Not 0.34: there a plan of a measured ("extensible") start is only the
+    reservation, and its fingerprint ignores the sizing mode (`config/cache.py:430-431`, `:458`), so a
+    --no-enable-extensible-kv-cache start of the same configuration would re-apply it and over-commit."""
     if not version:
         return False
     m = re.match(r"([0-9]+)\.([0-9]+)", version)
-    return bool(m) and any(r.startswith(f"{m.group(1)}.{m.group(2)}.") for r in RELEASES)
+    return bool(m) and (int(m.group(1)), int(m.group(2))) < (0, 34) and any(
+        r.startswith(f"{m.group(1)}.{m.group(2)}.") for r in RELEASES)

@@ -139,7 +139,9 @@ def record_from_serve(
         if not plan or plan.get("kv_cache_memory_source") not in ("predicted", "calibrated") or not plan.get("gpus"):
             return None
         log = read_log()
-        if log.available_kv_bytes is None:
+        # vLLM 0.34's measured mode: "Available KV cache memory" is the reservation; the size is the committed blocks.
+        kv = log.measured_kv_bytes if log.sizing_mode == "measured" else log.available_kv_bytes
+        if kv is None:
             return None
         gpu = plan["gpus"][0]  # the GPU the lookup keys on too (fit-length: the first planned device)
         key = CalibrationKey.from_plan(plan, gpu, enforce_eager)
@@ -147,6 +149,6 @@ def record_from_serve(
             from dsv4ctl.planning.mirror.versions import known_release_for
 
             key = CalibrationKey(**{**asdict(key), "vllm_version": known_release_for(log.vllm_version)[0]})
-        return record(key, log.available_kv_bytes, str(log_file), startup_plans=log.startup_plans)
+        return record(key, kv, str(log_file), startup_plans=log.startup_plans)
     except Exception:  # noqa: BLE001 - calibration is a convenience
         return None

@@ -3,6 +3,7 @@ predicted per GPU (requested budget - weights - overhead), and the limiting GPU'
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from dsv4ctl.errors import GpuUnavailableError, InputError
@@ -10,14 +11,17 @@ from dsv4ctl.logs.facts import LogCalibration
 from dsv4ctl.planning.checkpoint.geometry import Dsv4Geometry
 from dsv4ctl.planning.plan.memory import (
     NON_KV_OVERHEAD_SPREAD_BYTES,
+    TRANSIENT_PEAK_SHARE,
     UNIFIED_MEMORY_SPREAD_BYTES,
     GpuMemoryPrediction,
     KvMemoryEstimate,
     KvTerm,
     check_startup_memory,
     combine_terms,
+    measured_budget,
     weights_per_rank,
 )
+from dsv4ctl.planning.mirror.measured import SizingMode, sizing_margin
 from dsv4ctl.planning.plan.request import FitRequest
 from dsv4ctl.units import GiB, format_gib
 
@@ -77,9 +81,12 @@ def pool_nodes(snapshots: list[Any], labels: list[str], request: FitRequest) -> 
 
 def predict_memory(
     devices: list[Any], geometry: Dsv4Geometry, request: FitRequest, overhead: int, weights_override: int | None,
-    hosts: tuple[str, ...] = (),
+    hosts: tuple[str, ...] = (), sizing: SizingMode | None = None,
 ) -> tuple[list[GpuMemoryPrediction], list[str]]:
+    """Each GPU's KV memory: the utilization budget (in vLLM 0.34's measured mode capped by the memory free at start
+    less its sizing margin; no startup refusal there) less the weights and the overhead."""
     notes: list[str] = []
+    measured_mode = sizing is not None and sizing.measured
     tp, pp = request.tensor_parallel_size, request.pipeline_parallel_size
     predictions = []
     if weights_override is None and geometry.weights is None:
@@ -104,6 +111,10 @@ def predict_memory(
                 load_mtp=request.num_speculative_tokens > 0,
             )
         start = check_startup_memory(dev, request.gpu_memory_utilization)
+        budget = start.requested_bytes
+        if measured_mode:
+            budget = measured_budget(start.requested_bytes, start.cuda_free_at_start, int(overhead * TRANSIENT_PEAK_SHARE))
+            start = dataclasses.replace(start, refusal=None)
         if start.refusal and dev.processes:
             held = ", ".join(f"pid {p.pid}{f' ({p.name})' if getattr(p, 'name', None) else ''} "
                              f"{format_gib(p.used_bytes)}" for p in dev.processes[:4] if p.used_bytes)
@@ -121,7 +132,7 @@ def predict_memory(
                 requested_bytes=start.requested_bytes,
                 weights_bytes=weights,
                 overhead_bytes=overhead,
-                available_kv_bytes=start.requested_bytes - weights - overhead,
+                available_kv_bytes=budget - weights - overhead,
                 refusal=start.refusal,
                 node=hosts[rank] if rank < len(hosts) else None,
             )
@@ -135,9 +146,15 @@ def predict_memory(
 
 def kv_estimate(
     request: FitRequest, source: str, kv_memory: int, log_cal: LogCalibration | None, gpu: GpuMemoryPrediction | None,
-    devices: Any, calibration_log: str | None = None,
+    devices: Any, calibration_log: str | None = None, sizing: SizingMode | None = None,
 ) -> KvMemoryEstimate:
     """The limiting GPU's available KV memory as vLLM's worker computes it, term by term, with basis and range."""
+    measured_mode = sizing is not None and sizing.measured
+    if source == "log" and measured_mode and log_cal is not None and log_cal.measured_kv_blocks is not None:
+        term = KvTerm("kv_cache_memory", kv_memory, kv_memory, kv_memory, "measured",
+                      f"{log_cal.path}: the {log_cal.measured_kv_blocks:,} KV cache blocks vLLM committed after CUDA-graph "
+                      "capture and warm-up (blocks x the block stride)")
+        return KvMemoryEstimate(kv_memory, kv_memory, kv_memory, "measured", (term,))
     if source == "given":
         term = KvTerm("kv_cache_memory", kv_memory, kv_memory, kv_memory, "exact", "--kv-cache-memory(-bytes)")
         return KvMemoryEstimate(kv_memory, kv_memory, kv_memory, "exact", (term,))
@@ -160,6 +177,8 @@ def kv_estimate(
         f"ceil(CUDA total {format_gib(gpu.cuda_total_bytes)} x --gpu-memory-utilization {request.gpu_memory_utilization:g}), "
         f"{(gpu.node + ' ') if gpu.node else ''}cuda:{gpu.cuda_index} {gpu.name} ({_source_of(request.gpus)})",
     )
+    if measured_mode:
+        requested = _measured_budget_term(request, gpu)
     weights = _weights_term(request, gpu.weights_bytes)
     o = gpu.overhead_bytes
     if request.non_kv_overhead_bytes is not None:
@@ -178,6 +197,25 @@ def kv_estimate(
     return combine_terms(
         requested, subtracted,
         "--from-log LOG (a startup's measured KV memory), --overhead SIZE or --kv-cache-memory SIZE narrows it",
+    )
+
+
+def _measured_budget_term(request: FitRequest, gpu: GpuMemoryPrediction) -> KvTerm:
+    """vLLM 0.34's measured mode: min(the utilization budget, free at start - max(1 GiB, 0.75 x the transient peak)),
+    the peak estimated within the overhead (none of it to all of its high end) until a log measures it."""
+    o = gpu.overhead_bytes
+    high_o = o if request.non_kv_overhead_bytes is not None else o + NON_KV_OVERHEAD_SPREAD_BYTES
+    peak = int(o * TRANSIENT_PEAK_SHARE)
+    req, free = gpu.requested_bytes, gpu.cuda_free_at_start
+    value = measured_budget(req, free, peak)
+    low, high = measured_budget(req, free, high_o), measured_budget(req, free, 0)
+    return KvTerm(
+        "measured_budget", value, low, high, "estimated" if low != high else "measured",
+        f"min(ceil(CUDA total {format_gib(gpu.cuda_total_bytes)} x --gpu-memory-utilization "
+        f"{request.gpu_memory_utilization:g}), free at start {format_gib(free)} - max(1 GiB, 0.75 x transient peak)), "
+        f"the peak estimated at {format_gib(peak)} (0-{format_gib(high_o)}; sizing margin "
+        f"{format_gib(sizing_margin(peak))}), {(gpu.node + ' ') if gpu.node else ''}cuda:{gpu.cuda_index} {gpu.name} "
+        f"({_source_of(request.gpus)}): vLLM measures it after CUDA-graph capture and warm-up",
     )
 
 

@@ -21,12 +21,14 @@ from dsv4ctl.errors import Dsv4ctlError, ExitCode
 from dsv4ctl.logs.facts import LogCalibration
 from dsv4ctl.planning.checkpoint.geometry import Dsv4Geometry
 from dsv4ctl.planning.checkpoint.load import load_geometry
-from dsv4ctl.planning.mirror.kv_planner import KvPlan, blocks_per_request
+from dsv4ctl.planning.mirror.kv_planner import KvPlan, blocks_per_request, version_key
 from dsv4ctl.planning.mirror.layers import worker_layer_sets
+from dsv4ctl.planning.mirror.versions import choose_vllm_version
+from dsv4ctl.planning.mirror.refusals import RefusalTexts
 from dsv4ctl.planning.mirror.plans import Planner, autofit_len, full_context_bytes
 from dsv4ctl.planning.plan.devices import kv_estimate
 from dsv4ctl.planning.plan.flags import LOG_FIELDS, log_only_flags, vllm_flags
-from dsv4ctl.planning.plan.inputs import Inputs, Scheduling, WorkerMemory, resolve, scheduling, worker_memory
+from dsv4ctl.planning.plan.inputs import Inputs, Scheduling, WorkerMemory, resolve, scheduling, sizing_plan, worker_memory
 from dsv4ctl.planning.plan.memory import KvMemoryEstimate
 from dsv4ctl.planning.plan.request import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -107,18 +109,27 @@ def plan_fit(
     return result
 
 
-def checkpoint_refusal(geometry: Dsv4Geometry, tensor_parallel_size: int, enable_expert_parallel: bool) -> Dsv4ctlError | None:
-    """What vLLM refuses of this checkpoint at these parallel sizes before any memory matters (heads and FP8 blocks
-    the TP cannot split), as the error to raise (exit 6); None when nothing is refused. fit-length, serve's dry run
-    and serve's preflight all ask it, with or without memory figures."""
-    split = check_split(geometry.extra, tensor_parallel_size, enable_expert_parallel)
+def checkpoint_refusal(
+    geometry: Dsv4Geometry, tensor_parallel_size: int, enable_expert_parallel: bool, vllm_version: str | None = None
+) -> Dsv4ctlError | None:
+    """What vLLM refuses of this checkpoint at these parallel sizes before any memory matters (heads, attention
+    output groups on 0.34+, and FP8 blocks the TP cannot split), as the error to raise (exit 6); None when nothing is
+    refused. fit-length, serve's dry run and serve's preflight all ask it, with or without memory figures.
+    `vllm_version`: the release that runs (None: as fit-length would choose it, the installed one, else the newest)."""
+    try:
+        planned = choose_vllm_version(vllm_version).planned
+    except Dsv4ctlError:
+        planned = None
+    split = check_split(geometry.extra, tensor_parallel_size, enable_expert_parallel,
+                        version_key(planned) if planned else None)
     if split is None:
         return None
     return Dsv4ctlError(split.message, hint=split.hint, exit_code=ExitCode.DOES_NOT_FIT)
 
 
 def _plan_one(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4Geometry) -> tuple[FitResult, Inputs]:
-    refusal = checkpoint_refusal(geometry, request.tensor_parallel_size, bool(request.enable_expert_parallel))
+    refusal = checkpoint_refusal(geometry, request.tensor_parallel_size, bool(request.enable_expert_parallel),
+                                 request.vllm_version)
     if refusal is None and geometry.v41 is not None:
         from dsv4ctl.planning.plan.v41 import v41_refusal
 
@@ -127,11 +138,12 @@ def _plan_one(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4
         raise refusal
     inputs = resolve(request, snapshot, log_facts, geometry)
     sched = scheduling(inputs)
-    memory = worker_memory(inputs, sched)
     tp, pp = inputs.request.tensor_parallel_size, inputs.request.pipeline_parallel_size
     stage_layers = worker_layer_sets(inputs.specs, geometry, pp)
     # Worker order: rank = pp_rank * tp + tp_rank.
     planner = Planner(inputs.specs, [stage_layers[rank // tp] for rank in range(tp * pp)], inputs.version.rules)
+    strides = [w.bytes_per_block for w in planner([1 << 40] * (tp * pp), length=1, auto=False, tokens_in_flight=1).workers]
+    memory = worker_memory(inputs, sched, strides)
     positive = [max(m, 0) for m in memory.per_worker]
     lengths = _plan_lengths(inputs, sched, memory, planner, positive)
     model_max = geometry.model_max_model_len
@@ -179,23 +191,26 @@ def _plan_lengths(
     request, geometry = inputs.request, inputs.geometry
     model_max = geometry.model_max_model_len
     explicit = None if request.is_auto else request.max_model_len
-    auto_plan = planner(positive, length=model_max, auto=True, tokens_in_flight=sched.in_flight)
+    texts, bound = sizing_plan(inputs, memory.source)
+    auto_plan = planner(positive, length=bound, auto=True, tokens_in_flight=sched.in_flight, texts=texts)
     autofit = autofit_len(auto_plan)
     kv_memory = memory.per_worker[auto_plan.limiting_pp_rank]
-    refusal = _refusal(memory.refusal, planner, positive, explicit, auto_plan, geometry, sched.in_flight)
+    refusal = _refusal(memory.refusal, planner, positive, explicit, auto_plan, geometry, sched.in_flight, texts)
     available_kv = kv_estimate(
         request, memory.source, kv_memory, inputs.log_cal,
         memory.replica[auto_plan.limiting_pp_rank] if memory.replica else None, inputs.devices,
-        memory.calibration.log if memory.calibration is not None else None,
+        memory.calibration.log if memory.calibration is not None else None, inputs.sizing,
     )
     below = max(0, available_kv.value - available_kv.low)
     autofit_range = _autofit_range(planner, memory.per_worker, available_kv, model_max, sched.in_flight)
     if available_kv.basis == "estimated":
         inputs.notes.append(_estimate_note(available_kv, autofit_range))
     # Recommendation: the one safe-length rule (auto-fit again with the margin off every worker), from the low end.
+    # In 0.34's measured mode an explicit length is first checked against the reservation, which the log's tentative
+    # auto-fit measured: nothing above it is recommended (`bound`, else the model's maximum).
     safe = safe_length(
-        lambda cut, tokens: planner.autofit([max(m - cut - below, 0) for m in positive], model_max, tokens),
-        kv_memory_bytes=kv_memory, model_max=model_max, max_num_batched_tokens=sched.max_num_batched_tokens,
+        lambda cut, tokens: planner.autofit([max(m - cut - below, 0) for m in positive], bound, tokens),
+        kv_memory_bytes=kv_memory, model_max=bound, max_num_batched_tokens=sched.max_num_batched_tokens,
         async_scheduling=sched.async_on, pipeline_parallel_size=request.pipeline_parallel_size,
         margin=as_margin(request.margin),
     )
@@ -216,7 +231,7 @@ def _result(
     auto_plan = lengths.auto_plan
     # The length the command carries: the one asked for where it fits, else the safe one (no command otherwise).
     flags = vllm_flags(request, lengths.explicit if lengths.explicit is not None else max(safe.length, 0),
-                       sched.max_num_batched_tokens, sched.async_on)
+                       sched.max_num_batched_tokens, sched.async_on, inputs.sizing)
     if log_cal is not None and request.inherit_from_log:
         flags += log_only_flags(log_cal)
     limiting = auto_plan.workers[auto_plan.limiting_pp_rank]
@@ -260,12 +275,13 @@ def _result(
         available_kv=lengths.available_kv,
         autofit_range=lengths.autofit_range,
         visible_gpus=inputs.visible_gpus,
+        sizing=inputs.sizing,
     )
 
 
 def _refusal(
     refusal: str | None, planner: Planner, positive: list[int], explicit: int | None, auto_plan: KvPlan,
-    geometry: Dsv4Geometry, in_flight: int,
+    geometry: Dsv4Geometry, in_flight: int, texts: RefusalTexts | None = None,
 ) -> str | None:
     """vLLM's own error text when it would refuse: the memory's, else an explicit length's, else auto-fit's."""
     model_max = geometry.model_max_model_len
@@ -275,7 +291,7 @@ def _refusal(
                 f"User-specified max_model_len ({explicit}) is greater than the derived max_model_len "
                 f"({geometry.max_len_key}={model_max} in model's config.json)."
             )
-        explicit_plan = planner(positive, length=explicit, auto=False, tokens_in_flight=in_flight)
+        explicit_plan = planner(positive, length=explicit, auto=False, tokens_in_flight=in_flight, texts=texts)
         return refusal or explicit_plan.error
     if auto_plan.error:
         return refusal or auto_plan.error
@@ -324,7 +340,17 @@ def _check_log_autofit(
     """The log's figures with this plan's auto-fit for its logged memory; a warning when the log's own auto-fit
     lies outside it (vLLM logs the memory rounded to 0.01 GiB: the run had something in [x - 0.005, x + 0.005))."""
     log_cal = inputs.log_cal
-    if log_cal is None or log_cal.available_kv_bytes is None or source != "log":
+    if log_cal is None or source != "log":
+        return log_cal
+    if inputs.sizing is not None and inputs.sizing.measured:  # the committed blocks: exact, no rounding to widen
+        log_cal = replace(log_cal, predicted_from_log=autofit, predicted_range=(autofit, autofit))
+        if log_cal.autofit_to is not None and log_cal.autofit_to != autofit:
+            inputs.warnings.append(
+                f"the log's final auto-fit ({format_tokens(log_cal.autofit_to)}) differs from the plan for its "
+                f"{log_cal.measured_kv_blocks:,} committed blocks ({format_tokens(autofit)}): check that the flags match "
+                "that run (--max-num-batched-tokens, async scheduling, --kv-cache-dtype, MTP) and its vLLM version")
+        return log_cal
+    if log_cal.available_kv_bytes is None:
         return log_cal
     half = GiB // 200
     low = planner.autofit([max(m - half, 0) for m in positive], model_max, in_flight)

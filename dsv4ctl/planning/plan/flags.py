@@ -10,12 +10,14 @@ from typing import Any
 from dsv4ctl.errors import Dsv4ctlError
 from dsv4ctl.logs.deployment import flag_tokens
 from dsv4ctl.logs.facts import LogCalibration
+from dsv4ctl.planning.mirror.measured import SizingMode, has_measured_mode
 from dsv4ctl.planning.plan.request import FitRequest, speculative_tokens
 
 # The log's `non-default args` (vLLM's EngineArgs names) that a FitRequest field takes as they are.
 LOG_FIELDS = ("gpu_memory_utilization", "kv_cache_dtype", "block_size", "max_num_batched_tokens", "max_num_seqs",
                "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "enable_expert_parallel",
-               "async_scheduling", "attention_backend")
+               "async_scheduling", "attention_backend", "enable_extensible_kv_cache", "num_gpu_blocks_override",
+               "enable_elastic_ep")
 
 
 def inherit_log_flags(request: FitRequest, log_cal: LogCalibration) -> tuple[FitRequest, list[str]]:
@@ -36,13 +38,21 @@ def inherit_log_flags(request: FitRequest, log_cal: LogCalibration) -> tuple[Fit
     return replace(request, **taken), [f"from {log_cal.path}'s non-default args: {shown}"]
 
 
-def vllm_flags(request: FitRequest, max_model_len: int, mnbt: int, async_on: bool) -> list[str]:
-    """The `vllm serve` flags that pin every input the answer depends on."""
+def vllm_flags(
+    request: FitRequest, max_model_len: int, mnbt: int, async_on: bool, sizing: SizingMode | None = None
+) -> list[str]:
+    """The `vllm serve` flags that pin every input the answer depends on. vLLM 0.34+ gets
+    --gpu-memory-utilization only when it was given: its default depends on the sizing mode (1.0 measured), and
+    0.92 would cap the measured cache at 0.92 x the GPU."""
     flags = ["--max-model-len", str(max_model_len), "--max-num-batched-tokens", str(mnbt)]
     if request.kv_cache_memory_bytes is not None:
         flags += ["--kv-cache-memory-bytes", str(request.kv_cache_memory_bytes)]
-    else:
+    elif sizing is None or sizing.utilization_given or not has_measured_mode(sizing.release):
         flags += ["--gpu-memory-utilization", f"{request.gpu_memory_utilization:g}"]
+    if request.enable_extensible_kv_cache is False:
+        flags += ["--no-enable-extensible-kv-cache"]
+    if request.num_gpu_blocks_override is not None:
+        flags += ["--num-gpu-blocks-override", str(request.num_gpu_blocks_override)]
     if request.kv_cache_dtype != "auto":
         flags += ["--kv-cache-dtype", request.kv_cache_dtype]
     if request.attention_backend:

@@ -10,19 +10,21 @@ import shlex
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dsv4ctl.errors import InputError, UsageError
+from dsv4ctl.errors import Dsv4ctlError, ExitCode, InputError, UsageError
 from dsv4ctl.logs.facts import LogCalibration, from_timeline
 from dsv4ctl.planning.checkpoint.geometry import CheckpointWeights, Dsv4Geometry
 from dsv4ctl.planning.mirror.kv_planner import max_concurrent_batches
 from dsv4ctl.planning.mirror.kv_specs import KvLayoutChoice, LayerKvSpec, resolve_kv_layout
 from dsv4ctl.planning.mirror.layers import build_specs
+from dsv4ctl.planning.mirror.refusals import RefusalTexts, refusal_texts
+from dsv4ctl.planning.mirror.measured import MEASURED, SizingMode, blocks_within, has_measured_mode, sizing_mode
 from dsv4ctl.planning.mirror.startup_plans import cache_root, measured
 from dsv4ctl.planning.mirror.versions import VersionChoice, choose_vllm_version
 from dsv4ctl.planning.plan.devices import predict_memory, select_devices
 from dsv4ctl.planning.plan.flags import inherit_log_flags
 from dsv4ctl.planning.plan.memory import DEFAULT_NON_KV_OVERHEAD_BYTES, GpuMemoryPrediction, check_startup_memory
 from dsv4ctl.planning.plan.request import FitRequest, default_batch_limits
-from dsv4ctl.units import GiB, format_gib
+from dsv4ctl.units import GiB, format_gib, format_tokens
 
 
 @dataclass
@@ -37,6 +39,7 @@ class Inputs:
     layout: KvLayoutChoice
     specs: dict[str, LayerKvSpec]
     need_prediction: bool
+    sizing: SizingMode | None = None  # how the launch's vLLM sizes its KV cache (0.34+: measured or estimate)
     snapshot: Any = None  # the GPUs read (a snapshot file or NVML), for plans of other settings on the same box
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -87,15 +90,24 @@ def resolve(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4Ge
     if log_cal is not None and request.inherit_from_log:
         request, taken = inherit_log_flags(request, log_cal)
         notes.extend(taken)
-    if log_cal is not None and request.kv_cache_memory_bytes is None and log_cal.available_kv_bytes is None:
+    version = choose_vllm_version(request.vllm_version, log_cal.vllm_version if log_cal is not None else None)
+    if version.warning:
+        warnings.append(version.warning)
+    sizing = _sizing(request, version.planned, log_cal)
+    request = replace(request, gpu_memory_utilization=sizing.utilization)
+    if log_cal is not None and request.kv_cache_memory_bytes is None and _log_kv(log_cal, sizing) is None:
+        if sizing.measured:
+            raise InputError(
+                f"{log_cal.path}: no measured KV cache size (\"Extended KV cache to N blocks\" or \"Memory after "
+                "warmup: ... N KV cache blocks\"): in vLLM's measured mode \"Available KV cache memory\" is only the "
+                "reservation before CUDA-graph capture",
+                hint="use the log of a start that got past warm-up, or give --kv-cache-memory",
+            )
         raise InputError(
             f"{log_cal.path}: no \"Available KV cache memory\" line",
             hint="use the log of a startup that got past memory profiling, or give --kv-cache-memory",
         )
-    version = choose_vllm_version(request.vllm_version, log_cal.vllm_version if log_cal is not None else None)
-    if version.warning:
-        warnings.append(version.warning)
-    need_prediction = request.kv_cache_memory_bytes is None and (log_cal is None or log_cal.available_kv_bytes is None)
+    need_prediction = request.kv_cache_memory_bytes is None and (log_cal is None or _log_kv(log_cal, sizing) is None)
     if snapshot is None and request.gpus:
         from dsv4ctl.gpu import load_snapshot
 
@@ -113,7 +125,38 @@ def resolve(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4Ge
     else:
         layout = resolve_kv_layout(request.kv_cache_dtype, request.attention_backend, compute_major)
         specs = build_specs(geometry, layout, num_speculative_tokens=request.num_speculative_tokens, block_size=request.block_size)
-    return Inputs(request, geometry, log_cal, version, devices, layout, specs, need_prediction, snapshot, notes, warnings)
+    return Inputs(request, geometry, log_cal, version, devices, layout, specs, need_prediction, sizing, snapshot, notes,
+                  warnings)
+
+
+def _sizing(request: FitRequest, version: str, log_cal: LogCalibration | None) -> SizingMode:
+    """How the launch's vLLM sizes its KV cache: from its flags; a log of that release that shows the mode wins (vLLM
+    turns the measured mode off at start when device virtual memory is unusable). vLLM's refusal of the measured mode
+    asked for where it cannot run is raised (exit 6)."""
+    fixed = request.kv_cache_memory_bytes
+    if fixed is None and log_cal is not None and request.inherit_from_log:
+        fixed = log_cal.serve_args.get("kv_cache_memory_bytes")  # the log's start had a fixed budget: its estimate path
+    flags = dict(gpu_memory_utilization=request.gpu_memory_utilization, kv_cache_memory_bytes=fixed,
+                 num_gpu_blocks_override=request.num_gpu_blocks_override,
+                 enable_extensible_kv_cache=request.enable_extensible_kv_cache, enable_elastic_ep=request.enable_elastic_ep)
+    mode = sizing_mode(version, **flags)
+    if mode.refusal:
+        raise Dsv4ctlError(f"vLLM {version} would refuse this: {mode.refusal}",
+                           hint="drop --enable-extensible-kv-cache, or the flag it cannot run with",
+                           exit_code=ExitCode.DOES_NOT_FIT)
+    logged = log_cal.sizing_mode if log_cal is not None else None
+    if logged and has_measured_mode(version) and logged != mode.mode and request.kv_cache_memory_bytes is None:
+        forced = sizing_mode(version, **{**flags, "enable_extensible_kv_cache": logged == MEASURED})
+        return replace(forced, why=f"{log_cal.path} shows the {logged} mode")  # type: ignore[union-attr]
+    return mode
+
+
+def _log_kv(log_cal: LogCalibration, sizing: SizingMode) -> int | None:
+    """The log's figure that is the KV cache's size: the committed blocks in the measured mode (their bytes come from
+    the plan's block stride), else "Available KV cache memory"."""
+    if sizing.measured:
+        return log_cal.measured_kv_blocks
+    return log_cal.available_kv_bytes
 
 
 def _same_model_as_the_log(model: str, log_cal: LogCalibration, geometry: Dsv4Geometry, warnings: list[str]) -> None:
@@ -185,19 +228,25 @@ def _calibration(inputs: Inputs, sched: Scheduling) -> Any:
     ))
 
 
-def worker_memory(inputs: Inputs, sched: Scheduling) -> WorkerMemory:
+def worker_memory(inputs: Inputs, sched: Scheduling, bytes_per_block: list[int]) -> WorkerMemory:
     """The KV memory per worker: given, measured in the log, calibrated on this host, or predicted per GPU (the
-    tightest data-parallel replica binds); and the refusal vLLM would answer at worker start."""
-    request, log_cal, notes = inputs.request, inputs.log_cal, inputs.notes
+    tightest data-parallel replica binds); and the refusal vLLM would answer at worker start. `bytes_per_block`: each
+    worker's block stride (a measured-mode log gives blocks)."""
+    request, log_cal, notes, sizing = inputs.request, inputs.log_cal, inputs.notes, inputs.sizing
     workers = request.tensor_parallel_size * request.pipeline_parallel_size
     calibration = _calibration(inputs, sched)
     memory = WorkerMemory("predicted", [], [], [], None, calibration)
+    measured_mode = sizing is not None and sizing.measured
     if request.kv_cache_memory_bytes is not None:
         memory.source, memory.per_worker = "given", [request.kv_cache_memory_bytes] * workers
+    elif log_cal is not None and measured_mode and log_cal.measured_kv_blocks is not None:
+        memory.source, memory.per_worker = "log", [log_cal.measured_kv_blocks * b for b in bytes_per_block]
+        notes.append(f"KV cache from the {log_cal.measured_kv_blocks:,} blocks vLLM committed after CUDA-graph capture and "
+                     "warm-up in the log (exact: blocks x the block stride)")
     elif log_cal is not None and log_cal.available_kv_bytes is not None:
         memory.source, memory.per_worker = "log", [log_cal.available_kv_bytes] * workers
         notes.append("vLLM logs KV memory rounded to 0.01 GiB; the prediction can be a few blocks off near a boundary")
-    elif calibration is not None and (plans := measured(calibration.startup_plans)) is not None:
+    elif calibration is not None and not measured_mode and (plans := measured(calibration.startup_plans, version=inputs.version.planned)) is not None:
         kv, files = plans
         memory.source, memory.per_worker = "startup_plan", [kv] * workers
         memory.plan_files = [p.path for p in files]
@@ -215,8 +264,14 @@ def worker_memory(inputs: Inputs, sched: Scheduling) -> WorkerMemory:
         )
     else:
         _predict(inputs, memory, workers)
+        if measured_mode:  # the blocks whose 2 MiB-granule footprint fits, as `blocks_within` takes them
+            memory.per_worker = [blocks_within(m, b, m // b) * b if m > 0 else m
+                                 for m, b in zip(memory.per_worker, bytes_per_block)]
+    if calibration is not None and measured_mode and calibration.startup_plans and memory.source != "startup_plan":
+        notes.append("vLLM's startup plans of this configuration hold only a reservation in its measured mode (the "
+                     "cache is measured again at every start): not read as the KV size")
     devices = inputs.devices
-    if devices is not None:
+    if devices is not None and not measured_mode:  # the measured mode skips the check (v1/worker/utils.py:783-796)
         starts = [check_startup_memory(dev, request.gpu_memory_utilization) for dev in devices]
         if memory.refusal is None:
             # vLLM checks free memory against the utilization budget at worker start even when
@@ -245,7 +300,7 @@ def _predict(inputs: Inputs, memory: WorkerMemory, workers: int) -> None:
     if request.weights_bytes_per_rank is not None:
         _refuse_weights_beyond_a_gpu(request, inputs.devices)
     predictions, more = predict_memory(inputs.devices, geometry, request, overhead, request.weights_bytes_per_rank,
-                                       tuple(getattr(inputs.snapshot, "hosts", ()) or ()))
+                                       tuple(getattr(inputs.snapshot, "hosts", ()) or ()), inputs.sizing)
     notes.extend(more)
     memory.predictions = predictions
     memory.refusal = next((g.refusal for g in predictions if g.refusal), None)
@@ -295,3 +350,26 @@ def _refuse_weights_beyond_a_gpu(request: FitRequest, devices: list[Any] | None)
         hint=f"for the whole checkpoint pass --checkpoint-size {format_gib(weights).replace(' ', '')} "
         f"(split over TP x PP = {ranks} GPU{'s' if ranks != 1 else ''}: {format_gib(weights // ranks)} each)",
     )
+
+
+def sizing_plan(inputs: Inputs, source: str) -> tuple[RefusalTexts | None, int]:
+    """vLLM 0.34's measured mode: its after-warm-up refusals, and the upper bound of its final auto-fit (the tentative
+    length a log shows, else the model's maximum); what the mode means said in the notes. Else (None, model max)."""
+    model_max = inputs.geometry.model_max_model_len
+    sizing, log_cal = inputs.sizing, inputs.log_cal
+    if sizing is None or not sizing.measured:
+        if sizing is not None and has_measured_mode(inputs.version.planned):
+            inputs.notes.append(f"KV cache sizing: estimate ({sizing.why})")
+        return None, model_max
+    texts = refusal_texts(True, measured=True, utilization=sizing.utilization, after_warmup=True)
+    bound = model_max
+    if source == "log" and log_cal is not None and log_cal.tentative_autofit_to:
+        bound = min(model_max, log_cal.tentative_autofit_to)
+    given = "" if sizing.utilization_given else " (vLLM's default in this mode)"
+    inputs.notes.append(
+        f"KV cache sizing: measured ({sizing.why}); --gpu-memory-utilization {sizing.utilization:g}{given}; no "
+        "startup refusal for free memory below it; auto-fit is fitted again to the blocks measured after warm-up"
+        + (f", at most the tentative {format_tokens(bound)} of the log" if bound < model_max else "")
+        + "; an explicit --max-model-len that does not fit is refused only after CUDA-graph capture (minutes into the "
+        "start)")
+    return texts, bound

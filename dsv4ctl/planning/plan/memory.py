@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsv4ctl.planning.checkpoint.geometry import CheckpointWeights
+from dsv4ctl.planning.mirror.measured import sizing_margin
 from dsv4ctl.units import GiB, MiB, format_gib_vllm
 
 # A fresh CUDA context took 552,402,944 bytes on an H200 (driver 580, torch 2.x): vLLM's own process
@@ -35,6 +36,10 @@ DEFAULT_NON_KV_OVERHEAD_BYTES = 6 * GiB
 # stale-length report saw 9.81 GiB available on one start and 12.3 GiB on the next (2.5 GiB), added on both sides.
 NON_KV_OVERHEAD_SPREAD_BYTES = 4 * GiB
 UNIFIED_MEMORY_SPREAD_BYTES = 5 * GiB // 2
+# vLLM 0.34's measured mode keeps max(1 GiB, 0.75 x the transient peak) of the device free below the KV cache
+# (mirror/measured.py). The peak is part of the overhead above, its share unknown until a log measures it:
+# estimated as half the overhead, anywhere from none of it to all of its high end.
+TRANSIENT_PEAK_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,15 @@ def free_memory_refusal(cuda_index: int, free: int, total: int, util: float, req
     )
 
 
+def measured_budget(requested: int, cuda_free_at_start: int, transient_peak: int) -> int:
+    """What vLLM 0.34's measured mode gives the engine (weights, overhead and KV cache together): the utilization
+    budget, capped by the memory free at start less the sizing margin. From `measure_kv_cache_bytes`
+    (vllm==0.34.0 v1/worker/extensible_kv_cache.py:592-618) with non_kv = weights + overhead, the peak inside the
+    overhead, and torch's reservation growth no larger than the peak (an estimate): available =
+    min(requested, free at start - max(1 GiB, 0.75 x peak)) - weights - overhead."""
+    return min(requested, cuda_free_at_start - sizing_margin(transient_peak))
+
+
 @dataclass(frozen=True)
 class StartupMemoryCheck:
     """vLLM's `request_memory` on one GPU at worker start: what it asks for and whether it gets it."""
@@ -134,7 +148,7 @@ def weights_per_rank(
 class KvTerm:
     """One term of the available-KV arithmetic, with its basis and range."""
 
-    name: str  # "requested" | "weights" | "non_kv_overhead" | "unified_memory_swing" | "kv_cache_memory"
+    name: str  # "requested" | "measured_budget" | "weights" | "non_kv_overhead" | "unified_memory_swing" | "kv_cache_memory"
     value: int
     low: int
     high: int

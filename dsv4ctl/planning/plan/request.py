@@ -9,12 +9,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsv4ctl.errors import UsageError
+from dsv4ctl.planning.mirror.measured import ESTIMATE_DEFAULT_UTILIZATION
 from dsv4ctl.planning.plan.safe_length import MARGIN_FRACTION, MIN_MARGIN_BYTES
 from dsv4ctl.units import GiB, format_gib, parse_memory_flag, parse_vllm_int
 
-# vLLM 0.32 defaults (config/cache.py, config/scheduler.py, engine/arg_utils.py:get_batch_defaults).
-# vLLM 0.32 defaults (config/cache.py, config/scheduler.py, engine/arg_utils.py:get_batch_defaults).
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
+# vLLM's defaults (config/cache.py, config/scheduler.py, engine/arg_utils.py:get_batch_defaults).
+# --gpu-memory-utilization: 0.92 through 0.33 (vllm==0.33.0 config/cache.py:215) and in 0.34's estimate mode
+# (vllm==0.34.0 config/cache.py:186); 0.34 leaves it unset and resolves 1.0 in its measured mode (`:494-501`):
+# a request leaves it None for the release's own default (planning/mirror/measured.py `sizing_mode`).
+DEFAULT_GPU_MEMORY_UTILIZATION = ESTIMATE_DEFAULT_UTILIZATION
 
 
 SCHEDULER_DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
@@ -61,7 +64,7 @@ class FitRequest:
 
     model: str
     max_model_len: int | None = None  # None or -1: auto
-    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
+    gpu_memory_utilization: float | None = None  # None: the release's default for its sizing mode (0.92, or 1.0)
     kv_cache_dtype: str = "auto"
     block_size: int | None = None  # None: vLLM picks 256 for DeepSeek-V4
     max_num_batched_tokens: int | None = None  # None: vLLM's default for the GPU
@@ -74,6 +77,11 @@ class FitRequest:
     num_speculative_tokens: int = 0  # MTP speculative decoding (0 = off)
     attention_backend: str | None = None
     kv_cache_memory_bytes: int | None = None  # None: predict from the GPUs (or the log)
+    # vLLM 0.34+'s measured ("extensible") KV cache: None is vLLM's default (on for CUDA unless a flag below turns it
+    # off); --num-gpu-blocks-override and --enable-elastic-ep turn it off as --kv-cache-memory-bytes does.
+    enable_extensible_kv_cache: bool | None = None
+    num_gpu_blocks_override: int | None = None
+    enable_elastic_ep: bool = False
     engram_config: str | dict[str, Any] | None = None  # DeepSeek-V4.1's --engram-config (JSON), None: vLLM's defaults
     # dsv4ctl's own inputs
     margin: Margin = field(default_factory=Margin)
@@ -163,9 +171,10 @@ def validate(request: FitRequest) -> None:
     positive("data_parallel_size", request.data_parallel_size, 65536)
     positive("max_num_batched_tokens", request.max_num_batched_tokens, 1 << 26)
     positive("max_num_seqs", request.max_num_seqs, 1 << 20)
-    if not (0 < request.gpu_memory_utilization <= 1) or not math.isfinite(request.gpu_memory_utilization):
+    util = request.gpu_memory_utilization
+    if util is not None and (not (0 < util <= 1) or not math.isfinite(util)):
         raise UsageError(
-            f"--gpu-memory-utilization must be in (0, 1], got {request.gpu_memory_utilization}",
+            f"--gpu-memory-utilization must be in (0, 1], got {util}",
             hint="vLLM takes a fraction of the GPU's memory, e.g. 0.92",
         )
     if request.max_model_len is not None and request.max_model_len != -1 and request.max_model_len < 1:

@@ -9,6 +9,7 @@ from typing import Any
 from dsv4ctl.logs.facts import LogCalibration
 from dsv4ctl.planning.checkpoint.geometry import Dsv4Geometry
 from dsv4ctl.planning.mirror.kv_specs import DSV4_BLOCK_SIZE, KvLayoutChoice
+from dsv4ctl.planning.mirror.measured import ESTIMATE, SizingMode, has_measured_mode
 from dsv4ctl.planning.mirror.versions import VersionChoice, choose_vllm_version
 from dsv4ctl.planning.plan.memory import GpuMemoryPrediction, KvMemoryEstimate
 from dsv4ctl.planning.plan.request import FitRequest
@@ -79,6 +80,7 @@ class FitResult:
     autofit_range: tuple[int, int] | None = None  # auto-fit at the range's low and high ends
     why: str = ""  # the decision in one sentence (fit.py `_decide`): what every line and the exit code follow
     requested_spare_bytes: int | None = None  # the KV memory the length asked for leaves unused, where it fits
+    sizing: SizingMode | None = None  # how the release sizes the KV cache for this launch (0.34+: measured or estimate)
     engram_host: Any = None  # DeepSeek-V4.1: the Engram tables' host memory (planning/plan/engram.py EngramHostPlan)
     block_size: int | None = None  # the KV block size planned, where it is not DeepSeek-V4's 256
 
@@ -110,6 +112,19 @@ class FitResult:
             return None
         return " ".join(["vllm", "serve", shell_quote(self.geometry.model), *(shell_quote(f) for f in self.vllm_flags)])
 
+    @property
+    def has_sizing_modes(self) -> bool:
+        """Whether the planned release has two ways to size the KV cache (0.34+), so the plan names its own."""
+        return self.sizing is not None and has_measured_mode(self.sizing.release)
+
+    def sizing_json(self) -> dict[str, Any]:
+        """The sizing mode, why, the utilization it resolves, and the basis of the KV budget this plan rests on."""
+        doc = self.sizing.to_json() if self.sizing else {"mode": ESTIMATE, "why": None, "gpu_memory_utilization":
+                                                            self.request.gpu_memory_utilization,
+                                                            "gpu_memory_utilization_given": True}
+        doc["budget_basis"] = self.available_kv.basis if self.available_kv else None
+        return doc
+
     def to_json(self) -> dict[str, Any]:
         return {
             "model": self.geometry.model,
@@ -130,6 +145,7 @@ class FitResult:
             # Weights and overhead beyond the budget: how much memory is missing (never a negative KV memory).
             "kv_cache_shortfall_bytes": max(-self.kv_cache_memory_bytes, 0),
             "kv_cache_memory_source": self.kv_cache_memory_source,
+            "sizing_mode": self.sizing_json(),
             "margin_bytes": self.margin_bytes,
             "bytes_per_block": self.bytes_per_block,
             "blocks_per_request": self.blocks_per_request,
