@@ -255,6 +255,9 @@ def _vllm_logger() -> logging.Logger:
 def register() -> None:
     """The `vllm.general_plugins` entry point. Cheap, idempotent and never raises."""
     try:
+        from dsv4ctl.fixes.stacks import register_stack_signal
+
+        register_stack_signal()  # every process's stacks on a signal, whatever fixes are asked for (stacks.py)
         _register()
     except Exception as exc:  # noqa: BLE001 - last line of defence
         logging.getLogger(LOGGER_NAME).warning("%s internal error, no fixes applied: %s: %s",
