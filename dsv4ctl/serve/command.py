@@ -140,7 +140,7 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
             if refusal is not None:
                 session.note_in_log(f"refused, vLLM not started: {refusal.message}")
         else:
-            dog = _start_watchdog(namespace, options)
+            dog = _start_watchdog(namespace, options, session)
             try:
                 session.run(lambda: run_vllm_serve(decision.flags))
             finally:
@@ -201,15 +201,19 @@ class _RememberReady:
             self.view.say(f"warning: {warning}", style="yellow")
 
 
-def _start_watchdog(namespace: Any, options: ServeOptions) -> Any:
-    """`--watchdog SECONDS`: the thread that checks this server (None when off)."""
+def _start_watchdog(namespace: Any, options: ServeOptions, session: ServeSession) -> Any:
+    """`--watchdog SECONDS`: the thread that checks this server (None when off), told what the engine compiles by
+    the lines serve captures."""
     if options.watchdog is None:
         return None
-    from dsv4ctl.serve.watchdog import Watchdog, server_url
+    from dsv4ctl.serve.watchdog import CompileWatch, Watchdog, server_url
 
     key = getattr(namespace, "api_key", None)
     key = key[0] if isinstance(key, (list, tuple)) and key else key
-    return Watchdog(server_url(namespace), options.watchdog, _into_the_log, api_key=key or os.environ.get("VLLM_API_KEY")).start()
+    compiles = CompileWatch()
+    session.listen(compiles.feed)
+    return Watchdog(server_url(namespace), options.watchdog, _into_the_log, api_key=key or os.environ.get("VLLM_API_KEY"),
+                    compiles=compiles).start()
 
 
 def _into_the_log(line: str) -> None:

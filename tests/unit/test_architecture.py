@@ -34,7 +34,7 @@ ALLOWED: dict[str, set[str]] = {
     "doctor": {"root", "errors", "fixes", "gpu", "probe", "planning", "redaction"},
     "collect": {"errors", "units", "files", "redaction", "stamps"},
     "group": {"errors", "units", "files", "stamps", "catalogue", "logs", "diagnosis", "advice", "collect"},
-    "check": {"errors", "units", "logs", "advice", "redaction"},
+    "check": {"errors", "units", "stamps", "logs", "advice", "redaction"},
     "compare": {"errors", "re_cache", "stamps", "logs", "diagnosis", "advice"},
     "serve": {"errors", "units", "files", "catalogue", "logs", "planning", "advice", "fixes", "gpu", "check", "cache_dir", "compare"},
     "render": {"units", "catalogue", "logs", "diagnosis", "planning", "gpu", "probe", "doctor", "serve", "check", "group", "compare"},
