@@ -23,7 +23,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,42 +85,55 @@ def _status_mask(pid: int, field: str, signum: int) -> bool | None:
     return None
 
 
-def dump_stacks(targets: list[Target], *, resume_stopped: bool = False, py_spy: str | None = None) -> list[str]:
+def dump_stacks(targets: list[Target], *, resume_stopped: bool = False, py_spy: str | None = None,
+                say: Callable[[str], None] | None = None) -> list[str]:
     """The stacks of each target, as lines for the log: py-spy's output where py-spy is installed; otherwise what
-    was signalled (the processes write their own stacks to their stderr)."""
+    was signalled (the processes write their own stacks to their stderr). `say` is called with each line before
+    the signal it announces is sent, so a log shows the line, then the process's stacks."""
+    out: list[str] = []
+
+    def tell(line: str) -> None:
+        out.append(line)
+        if say is not None:
+            say(line)
+
     py_spy = py_spy if py_spy is not None else shutil.which("py-spy")
     if not targets:
-        return ["no vLLM process found (titles VLLM::EngineCore, VLLM::Worker…): no stacks"]
+        tell("no vLLM process found (titles VLLM::EngineCore, VLLM::Worker…): no stacks")
+        return out
     if py_spy:
-        return _py_spy(py_spy, targets)
-    lines, sent = [], 0
+        for line in _py_spy(py_spy, targets):
+            tell(line)
+        return out
+    name, sent = signal.Signals(STACK_SIGNAL).name, 0
     for target in targets:
         who = f"pid {target.pid} ({target.title})"
         caught = catches(target.pid)
         if not caught:
             why = "unreadable" if caught is None else "not caught"
-            lines.append(f"{who}: {signal.Signals(STACK_SIGNAL).name} {why} there (dsv4ctl's vLLM plugin not "
-                         "loaded in it?): no stacks; install py-spy for them")
+            tell(f"{who}: {name} {why} there (dsv4ctl's vLLM plugin not loaded in it?): no stacks; install py-spy "
+                 "for them")
             continue
         was_stopped = stopped(target.pid)
+        if was_stopped and not resume_stopped:
+            tell(f"{who}: stopped (SIGSTOP): {name} sent; it writes its stacks once continued")
+        elif was_stopped:
+            tell(f"{who}: stopped (SIGSTOP): {name} sent and continued (SIGCONT) so that it writes every thread's "
+                 "stack to its stderr (the server's log):")
+        else:
+            tell(f"{who}: {name} sent: faulthandler writes every thread's stack to its stderr (the server's log):")
         try:
             os.kill(target.pid, STACK_SIGNAL)
+            if was_stopped and resume_stopped:
+                os.kill(target.pid, signal.SIGCONT)
         except OSError as exc:
-            lines.append(f"{who}: {exc.strerror or exc}: no stacks")
+            tell(f"{who}: {exc.strerror or exc}: no stacks")
             continue
         sent += 1
-        if was_stopped:
-            if resume_stopped:
-                os.kill(target.pid, signal.SIGCONT)
-                lines.append(f"{who}: stopped (SIGSTOP); continued (SIGCONT) so that it writes its stacks")
-            else:
-                lines.append(f"{who}: stopped (SIGSTOP): it writes its stacks once continued")
-                continue
-        lines.append(f"{who}: {signal.Signals(STACK_SIGNAL).name} sent: faulthandler writes every thread's stack "
-                     "to its stderr (the server's log)")
+        time.sleep(WRITE_WAIT_S if was_stopped else 0.0)  # one process's stacks at a time when it was stopped
     if sent:
         time.sleep(WRITE_WAIT_S)
-    return lines
+    return out
 
 
 def _py_spy(py_spy: str, targets: list[Target]) -> list[str]:

@@ -199,8 +199,7 @@ class Watchdog:
             dump_this_process(sys.stderr)
         except (OSError, ValueError, AttributeError) as exc:
             self._say(f"watchdog: no stacks of this process: {exc}")
-        for line in dump_stacks(vllm_processes(os.getpid()), resume_stopped=True):
-            self._say(f"watchdog: {line}")
+        dump_stacks(vllm_processes(os.getpid()), resume_stopped=True, say=lambda line: self._say(f"watchdog: {line}"))
 
 
 def force_http_exit() -> tuple[int, int]:

@@ -62,8 +62,8 @@ def test_a_process_with_the_plugin_writes_its_stacks_even_when_stopped_and_conti
         lines = dumps.dump_stacks([dumps.Target(proc.pid, "VLLM::EngineCore")], resume_stopped=True, py_spy="")
     finally:
         err = _end(proc)
-    assert lines[0].endswith("stopped (SIGSTOP); continued (SIGCONT) so that it writes its stacks")
-    assert "SIGUSR2 sent" in lines[1]
+    assert lines == [f"pid {proc.pid} (VLLM::EngineCore): stopped (SIGSTOP): SIGUSR2 sent and continued (SIGCONT) so "
+                     "that it writes every thread's stack to its stderr (the server's log):"]
     assert "most recent call first" in err and "in waiting_here" in err
 
 
@@ -77,7 +77,8 @@ def test_a_stopped_process_is_not_continued_unless_asked():
     finally:
         os.kill(proc.pid, signal.SIGCONT)
         _end(proc)
-    assert lines == [f"pid {proc.pid} (VLLM::EngineCore): stopped (SIGSTOP): it writes its stacks once continued"]
+    assert lines == [f"pid {proc.pid} (VLLM::EngineCore): stopped (SIGSTOP): SIGUSR2 sent; it writes its stacks once "
+                     "continued"]
 
 
 def test_no_signal_to_a_process_that_would_die_of_it():
@@ -117,4 +118,6 @@ def test_vllm_processes_are_told_by_their_titles():
     finally:
         proc.kill()
         proc.wait()
-    assert dumps.dump_stacks([], py_spy="") == ["no vLLM process found (titles VLLM::EngineCore, VLLM::Worker…): no stacks"]
+    said: list[str] = []
+    assert dumps.dump_stacks([], py_spy="", say=said.append) == said == [
+        "no vLLM process found (titles VLLM::EngineCore, VLLM::Worker…): no stacks"]

