@@ -5,9 +5,9 @@ Pure: `CompileTracker.feed(line, now)` takes each line with the time it was read
 `state(now)` says what compiles, since when, and whether it is still within its grace. The texts are the
 packages' own, each pattern citing where it is printed (`Pattern.sources`: package, release, file:line and the
 literal text there; `tests/unit/test_check_compiles.py` reads each citation in the installed or downloaded
-sources). A compile ends with its matching "done/took" line, or when the engine is seen making progress again
-(vLLM's periodic throughput line with tokens moving, or `progressed(now)` from a caller that saw the counters
-move).
+sources). A compile ends with its matching "done/took" line, or when the engine is seen making progress after
+it began (vLLM's periodic throughput line with tokens moving, which covers the last VLLM_LOG_STATS_INTERVAL, or
+`progressed(now, since)` from a caller whose window, begun at `since`, saw the counters move).
 
 The grace per cause is bounded by vLLM's own time-outs (`Bounds`): while serving, a step the engine does not
 finish within `VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS` (300 s in every release 0.27.1-0.34.0, vllm/envs.py) fails
@@ -38,6 +38,7 @@ GRACE_S: Mapping[str, float] = {
 }
 
 EXECUTE_MODEL_TIMEOUT_S = 300.0  # VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS, vllm/envs.py default, 0.27.1-0.34.0
+STATS_INTERVAL_S = 10.0  # VLLM_LOG_STATS_INTERVAL, vllm/envs.py default (0.32.0: envs.py:868): what one stats line spans
 ENGINE_READY_TIMEOUT_S = 600.0  # VLLM_ENGINE_READY_TIMEOUT_S, vllm/envs.py default, 0.27.1-0.34.0
 
 START, END, STEP = "start", "end", "step"  # a compile begins (or goes on), ends, or a progress bar moved
@@ -49,6 +50,7 @@ class Bounds:
 
     execute_model_s: float = EXECUTE_MODEL_TIMEOUT_S
     engine_ready_s: float = ENGINE_READY_TIMEOUT_S
+    stats_interval_s: float = STATS_INTERVAL_S
     source: str = "vLLM's defaults (vllm/envs.py)"
 
 
@@ -63,6 +65,11 @@ def bounds_from(environ: Mapping[str, str]) -> Bounds:
             said.append(f"{name}={environ[name]}")
         except (KeyError, ValueError):
             values[key] = default
+    try:
+        interval = float(environ.get("VLLM_LOG_STATS_INTERVAL", STATS_INTERVAL_S))
+        values["stats_interval_s"] = interval if interval > 0 else STATS_INTERVAL_S  # vLLM's own fallback
+    except ValueError:
+        pass
     source = "the environment (" + ", ".join(said) + "), else vLLM's defaults" if said else Bounds.source
     return Bounds(source=source, **values)
 
@@ -222,9 +229,9 @@ class CompileTracker:
         if not any(word in line for word in _WORDS):
             return None
         progress = PROGRESS.search(line)
-        if progress is not None:
+        if progress is not None:  # tokens moved at some time in the interval the line covers
             if float(progress["prompt"]) > 0 or float(progress["gen"]) > 0:
-                self.progressed(now)
+                self.progressed(now, since=now - self.bounds.stats_interval_s)
             return None
         for pattern in PATTERNS:
             found = pattern.regex.search(line)
@@ -250,9 +257,12 @@ class CompileTracker:
         else:  # the same compile goes on: its start stays, what it compiles now is the latest line's
             known.what, known.evidence, known.source = what or known.what, evidence, source
 
-    def progressed(self, now: float) -> None:
-        """The engine was seen stepping (its counters moved): whatever compiled has ended."""
-        self._open.clear()
+    def progressed(self, now: float, since: float | None = None) -> None:
+        """The engine was seen stepping (its counters moved) at some time from `since` (default: `now`) to `now`:
+        a compile begun before `since` has ended; one begun later may have begun after the step."""
+        since = now if since is None else since
+        for cause in [cause for cause, entry in self._open.items() if entry.started < since]:
+            del self._open[cause]
 
     def state(self, now: float) -> Busy | None:
         """The compile running longest, or None."""

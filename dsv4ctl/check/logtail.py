@@ -104,8 +104,10 @@ class LogCompiles:
             self._last_time = float(seconds)
         self.tracker.feed(text, self._last_time if self._last_time is not None else now)
 
-    def progressed(self, now: float | None = None) -> None:
-        self.tracker.progressed(local_now() if now is None else now)
+    def progressed(self, seconds_ago: float) -> None:
+        """The engine moved in a window begun `seconds_ago`."""
+        now = local_now()
+        self.tracker.progressed(now, since=now - seconds_ago)
 
 
 def local_now() -> float:

@@ -100,13 +100,14 @@ def _log_compiles(log: str | None, servers: int) -> Any:
 def _judged_with(group: Any, compiles: Any, keep_going: bool = False) -> Any:
     """The one server's verdict told from a compile (check.with_busy); its engine moving ends what compiled.
     `keep_going` (watch): a log that went away is said, and the look stands as it was."""
+    import time
     from dataclasses import replace
 
     from dsv4ctl.check import with_busy
 
     (server,) = group.servers
     if any(e.progressed for e in server.engines):
-        compiles.progressed()
+        compiles.progressed(time.time() - group.checked_at)
     try:
         busy = compiles.read()
     except Dsv4ctlError as exc:

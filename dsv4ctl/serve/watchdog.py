@@ -74,9 +74,10 @@ class CompileWatch:
         with self._lock:
             self._tracker.feed(line, time.monotonic())
 
-    def progressed(self) -> None:
+    def progressed(self, since: float) -> None:
+        """The engine moved in a window begun at `since` (time.monotonic())."""
         with self._lock:
-            self._tracker.progressed(time.monotonic())
+            self._tracker.progressed(time.monotonic(), since=since)
 
     def state(self) -> Any:
         with self._lock:
@@ -137,7 +138,7 @@ class Watchdog:
                     continue
                 ready = True
                 self._say(f"watchdog: watching {self.url} (wedged for {self.limit_s:g} s ends the server)")
-            look = self._with_compiles(look)
+            look = self._with_compiles(look, started)
             self.last = look
             if look.verdict == WEDGED:
                 wedged_since = started if wedged_since is None else wedged_since
@@ -149,14 +150,14 @@ class Watchdog:
             probe = bool(look.engines) and not any(e.progressed or (e.pending or 0) > 0 for e in look.engines)
             self._stop.wait(max(0.0, self.window_s - (time.monotonic() - started)))  # a dead look is quick
 
-    def _with_compiles(self, look: Any) -> Any:
+    def _with_compiles(self, look: Any, started: float) -> Any:
         """The look judged with what the engine's log says compiles: busy within the grace, said once a compile."""
         if self.compiles is None:
             return look
         from dsv4ctl.check import BUSY, with_busy
 
         if any(e.progressed for e in look.engines):
-            self.compiles.progressed()
+            self.compiles.progressed(since=started)
         look = with_busy(look, self.compiles.state())
         busy = look.busy if look.verdict == BUSY else None
         key = None if busy is None else (busy.cause, busy.what)

@@ -57,12 +57,12 @@ def test_a_compile_while_serving_is_busy_with_the_compile_named_and_the_watchdog
         wait_running(srv)
         results: list[object] = []
         threading.Thread(target=compile_request, args=(srv, results), daemon=True).start()
-        began = _wait_for(srv.log_file, "Step 1: torchdynamo start tracing", 120)
+        began = _wait_for(srv, "Step 1: torchdynamo start tracing", 120)
         time.sleep(LIMIT_S)  # the watchdog has looked at the stall for longer than its limit by now
         done = subprocess.run([sys.executable, "-m", "dsv4ctl", "check", url(srv), "--json", "--window", "1",
                                "--log", str(srv.log_file)], cwd=REPO, env=srv.env, capture_output=True, text=True,
                               timeout=60)
-        ended = _wait_for(srv.log_file, "Step 2: done compiler function inductor", 300)
+        ended = _wait_for(srv, "Step 2: done compiler function inductor", 300)
         answers = burst.join(300)
         deadline = time.monotonic() + 60
         while not results and time.monotonic() < deadline:
@@ -84,10 +84,11 @@ def test_a_compile_while_serving_is_busy_with_the_compile_named_and_the_watchdog
     print(f"compile stall {compiled_s:.1f} s; check said: {doc['evidence'][0]}")
 
 
-def _wait_for(path: Path, text: str, timeout: float) -> float:
+def _wait_for(srv: Server, text: str, timeout: float) -> float:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if path.exists() and re.search(re.escape(text), path.read_text(errors="replace")):
+        if srv.log_file.exists() and re.search(re.escape(text), srv.log_file.read_text(errors="replace")):
             return time.monotonic()
+        assert srv.proc.poll() is None, f"serve ended while waiting for {text!r}:\n{srv.stderr()[-3000:]}"
         time.sleep(0.1)
-    raise AssertionError(f"{text!r} not in {path} after {timeout} s")
+    raise AssertionError(f"{text!r} not in {srv.log_file} after {timeout} s")

@@ -80,6 +80,21 @@ def test_progress_ends_every_compile():
     assert tracker.state(31.0) is None
 
 
+def test_progress_ends_only_a_compile_begun_before_it():
+    tracker = c.CompileTracker()
+    tracker.feed("Step 3: torchinductor compiling FORWARDS graph 0", 100.0)
+    moving = "Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 40.1 tokens/s"
+    tracker.feed(moving, 105.0)  # the tokens of the last 10 s: maybe all before the compile began
+    assert tracker.state(105.0) is not None
+    tracker.progressed(106.0, since=101.0)  # a window begun after the compile began saw tokens: it ended
+    assert tracker.state(106.0) is None
+    tracker.feed("Step 3: torchinductor compiling FORWARDS graph 1", 200.0)
+    tracker.progressed(202.0, since=199.0)  # the window began before it: the step may have come first
+    assert tracker.state(202.0).what == "FORWARDS graph 1"
+    tracker.feed(moving, 211.0)
+    assert tracker.state(211.0) is None
+
+
 def test_the_grace_is_the_causes_and_past_it_the_compile_is_overdue():
     tracker = c.CompileTracker()
     tracker.feed("DeepGEMM warmup:  33%|███▎      | 8/24 [00:14<00:28,  1.75s/it]", 0.0)
@@ -99,6 +114,7 @@ def test_vllms_timeouts_bound_every_grace():
     assert tracker.state(61.0).grace_s == 90.0
     assert c.bounds_from({"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "soon"}).execute_model_s == 300.0
     assert c.bounds_from({}) == c.Bounds()
+    assert c.bounds_from({"VLLM_LOG_STATS_INTERVAL": "2"}).stats_interval_s == 2.0
 
 
 def test_a_line_of_nothing_costs_no_pattern():
