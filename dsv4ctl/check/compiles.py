@@ -170,6 +170,7 @@ PROGRESS_SOURCES = (_v("0.32.0", "vllm/v1/metrics/loggers.py", 284, "Avg generat
 _WORDS = ("torch.compile", "torchdynamo", "torchinductor", "compiler function", "Dynamo bytecode", "compile range",
           "CUDA graphs", "Graph capturing", "DeepGEMM", "Running command", "Load time", "during inference",
           "Triton autotuning", "Avg prompt throughput")
+OWN_LINES = "dsv4ctl serve: "  # serve's own lines (the watchdog's quote the compile's line): never a compile
 _BAR_DONE = re.compile(r"100%\|.*?\| *(?P<n>\d+)/(?P=n)\b")
 
 
@@ -226,7 +227,7 @@ class CompileTracker:
     def feed(self, line: str, now: float) -> str | None:
         """One line of the engine's output, read at `now` (seconds, any clock the caller keeps). Returns the cause
         it started, went on with or ended, or None."""
-        if not any(word in line for word in _WORDS):
+        if not any(word in line for word in _WORDS) or OWN_LINES in line:
             return None
         progress = PROGRESS.search(line)
         if progress is not None:  # tokens moved at some time in the interval the line covers

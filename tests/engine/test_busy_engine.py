@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import tinymodel
-from test_check_engine import ARGS, Burst, url, wait_running
+from test_check_engine import ARGS, Burst, engine_processes, url, wait_running
 from test_serve_engine import REPO, Server
 
 LIMIT_S = 3  # the watchdog's: a compile outlasts it several times over
@@ -59,9 +59,10 @@ def test_a_compile_while_serving_is_busy_with_the_compile_named_and_the_watchdog
         threading.Thread(target=compile_request, args=(srv, results), daemon=True).start()
         began = _wait_for(srv, "Step 1: torchdynamo start tracing", 120)
         time.sleep(LIMIT_S)  # the watchdog has looked at the stall for longer than its limit by now
+        engines = [p.pid for p in engine_processes(srv)]
         done = subprocess.run([sys.executable, "-m", "dsv4ctl", "check", url(srv), "--json", "--window", "1",
-                               "--log", str(srv.log_file)], cwd=REPO, env=srv.env, capture_output=True, text=True,
-                              timeout=60)
+                               "--log", str(srv.log_file), "--dump"], cwd=REPO, env=srv.env, capture_output=True,
+                              text=True, timeout=60)
         ended = _wait_for(srv, "Step 2: done compiler function inductor", 300)
         answers = burst.join(300)
         deadline = time.monotonic() + 60
@@ -76,6 +77,11 @@ def test_a_compile_while_serving_is_busy_with_the_compile_named_and_the_watchdog
     doc = json.loads(done.stdout)["check"]["servers"][0]
     assert done.returncode == 13 and doc["verdict"] == "busy", doc
     assert doc["busy"]["cause"] == "torch.compile/Inductor" and doc["busy"]["what"], doc["busy"]
+    assert "torch/_" in doc["busy"]["evidence"] and "dsv4ctl serve" not in doc["busy"]["evidence"]  # torch's own line
+    # --dump: the EngineCore (py-spy is not installed here) writes its stacks into serve's log
+    (engine,) = engines
+    assert f"dump: pid {engine} (VLLM::EngineCore): SIGUSR2 sent" in done.stderr, done.stderr
+    assert "most recent call first" in log
     assert doc["engines"][0]["generation_tokens"] == 0 and doc["engines"][0]["running"] > 0  # the stall is real
     assert "watchdog: not wedged, busy: the engine compiles: torch.compile/Inductor" in log
     assert "watchdog: the server is wedged" not in log

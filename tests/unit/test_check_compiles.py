@@ -117,6 +117,15 @@ def test_vllms_timeouts_bound_every_grace():
     assert c.bounds_from({"VLLM_LOG_STATS_INTERVAL": "2"}).stats_interval_s == 2.0
 
 
+def test_the_watchdogs_own_quote_of_a_compile_is_no_compile():
+    tracker = c.CompileTracker()
+    tracker.feed("Step 3: torchinductor compiling FORWARDS graph 0", 0.0)
+    said = tracker.state(2.0).sentence()
+    tracker.feed("Step 2: done compiler function inductor", 3.0)
+    assert tracker.feed(f"dsv4ctl serve: watchdog: not wedged, busy: {said}", 4.0) is None
+    assert tracker.state(4.0) is None
+
+
 def test_a_line_of_nothing_costs_no_pattern():
     tracker = c.CompileTracker()
     assert tracker.feed("INFO 12-04 10:00:00 [core.py:1] Running: 3 reqs", 0.0) is None
