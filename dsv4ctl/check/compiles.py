@@ -27,6 +27,7 @@ TRITON_JIT = "Triton JIT"
 DEEPGEMM_JIT = "DeepGEMM JIT"
 CUDA_GRAPHS = "CUDA-graph capture"
 JIT_MONITOR = "vLLM JIT monitor"
+COMPILER_PROCESS = "a compiler process"  # seen running under a vLLM process (serve only): what it builds for is unknown
 
 # Seconds each cause may stall the engine before it counts as wedged (docs/check.md says why each).
 GRACE_S: Mapping[str, float] = {
@@ -35,7 +36,12 @@ GRACE_S: Mapping[str, float] = {
     DEEPGEMM_JIT: 120.0,  # 8 cubins in 14 s on B200, 34 s on CI (tokenspeed PR #398): x3 and more
     CUDA_GRAPHS: 300.0,  # every batch size of every mode, at start
     JIT_MONITOR: 120.0,  # vLLM's monitor names a kernel compiled during inference: Triton's, CuTeDSL's, TileLang's
+    COMPILER_PROCESS: 300.0,  # nvcc/ptxas for a JIT, g++ for Inductor's C++ on CPU: one of a series, as torch.compile
 }
+COMPILER_GAP_S = 10.0  # no compiler process seen for this long: the series ended (a compile's own steps between runs)
+# Process names of compilers a JIT runs (nvcc and what it runs; Triton's ptxas; Inductor's C++ compiler on CPU).
+COMPILERS = frozenset({"nvcc", "cicc", "ptxas", "cudafe++", "nvlink", "fatbinary", "g++", "gcc", "c++", "cc",
+                       "cc1", "cc1plus", "clang", "clang++", "ld"})
 
 EXECUTE_MODEL_TIMEOUT_S = 300.0  # VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS, vllm/envs.py default, 0.27.1-0.34.0
 STATS_INTERVAL_S = 10.0  # VLLM_LOG_STATS_INTERVAL, vllm/envs.py default (0.32.0: envs.py:868): what one stats line spans
@@ -105,12 +111,13 @@ def _t(path: str, line: int, literal: str) -> Source:
 
 
 _MONITOR = "vllm/compilation/monitor.py"
+_TAG = r"(?:\[(?P<what>(?![\w./-]+\.py:\d+\])[^\]]+)\] )?"  # vLLM's compile tag ("[backbone] "), not the record's [file.py:N]
 _BACKENDS = "vllm/compilation/backends.py"
 PATTERNS: tuple[Pattern, ...] = (
     # vLLM's torch.compile of the model (its `monitor_torch_compile`, `VllmBackend`)
-    Pattern(TORCH_COMPILE, START, re.compile(r"(?:\[(?P<what>[^\]]+)\] )?Starting torch\.compile\b"),
+    Pattern(TORCH_COMPILE, START, re.compile(_TAG + r"Starting torch\.compile\b"),
             (_v("0.32.0", _MONITOR, 40, "Starting torch.compile"), _v("0.34.0", _MONITOR, 40, "Starting torch.compile"))),
-    Pattern(TORCH_COMPILE, START, re.compile(r"(?:\[(?P<what>[^\]]+)\] )?Dynamo bytecode transform time: [\d.]+ s"),
+    Pattern(TORCH_COMPILE, START, re.compile(_TAG + r"Dynamo bytecode transform time: [\d.]+ s"),
             (_v("0.27.1", _BACKENDS, 1156, "Dynamo bytecode transform time"),
              _v("0.32.0", _BACKENDS, 1167, "Dynamo bytecode transform time"),
              _v("0.34.0", _BACKENDS, 1168, "Dynamo bytecode transform time"))),
@@ -212,6 +219,7 @@ class _Open:
     what: str
     evidence: str
     source: str
+    seen: float = 0.0  # a compiler process: when it was last seen running
 
 
 @dataclass
@@ -264,6 +272,20 @@ class CompileTracker:
         since = now if since is None else since
         for cause in [cause for cause, entry in self._open.items() if entry.started < since]:
             del self._open[cause]
+
+    def saw_compilers(self, found: list[tuple[int, str, str]], now: float) -> None:
+        """Compiler processes running under vLLM's processes now (pid, name, command line), from the process table:
+        one of a series begins or goes on; none seen for COMPILER_GAP_S ends the series."""
+        known = self._open.get(COMPILER_PROCESS)
+        if not found:
+            if known is not None and now - known.seen > COMPILER_GAP_S:
+                del self._open[COMPILER_PROCESS]
+            return
+        pid, name, command = found[0]
+        target = re.search(r"\s-o\s+(\S+)", command)
+        what = f"{name} {target[1].rsplit('/', 1)[-1]}" if target else name
+        self._begin(COMPILER_PROCESS, what, f"pid {pid}: {command}", "the process table (psutil)", now)
+        self._open[COMPILER_PROCESS].seen = now
 
     def state(self, now: float) -> Busy | None:
         """The compile running longest, or None."""

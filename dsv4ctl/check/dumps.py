@@ -61,6 +61,26 @@ def vllm_processes(root_pid: int | None = None) -> list[Target]:
     return sorted(out, key=lambda t: t.pid)
 
 
+def compiler_processes(root_pid: int, names: frozenset[str]) -> list[tuple[int, str, str]]:
+    """Compilers running under `root_pid`'s vLLM processes (pid, name, command line clipped), oldest first."""
+    import psutil
+
+    found = []
+    for target in vllm_processes(root_pid):
+        try:
+            children = psutil.Process(target.pid).children(recursive=True)
+        except psutil.Error:
+            continue
+        for proc in children:
+            try:
+                name = proc.name()
+                if name in names:
+                    found.append((proc.create_time(), proc.pid, name, " ".join(proc.cmdline())[:300]))
+            except psutil.Error:
+                continue
+    return [(pid, name, command) for _, pid, name, command in sorted(found)]
+
+
 def catches(pid: int, signum: int = STACK_SIGNAL) -> bool | None:
     """Whether the process has a handler for the signal (/proc/PID/status SigCgt); None where unreadable."""
     return _status_mask(pid, "SigCgt", signum)

@@ -14,7 +14,9 @@ FORCE_AFTER_S the watchdog sets uvicorn's `force_exit`. serve's session then rea
 and serve exits with ExitCode.WEDGED.
 
 A stall the engine's own log explains is no wedge: serve feeds every line it captures to a `CompileWatch`
-(`check.compiles.CompileTracker` behind a lock: the capture's thread feeds, the watchdog's reads), and a look
+(`check.compiles.CompileTracker` behind a lock: the capture's thread feeds, the watchdog's reads), and, at each
+look that would be wedged, the compilers running under vLLM's processes (nvcc, ptxas, g++: a JIT that prints
+nothing; `check.dumps.compiler_processes`). A look
 that would be wedged while a compile or capture runs within its grace is `busy` (`check.with_busy`): the
 watchdog says so once per compile and does not count it. Past the grace (bounded by vLLM's own
 VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS, read from this process's environment, which vLLM's is) the looks are
@@ -79,9 +81,23 @@ class CompileWatch:
         with self._lock:
             self._tracker.progressed(time.monotonic(), since=since)
 
+    def look_at_processes(self, root_pid: int) -> None:
+        """The compilers running under vLLM's processes now (check.dumps.compiler_processes)."""
+        from dsv4ctl.check.compiles import COMPILERS
+        from dsv4ctl.check.dumps import compiler_processes
+
+        found = compiler_processes(root_pid, COMPILERS)
+        with self._lock:
+            self._tracker.saw_compilers(found, time.monotonic())
+
     def state(self) -> Any:
         with self._lock:
             return self._tracker.state(time.monotonic())
+
+    def busy_reason(self) -> str | None:
+        """Why a stall now is no wedge (a compile within its grace), or None: for whoever judges in-process."""
+        busy = self.state()
+        return None if busy is None or busy.overdue else busy.sentence()
 
 
 class Watchdog:
@@ -154,10 +170,12 @@ class Watchdog:
         """The look judged with what the engine's log says compiles: busy within the grace, said once a compile."""
         if self.compiles is None:
             return look
-        from dsv4ctl.check import BUSY, with_busy
+        from dsv4ctl.check import BUSY, WEDGED, with_busy
 
         if any(e.progressed for e in look.engines):
             self.compiles.progressed(since=started)
+        elif look.verdict == WEDGED:
+            self.compiles.look_at_processes(os.getpid())
         look = with_busy(look, self.compiles.state())
         busy = look.busy if look.verdict == BUSY else None
         key = None if busy is None else (busy.cause, busy.what)

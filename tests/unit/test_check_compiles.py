@@ -54,6 +54,11 @@ def test_what_compiles_is_read_from_the_line():
     assert any(w == "(1, 8192)" for w in seen.values())
     assert any(w.endswith("kernel.cubin") for w in seen.values())
     assert any(w == "_w8a8_block_fp8_matmul" for w in seen.values())
+    dynamo = next(line for line in seen if "Dynamo bytecode transform time" in line)
+    assert seen[dynamo] == ""  # the record's [backends.py:1128] names no compile
+    tagged = c.CompileTracker()
+    tagged.feed("(EngineCore pid=7) INFO 12-04 10:00:01 [monitor.py:40] [backbone] Starting torch.compile", 0.0)
+    assert tagged.state(1.0).what == "backbone"  # vLLM's tag (monitor.py: f"[{tag}] ")
     assert tracker.state(0.0) is None
 
 
@@ -169,3 +174,16 @@ def test_every_citation_holds_its_text_at_its_line():
             assert source.literal in path.read_text().splitlines()[source.line - 1]
     if VLLM_SOURCES.exists() and "torch" in sys.modules:
         assert checked >= 20
+
+
+def test_a_compiler_process_begins_a_series_and_its_absence_ends_it():
+    tracker = c.CompileTracker()
+    cc = [(41, "cc1plus", "/usr/lib/gcc/x86_64-linux-gnu/12/cc1plus -quiet x.cpp -o /tmp/torchinductor/ab/cab.s")]
+    tracker.saw_compilers(cc, 0.0)
+    tracker.saw_compilers([], 5.0)  # between two compiles of one series
+    tracker.saw_compilers([(42, "g++", "g++ -shared -o /tmp/torchinductor/cd/ccd.so")], 8.0)
+    busy = tracker.state(9.0)
+    assert (busy.cause, busy.what, busy.since_s, busy.grace_s) == (c.COMPILER_PROCESS, "g++ ccd.so", 9.0, 300.0)
+    assert busy.evidence.startswith("pid 42: g++ -shared") and busy.source == "the process table (psutil)"
+    tracker.saw_compilers([], 8.0 + c.COMPILER_GAP_S + 1)
+    assert tracker.state(30.0) is None

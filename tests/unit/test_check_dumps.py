@@ -121,3 +121,32 @@ def test_vllm_processes_are_told_by_their_titles():
     said: list[str] = []
     assert dumps.dump_stacks([], py_spy="", say=said.append) == said == [
         "no vLLM process found (titles VLLM::EngineCore, VLLM::Worker…): no stacks"]
+
+
+def test_a_compiler_running_under_a_vllm_process_is_found(tmp_path):
+    source = tmp_path / "big.cpp"
+    source.write_text("".join(f"int f{i}(int x) {{ return x * {i} + f{i - 1}(x - 1); }}\n" if i else "int f0(int x) { return x; }\n"
+                              for i in range(6000)))
+    worker = textwrap.dedent(f"""
+        import setproctitle, subprocess, sys
+        setproctitle.setproctitle("VLLM::Worker_TP0")
+        print("ready", flush=True)
+        subprocess.run(["g++", "-O2", "-c", {str(source)!r}, "-o", {str(tmp_path / 'big.o')!r}])
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", worker], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        found, deadline = [], time.monotonic() + 20
+        while not found and time.monotonic() < deadline and proc.poll() is None:
+            found = dumps.compiler_processes(os.getpid(), frozenset({"g++", "cc1plus", "as"}))
+            time.sleep(0.05)
+    finally:
+        import psutil
+
+        for child in psutil.Process(proc.pid).children(recursive=True):  # g++ and cc1plus, by pid
+            child.kill()
+        proc.kill()
+        proc.wait()
+    assert found, "g++ ran and was not seen"
+    pid, name, command = found[0]
+    assert name in ("g++", "cc1plus") and "big" in command

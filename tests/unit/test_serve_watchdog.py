@@ -121,3 +121,12 @@ def test_past_vllms_own_time_out_the_compile_no_longer_excuses_the_stall():
     assert took >= 2.0 + 1.0 - window_for(1.0)  # the grace, then the limit
     text = "\n".join(said)
     assert "past its grace of 2 s" in text and "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=2" in text
+
+
+def test_the_busy_reason_for_an_in_process_judge():
+    compiles = CompileWatch({})
+    assert compiles.busy_reason() is None
+    compiles.feed("(EngineCore pid=7) INFO 12-04 10:00:01 [monitor.py:40] Starting torch.compile")
+    assert compiles.busy_reason().startswith("the engine compiles: torch.compile/Inductor for 0 s, within its grace")
+    compiles.feed("(EngineCore pid=7) INFO 12-04 10:01:01 [monitor.py:62] torch.compile took 60.02 s in total")
+    assert compiles.busy_reason() is None
