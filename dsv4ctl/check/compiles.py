@@ -284,7 +284,7 @@ class CompileTracker:
         pid, name, command = found[0]
         target = re.search(r"\s-o\s+(\S+)", command)
         what = f"{name} {target[1].rsplit('/', 1)[-1]}" if target else name
-        self._begin(COMPILER_PROCESS, what, f"pid {pid}: {command}", "the process table (psutil)", now)
+        self._begin(COMPILER_PROCESS, what, _clip(f"pid {pid}: {command}", 300), "the process table (psutil)", now)
         self._open[COMPILER_PROCESS].seen = now
 
     def state(self, now: float) -> Busy | None:

@@ -62,7 +62,7 @@ def vllm_processes(root_pid: int | None = None) -> list[Target]:
 
 
 def compiler_processes(root_pid: int, names: frozenset[str]) -> list[tuple[int, str, str]]:
-    """Compilers running under `root_pid`'s vLLM processes (pid, name, command line clipped), oldest first."""
+    """Compilers running under `root_pid`'s vLLM processes (pid, name, command line), oldest first."""
     import psutil
 
     found = []
@@ -75,7 +75,7 @@ def compiler_processes(root_pid: int, names: frozenset[str]) -> list[tuple[int, 
             try:
                 name = proc.name()
                 if name in names:
-                    found.append((proc.create_time(), proc.pid, name, " ".join(proc.cmdline())[:300]))
+                    found.append((proc.create_time(), proc.pid, name, " ".join(proc.cmdline())))
             except psutil.Error:
                 continue
     return [(pid, name, command) for _, pid, name, command in sorted(found)]
