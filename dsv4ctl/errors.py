@@ -30,6 +30,7 @@ class ExitCode(IntEnum):
     DEAD = 10
     DEGRADED = 11
     UNKNOWN_SERVER = 12
+    BUSY = 13
     INTERRUPTED = 130
 
 
@@ -67,6 +68,7 @@ for _code, _doc in {
     ExitCode.DEAD: "the server is gone or says its engine is dead (check, watch)",
     ExitCode.DEGRADED: "the server makes progress but is under pressure: preemptions, KV cliff, a growing queue (check)",
     ExitCode.UNKNOWN_SERVER: "what answers is not a vLLM API server (a wrong URL or port?): no verdict (check, watch)",
+    ExitCode.BUSY: "the engine makes no progress while its log says it compiles or captures, within the grace (check, watch)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
 }.items():
     _code.__doc__ = _doc

@@ -10,6 +10,9 @@
   queue growing while running does not, 5xx answers or admission rejections, a probe that waited out its
   time while the engine worked.
 - healthy: none of these.
+- busy: what would be wedged while the engine's own log says it compiles or captures (`compiles.Busy`, from a
+  `CompileTracker` the caller feeds), within the cause's grace; past the grace it is wedged, the compile in the
+  evidence (`with_busy`).
 - unknown: what answers is not vLLM's API server, so there is nothing to judge: /health answered with a status
   vLLM never gives there (it answers 200, or 503 once its engine is dead: a 404 is a wrong URL or port, not a
   dead engine), or /health answered 200 while /v1/models lists no models and /metrics has no `vllm:` metrics
@@ -19,9 +22,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from typing import Any
 
 from dsv4ctl.check import metrics as m
 from dsv4ctl.check.model import (
+    BUSY,
     DEAD,
     DEGRADED,
     HEALTHY,
@@ -66,6 +72,18 @@ def judge(readings: Readings, limits: Limits = Limits()) -> ServerCheck:
     verdict, evidence = _verdict(readings, engines, http_5xx, rejections, limits, notes)
     return ServerCheck(verdict=verdict, evidence=tuple(evidence), models=models, max_model_len=max_len,
                        engines=engines, http_5xx=http_5xx, admission_rejections=rejections, notes=tuple(notes), **base)
+
+
+def with_busy(check: ServerCheck, busy: Any) -> ServerCheck:
+    """A wedged verdict while the engine compiles (`busy`: a `compiles.Busy`, or None): `busy` within its grace,
+    wedged with the compile said past it. Every other verdict stands (the compile is kept as data)."""
+    if busy is None:
+        return check
+    if check.verdict != WEDGED:
+        return replace(check, busy=busy)
+    if busy.overdue:
+        return replace(check, busy=busy, evidence=(*check.evidence, busy.sentence()))
+    return replace(check, verdict=BUSY, busy=busy, evidence=(busy.sentence(), *check.evidence))
 
 
 def not_vllm(health: HttpAnswer, models: HttpAnswer | None,

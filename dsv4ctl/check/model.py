@@ -10,12 +10,14 @@ from dsv4ctl.errors import ExitCode
 HEALTHY = "healthy"
 DEGRADED = "degraded"
 WEDGED = "wedged"
+BUSY = "busy"  # work pending, no engine progress, while the engine's log says it compiles (within the grace)
 DEAD = "dead"
 UNKNOWN = "unknown"  # what answers is not a vLLM API server: no verdict on a server check cannot see
 # The worst verdict of a group is the group's: a server check cannot judge counts above a degraded one, below the
 # known failures.
-SEVERITY = {HEALTHY: 0, DEGRADED: 1, UNKNOWN: 2, WEDGED: 3, DEAD: 4}
-EXIT_CODES = {HEALTHY: ExitCode.OK, DEGRADED: ExitCode.DEGRADED, UNKNOWN: ExitCode.UNKNOWN_SERVER,
+# A compiling engine is no failure yet: below what check cannot judge.
+SEVERITY = {HEALTHY: 0, DEGRADED: 1, BUSY: 2, UNKNOWN: 3, WEDGED: 4, DEAD: 5}
+EXIT_CODES = {HEALTHY: ExitCode.OK, DEGRADED: ExitCode.DEGRADED, BUSY: ExitCode.BUSY, UNKNOWN: ExitCode.UNKNOWN_SERVER,
               WEDGED: ExitCode.WEDGED, DEAD: ExitCode.DEAD}
 
 
@@ -128,6 +130,7 @@ class ServerCheck:
     window_s: float = 0.0
     duration_s: float = 0.0
     notes: tuple[str, ...] = ()
+    busy: Any = None  # check.compiles.Busy: what the engine compiles, when its log says so
 
     @property
     def exit_code(self) -> ExitCode:
@@ -153,6 +156,7 @@ class ServerCheck:
             "admission_rejections": self.admission_rejections,
             "window_s": round(self.window_s, 3),
             "duration_s": round(self.duration_s, 3),
+            "busy": None if self.busy is None else self.busy.to_json(),
         }
 
 

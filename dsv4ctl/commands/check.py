@@ -11,11 +11,13 @@ from dsv4ctl.errors import Dsv4ctlError, ExitCode
 from dsv4ctl.render import error_line
 
 _WATCH_EXITS = (
-    f"Exit {int(ExitCode.OK)} healthy, {int(ExitCode.DEGRADED)} degraded, "
+    f"Exit {int(ExitCode.OK)} healthy, {int(ExitCode.DEGRADED)} degraded, {int(ExitCode.BUSY)} busy (compiling, "
+    "within its grace), "
     f"{int(ExitCode.WEDGED)} wedged, {int(ExitCode.DEAD)} dead, {int(ExitCode.UNKNOWN_SERVER)} unknown (not a vLLM "
     f"API server): the worst server's; {int(ExitCode.USAGE)} bad flags or URLs."
 )
 _CHECK_EXITS = _WATCH_EXITS.replace(" degraded,", f" degraded ({int(ExitCode.OK)} with --liveness),").replace(
+    " busy (compiling,", f" busy ({int(ExitCode.OK)} with --liveness; compiling,").replace(
     " healthy,", " healthy (alive with --once),")
 
 
@@ -31,11 +33,14 @@ def check_command(
     liveness: bool = typer.Option(False, "--liveness", help="Exit 0 when degraded: only wedged and dead fail (a Kubernetes livenessProbe)."),
     json_output: bool = typer.Option(False, "--json", help="Print the verdicts, evidence and numbers as JSON."),
     once: bool = typer.Option(False, "--once", help="Only GET /health, no window: alive (0), dead (10) or unknown (12), one line each; for an exec liveness probe (below)."),
+    log: str | None = typer.Option(None, "--log", metavar="FILE", help="The server's log (e.g. dsv4ctl serve's): a stall while it says the engine compiles is busy, not wedged (one URL)."),
+    dump: bool = typer.Option(False, "--dump", help="Also write the stacks of every vLLM process on this host: py-spy's to stderr where installed, else each process writes its own to its log (dsv4ctl's vLLM plugin, SIGUSR2)."),
 ) -> None:
     """Is a running vLLM server alive, wedged, dead or degraded? One look: /health, /v1/models, /metrics twice.
 
     wedged: work pending and no engine counter moved in the window (or the probe got no answer), while
-    /health still says 200. dead: no answer, or /health 503 (or another 5xx). degraded: preemptions, KV cache
+    /health still says 200. busy: the same while --log shows the engine compiling or capturing (torch.compile,
+    Triton, DeepGEMM, CUDA graphs), within the cause's grace (docs/check.md). dead: no answer, or /health 503 (or another 5xx). degraded: preemptions, KV cache
     at the cliff, a growing queue, 5xx answers. unknown: what answers is not a vLLM API server (a 404 on
     /health, no models and no vLLM metrics): a wrong URL or port.
 
@@ -49,27 +54,78 @@ def check_command(
     """
     if once:
         _once(ctx, urls, timeout, json_output)
-    from dsv4ctl.check import DEGRADED, Limits
+    from dsv4ctl.check import BUSY, DEGRADED, Limits
     from dsv4ctl.check.http import check_group
     from dsv4ctl.check.urls import parse_urls
     from dsv4ctl.render import emit_json, out_console
 
     servers = parse_urls(urls)
     check_options(window, timeout, probe_timeout, kv_cliff)
+    compiles = _log_compiles(log, len(servers))
     group = check_group(servers, window_s=window, timeout_s=timeout, probe=probe_request, probe_timeout_s=probe_timeout,
                         api_key=api_key, limits=Limits(kv_cliff=kv_cliff))
+    if compiles is not None:
+        group = _judged_with(group, compiles)
+    if dump:
+        _dump_stacks()
     if json_output:
         emit_json(group.to_json())
     else:
         from dsv4ctl.render.check import render_check
 
         render_check(group, out_console())
-    if liveness and group.verdict == DEGRADED:
+    if liveness and group.verdict in (DEGRADED, BUSY):
         return
     raise typer.Exit(int(group.exit_code))
 
 
 check_command.__doc__ = f"{check_command.__doc__}\n    {_CHECK_EXITS}\n"
+
+
+def _log_compiles(log: str | None, servers: int) -> Any:
+    """`--log FILE` read for what the engine compiles (check.logtail.LogCompiles), or None without it."""
+    if log is None:
+        return None
+    from dsv4ctl.errors import InputError, UsageError
+
+    if servers != 1:
+        raise UsageError(f"--log with {servers} URLs: a log is one server's", hint="give the one URL whose log it is")
+    if not os.path.isfile(log):
+        raise InputError(f"--log {log}: no such file", hint="give the server's log file (dsv4ctl serve prints its path)")
+    from dsv4ctl.check.logtail import LogCompiles
+
+    return LogCompiles(log)
+
+
+def _judged_with(group: Any, compiles: Any, keep_going: bool = False) -> Any:
+    """The one server's verdict told from a compile (check.with_busy); its engine moving ends what compiled.
+    `keep_going` (watch): a log that went away is said, and the look stands as it was."""
+    import time
+    from dataclasses import replace
+
+    from dsv4ctl.check import with_busy
+
+    (server,) = group.servers
+    if any(e.progressed for e in server.engines):
+        compiles.progressed(time.time() - group.checked_at)
+    try:
+        busy = compiles.read()
+    except Dsv4ctlError as exc:
+        if not keep_going:
+            raise
+        error_line(f"--log {compiles.path}: {exc.message}")
+        return group
+    return replace(group, servers=(with_busy(server, busy),))
+
+
+def _dump_stacks() -> None:
+    """`--dump`: every vLLM process of this host, its stacks (check.dumps); what was done, on stderr."""
+    from dsv4ctl.check.dumps import dump_stacks, vllm_processes
+    from dsv4ctl.render import err_console
+
+    console = err_console()
+    for line in dump_stacks(vllm_processes()):
+        console.print(f"dump: {line}", markup=False, highlight=False, soft_wrap=True)
 _WINDOW_ONLY = {"window": "--window", "probe_request": "--probe-request", "probe_timeout": "--probe-timeout",
                 "kv_cliff": "--kv-cliff"}  # --api-key (often in the environment) is not refused: /health needs none
 
@@ -95,7 +151,7 @@ def watch_command(
     probe_timeout: float | None = typer.Option(None, "--probe-timeout", metavar="SECONDS", help="[default: the interval]"),
     api_key: str | None = typer.Option(None, "--api-key", envvar="VLLM_API_KEY", metavar="KEY", help="vLLM's --api-key [default: $VLLM_API_KEY]."),
     kv_cliff: float = typer.Option(0.95, "--kv-cliff", metavar="FRACTION", help="As check's."),
-    log: str | None = typer.Option(None, "--log", metavar="FILE", help="The server's log (e.g. dsv4ctl serve's): on wedged or dead, diagnose's reading of its tail."),
+    log: str | None = typer.Option(None, "--log", metavar="FILE", help="The server's log (e.g. dsv4ctl serve's): with one URL, a stall while it says the engine compiles is busy, not wedged; on wedged or dead, diagnose's reading of its tail."),
     count: int | None = typer.Option(None, "--count", metavar="N", help="Stop after N looks and exit with the last one's code [default: until Ctrl-C]."),
     json_output: bool = typer.Option(False, "--json", help="One JSON document per look, one per line (JSON Lines)."),
 ) -> None:
@@ -124,6 +180,7 @@ def watch_command(
         from dsv4ctl.errors import InputError
 
         raise InputError(f"--log {log}: no such file", hint="give the server's log file (dsv4ctl serve prints its path)")
+    compiles = _log_compiles(log, 1) if log is not None and len(servers) == 1 else None
     console = out_console()
     live_view = console.is_terminal and not json_output
     state = WatchState(started_at=time.time())
@@ -135,6 +192,8 @@ def watch_command(
         last[0] = time.monotonic()
         group = check_group(servers, window_s=interval, timeout_s=timeout, probe=probe_request,
                             probe_timeout_s=probe_timeout, api_key=api_key, limits=Limits(kv_cliff=kv_cliff))
+        if compiles is not None:
+            group = _judged_with(group, compiles, keep_going=True)
         return state.update(group, group.ended_at)
 
     def tell(changes: list[Any], where: Any) -> None:

@@ -10,6 +10,9 @@ a post-import hook (`dsv4ctl.fixes.post_import`) checks and applies it right aft
 imports the target (in the process that builds the model runner). So the processes that never
 import it (the API server, EngineCore in multiprocess mode) pay nothing for it.
 
+Whatever is chosen, `register()` first registers Python's faulthandler on SIGUSR2 (`stacks.py`): each vLLM
+process writes its stacks on that signal, for `serve --watchdog` and `check --dump`.
+
 Which fixes run is chosen by `DSV4CTL_FIXES`:
 - unset, empty or `none`: nothing is touched (one DEBUG line);
 - `all`: every fix whose check says this installation needs it;
@@ -255,6 +258,9 @@ def _vllm_logger() -> logging.Logger:
 def register() -> None:
     """The `vllm.general_plugins` entry point. Cheap, idempotent and never raises."""
     try:
+        from dsv4ctl.fixes.stacks import register_stack_signal
+
+        register_stack_signal()  # every process's stacks on a signal, whatever fixes are asked for (stacks.py)
         _register()
     except Exception as exc:  # noqa: BLE001 - last line of defence
         logging.getLogger(LOGGER_NAME).warning("%s internal error, no fixes applied: %s: %s",

@@ -11,10 +11,10 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from dsv4ctl.check.model import DEAD, DEGRADED, HEALTHY, UNKNOWN, WEDGED, EngineNumbers, GroupCheck, ServerCheck
+from dsv4ctl.check.model import BUSY, DEAD, DEGRADED, HEALTHY, UNKNOWN, WEDGED, EngineNumbers, GroupCheck, ServerCheck
 from dsv4ctl.check.watch import VerdictChange, WatchState
 
-_STYLE = {HEALTHY: "bold white on green", DEGRADED: "bold black on yellow", WEDGED: "bold white on red",
+_STYLE = {HEALTHY: "bold white on green", DEGRADED: "bold black on yellow", BUSY: "bold white on blue", WEDGED: "bold white on red",
           DEAD: "bold white on red", UNKNOWN: "bold black on cyan"}
 
 

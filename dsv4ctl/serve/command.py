@@ -11,6 +11,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from dsv4ctl.errors import ExitCode
@@ -175,8 +176,9 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
             if refusal is not None:
                 session.note_in_log(f"refused, vLLM not started: {refusal.message}")
         else:
-            dog = _start_watchdog(namespace, options)
-            routes = probe_routes(namespace, options, phase=session.phase)
+            compiles = _compile_watch(session)
+            dog = _start_watchdog(namespace, options, compiles)
+            routes = probe_routes(namespace, options, phase=session.phase, busy=_busy_source(compiles))
             try:
                 session.run(lambda: run_vllm_serve([*decision.flags, *routes]))
             finally:
@@ -254,15 +256,49 @@ def probe_routes(namespace: Any, options: ServeOptions, *, phase: Any = None, bu
     return ["--middleware", routes.MIDDLEWARE]
 
 
-def _start_watchdog(namespace: Any, options: ServeOptions) -> Any:
-    """`--watchdog SECONDS`: the thread that checks this server (None when off)."""
+
+def _compile_watch(session: ServeSession) -> Any:
+    """What the engine compiles, told by the lines serve captures: one tracker for the watchdog and the probe routes."""
+    from dsv4ctl.serve.watchdog import CompileWatch
+
+    compiles = CompileWatch()
+    session.listen(compiles.feed)
+    return compiles
+
+
+@dataclass(frozen=True)
+class _RouteBusy:
+    """A compile as the probe routes take it (health.judgement.Busy): what, since when (time.monotonic()), its grace."""
+
+    what: str
+    since: float
+    grace_s: float
+
+
+def _busy_source(compiles: Any) -> Callable[[float], _RouteBusy | None]:
+    """The probe routes' busy source (health.judgement.BusySource) over the compile tracker."""
+
+    def look(now: float) -> _RouteBusy | None:
+        busy = compiles.state()
+        if busy is None:
+            return None
+        what = f"{busy.cause} ({busy.what})" if busy.what else busy.cause
+        return _RouteBusy(what=what, since=now - busy.since_s, grace_s=busy.grace_s)
+
+    return look
+
+
+def _start_watchdog(namespace: Any, options: ServeOptions, compiles: Any) -> Any:
+    """`--watchdog SECONDS`: the thread that checks this server (None when off), told what the engine compiles by
+    the lines serve captures."""
     if options.watchdog is None:
         return None
     from dsv4ctl.serve.watchdog import Watchdog, server_url
 
     key = getattr(namespace, "api_key", None)
     key = key[0] if isinstance(key, (list, tuple)) and key else key
-    return Watchdog(server_url(namespace), options.watchdog, _into_the_log, api_key=key or os.environ.get("VLLM_API_KEY")).start()
+    return Watchdog(server_url(namespace), options.watchdog, _into_the_log, api_key=key or os.environ.get("VLLM_API_KEY"),
+                    compiles=compiles).start()
 
 
 def _into_the_log(line: str) -> None:

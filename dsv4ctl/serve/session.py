@@ -105,8 +105,11 @@ class _ProgressFeed:
         self._on_ready = on_ready
         self.events: list[tuple[float, str, str]] = []
         self.phases: set[str] = set()
+        self.listeners: list[Callable[[str], None]] = []  # each captured line's text, as read (the watchdog's compiles)
 
     def feed(self, text: str, fd: int, terminator: str) -> None:
+        for listener in self.listeners:
+            listener(text)
         with self._lock:
             self._lineno += 1
             line = self._parse_line(text, self._source, self._lineno)
@@ -188,6 +191,12 @@ class ServeSession:
         from other threads: one list index."""
         events = self._feed.events if self._feed is not None else []
         return events[-1][1] if events else None
+
+    def listen(self, listener: Callable[[str], None]) -> None:
+        """Call `listener` with every line captured from here on (from the capture's reader thread: it must be quick
+        and must not raise)."""
+        if self._feed is not None:
+            self._feed.listeners.append(listener)
 
     def note_in_log(self, text: str) -> None:
         """A line of dsv4ctl's own for the log only (`dsv4ctl serve: <text>`), after all of vLLM's: why a start

@@ -4,21 +4,30 @@ A thread in the serve process runs `dsv4ctl check`'s look (`check.http.check_ser
 listens on, once it answers /health. While requests are pending the two /metrics scrapes tell progress;
 while the engine looks idle the next look adds the one-token probe request (a stopped idle engine looks
 idle). When the looks say `wedged` without a break for SECONDS (from the start of the first wedged
-look's window), the watchdog writes the evidence to serve's output (the log), a `py-spy dump` of each
-vLLM process where py-spy is installed, and sends this process SIGTERM: vLLM's own graceful shutdown
+look's window), the watchdog writes the evidence to serve's output (the log), the stacks of this process and
+of each vLLM process (`check.dumps`: py-spy where installed, else each process's faulthandler through a signal,
+written to the log), and sends this process SIGTERM: vLLM's own graceful shutdown
 (`vllm/entrypoints/launchers/launcher.py`, its signal handler stops the engine client, then the HTTP
 server). uvicorn then waits for every open connection, and a request the engine never answered keeps
 its connection open until its client gives up (measured: as long as the client's own timeout); after
 FORCE_AFTER_S the watchdog sets uvicorn's `force_exit`. serve's session then reaps every process left,
 and serve exits with ExitCode.WEDGED.
+
+A stall the engine's own log explains is no wedge: serve feeds every line it captures to a `CompileWatch`
+(`check.compiles.CompileTracker` behind a lock: the capture's thread feeds, the watchdog's reads), and, at each
+look that would be wedged, the compilers running under vLLM's processes (nvcc, ptxas, g++: a JIT that prints
+nothing; `check.dumps.compiler_processes`). A look
+that would be wedged while a compile or capture runs within its grace is `busy` (`check.with_busy`): the
+watchdog says so once per compile and does not count it. Past the grace (bounded by vLLM's own
+VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS, read from this process's environment, which vLLM's is) the looks are
+wedged again, and SECONDS count from there.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -27,7 +36,6 @@ from typing import Any
 from dsv4ctl.errors import UsageError
 
 MAX_WINDOW_S = 5.0  # a look's window: at most this, at least 1 s, a third of the limit in between
-PY_SPY_TIMEOUT_S = 20.0
 FORCE_AFTER_S = 10.0  # after the SIGTERM; measured with the engine stopped: vLLM kills it and stops its client in 2 s
 
 
@@ -55,9 +63,47 @@ def window_for(limit_s: float) -> float:
     return max(1.0, min(MAX_WINDOW_S, limit_s / 3))
 
 
+class CompileWatch:
+    """The compile tracker fed by serve's capture (any thread) and read by the watchdog's."""
+
+    def __init__(self, environ: Any = None) -> None:
+        from dsv4ctl.check.compiles import CompileTracker, bounds_from
+
+        self._tracker = CompileTracker(bounds=bounds_from(os.environ if environ is None else environ))
+        self._lock = threading.Lock()
+
+    def feed(self, line: str) -> None:
+        with self._lock:
+            self._tracker.feed(line, time.monotonic())
+
+    def progressed(self, since: float) -> None:
+        """The engine moved in a window begun at `since` (time.monotonic())."""
+        with self._lock:
+            self._tracker.progressed(time.monotonic(), since=since)
+
+    def look_at_processes(self, root_pid: int) -> None:
+        """The compilers running under vLLM's processes now (check.dumps.compiler_processes)."""
+        from dsv4ctl.check.compiles import COMPILERS
+        from dsv4ctl.check.dumps import compiler_processes
+
+        found = compiler_processes(root_pid, COMPILERS)
+        with self._lock:
+            self._tracker.saw_compilers(found, time.monotonic())
+
+    def state(self) -> Any:
+        with self._lock:
+            return self._tracker.state(time.monotonic())
+
+    def busy_reason(self) -> str | None:
+        """Why a stall now is no wedge (a compile within its grace), or None: for whoever judges in-process."""
+        busy = self.state()
+        return None if busy is None or busy.overdue else busy.sentence()
+
+
 class Watchdog:
     def __init__(self, url: str, limit_s: float, say: Callable[[str], None], *, api_key: str | None = None,
-                 timeout_s: float = 2.0, end: Callable[[], None] | None = None) -> None:
+                 timeout_s: float = 2.0, end: Callable[[], None] | None = None,
+                 compiles: CompileWatch | None = None) -> None:
         from dsv4ctl.check.urls import parse_url
 
         if not limit_s > 0:
@@ -72,8 +118,10 @@ class Watchdog:
         self._end = end or _sigterm_this_process
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.compiles = compiles
         self.fired = False
         self.last: Any = None  # the last look (a check.ServerCheck)
+        self._said_busy: tuple[str, str] | None = None
 
     def start(self) -> Watchdog:
         self._thread = threading.Thread(target=self._loop, name="dsv4ctl-watchdog", daemon=True)
@@ -106,6 +154,7 @@ class Watchdog:
                     continue
                 ready = True
                 self._say(f"watchdog: watching {self.url} (wedged for {self.limit_s:g} s ends the server)")
+            look = self._with_compiles(look, started)
             self.last = look
             if look.verdict == WEDGED:
                 wedged_since = started if wedged_since is None else wedged_since
@@ -117,14 +166,31 @@ class Watchdog:
             probe = bool(look.engines) and not any(e.progressed or (e.pending or 0) > 0 for e in look.engines)
             self._stop.wait(max(0.0, self.window_s - (time.monotonic() - started)))  # a dead look is quick
 
+    def _with_compiles(self, look: Any, started: float) -> Any:
+        """The look judged with what the engine's log says compiles: busy within the grace, said once a compile."""
+        if self.compiles is None:
+            return look
+        from dsv4ctl.check import BUSY, WEDGED, with_busy
+
+        if any(e.progressed for e in look.engines):
+            self.compiles.progressed(since=started)
+        elif look.verdict == WEDGED:
+            self.compiles.look_at_processes(os.getpid())
+        look = with_busy(look, self.compiles.state())
+        busy = look.busy if look.verdict == BUSY else None
+        key = None if busy is None else (busy.cause, busy.what)
+        if key is not None and key != self._said_busy:
+            self._say(f"watchdog: not wedged, busy: {busy.sentence()}")
+        self._said_busy = key
+        return look
+
     def _fire(self, look: Any, wedged_s: float) -> None:
         self.fired = True
         self._say(f"watchdog: the server is wedged ({wedged_s:.0f} s without engine progress, limit "
                   f"{self.limit_s:g} s); the evidence:")
         for line in look.evidence:
             self._say(f"watchdog:   {line}")
-        for line in dump_stacks():
-            self._say(f"watchdog: {line}")
+        self._dump()
         self._say("watchdog: shutting vLLM down (SIGTERM to this process); serve exits with the wedged code")
         self._end()
         # vLLM stops its engine client, then uvicorn waits for every open connection, and the requests the
@@ -139,6 +205,20 @@ class Watchdog:
             self._say(f"watchdog: vLLM still running {FORCE_AFTER_S:g} s after the SIGTERM; its HTTP server waited for "
                       f"{connections} open connection(s) (requests the engine never answered): uvicorn's force_exit "
                       f"set on {servers} server(s)")
+
+
+    def _dump(self) -> None:
+        """Where each process stood, into the log before anything ends: this process's threads (vLLM's API
+        server), then each vLLM process's (check.dumps)."""
+        from dsv4ctl.check.dumps import dump_stacks, dump_this_process, vllm_processes
+
+        self._say(f"watchdog: the stacks of this process (pid {os.getpid()}, vLLM's API server), by faulthandler:")
+        try:
+            sys.stderr.flush()
+            dump_this_process(sys.stderr)
+        except (OSError, ValueError, AttributeError) as exc:
+            self._say(f"watchdog: no stacks of this process: {exc}")
+        dump_stacks(vllm_processes(os.getpid()), resume_stopped=True, say=lambda line: self._say(f"watchdog: {line}"))
 
 
 def force_http_exit() -> tuple[int, int]:
@@ -171,36 +251,3 @@ def _sigterm_this_process() -> None:
     """vLLM's own shutdown path: its signal handler on the event loop (launcher.py) stops the engine client,
     then the HTTP server."""
     os.kill(os.getpid(), signal.SIGTERM)
-
-
-def vllm_processes() -> list[Any]:
-    """This process's descendants that vLLM started (EngineCore, workers), by their process titles."""
-    import psutil
-
-    out = []
-    for proc in psutil.Process().children(recursive=True):
-        try:
-            if proc.name().startswith("VLLM::") or "EngineCore" in proc.name() or "Worker" in proc.name():
-                out.append(proc)
-        except psutil.Error:
-            continue
-    return out
-
-
-def dump_stacks() -> list[str]:
-    """`py-spy dump --nonblocking --pid P` (reads memory, stops nothing) of this process and each vLLM process, as lines; one line saying why not otherwise."""
-    py_spy = shutil.which("py-spy")
-    if py_spy is None:
-        return ["py-spy is not installed: no stack dumps (pip install py-spy, then the next wedge has them)"]
-    lines = []
-    pids = [os.getpid(), *(p.pid for p in vllm_processes())]
-    for pid in pids:
-        lines.append(f"py-spy dump --pid {pid}:")
-        try:
-            done = subprocess.run([py_spy, "dump", "--nonblocking", "--pid", str(pid)], capture_output=True, text=True,
-                                  timeout=PY_SPY_TIMEOUT_S)
-            text = (done.stdout + done.stderr).rstrip()
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            text = f"py-spy failed: {exc}"
-        lines += [f"  {line}" for line in text.splitlines()]
-    return lines

@@ -227,6 +227,13 @@ def test_serve_watchdog_ends_a_wedged_server_with_the_wedged_code_and_no_process
     assert took < 100, took
     assert "watchdog: the server is wedged" in log and "/health still answered 200" in log
     assert "watchdog: shutting vLLM down" in log and "watchdog: shutting vLLM down" in err
-    assert ("py-spy dump --pid" in log) or ("py-spy is not installed" in log)
+    # Where each process stood, in the log before the watchdog acts: py-spy is not installed here, so the stopped
+    # EngineCore is signalled (dsv4ctl's plugin registered faulthandler in it), continued, and writes its stacks.
+    before = log[: log.index("watchdog: shutting vLLM down")]
+    assert "watchdog: the stacks of this process" in before
+    said = f"pid {engine.pid} (VLLM::EngineCore): stopped (SIGSTOP): SIGUSR2 sent and continued (SIGCONT)"
+    assert said in before, before[-6000:]
+    engine_stacks = before[before.index(said):]
+    assert "most recent call first" in engine_stacks and "vllm/v1/engine/core.py" in engine_stacks, engine_stacks[-4000:]
     assert srv._survivors_at_exit == [], srv._survivors_at_exit
     assert _port_is_free(srv.port)

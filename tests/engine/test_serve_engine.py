@@ -90,11 +90,11 @@ def _serve_env(tmp_path: Path) -> dict[str, str]:
 class Server:
     """`python -m dsv4ctl serve …` as a subprocess, with its descendants recorded while it runs."""
 
-    def __init__(self, tmp_path: Path, name: str, args: list[str]):
+    def __init__(self, tmp_path: Path, name: str, args: list[str], env: dict[str, str] | None = None):
         self.log_file = tmp_path / f"{name}.log"
         self.stdout_path, self.stderr_path = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
         self.port = _free_port()
-        self.env = _serve_env(tmp_path)
+        self.env = {**_serve_env(tmp_path), **(env or {})}
         argv = [sys.executable, "-m", "dsv4ctl", "serve", *args, "--log-file", str(self.log_file),
                 "--host", "127.0.0.1", "--port", str(self.port)]
         self.proc = subprocess.Popen(

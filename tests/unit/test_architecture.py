@@ -35,7 +35,7 @@ ALLOWED: dict[str, set[str]] = {
     "doctor": {"root", "errors", "fixes", "gpu", "host", "probe", "planning", "redaction"},
     "collect": {"errors", "units", "files", "redaction", "stamps"},
     "group": {"errors", "units", "files", "stamps", "catalogue", "logs", "diagnosis", "advice", "collect"},
-    "check": {"errors", "units", "logs", "advice", "redaction"},
+    "check": {"errors", "units", "stamps", "logs", "advice", "redaction"},
     "health": {"check"},
     "compare": {"errors", "re_cache", "stamps", "logs", "diagnosis", "advice"},
     "serve": {"errors", "units", "files", "catalogue", "logs", "planning", "advice", "fixes", "gpu", "host", "check", "cache_dir", "compare",

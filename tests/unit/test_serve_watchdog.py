@@ -12,7 +12,7 @@ import pytest
 
 from checkkit import StandIn
 from dsv4ctl.errors import UsageError
-from dsv4ctl.serve.watchdog import Watchdog, dump_stacks, server_url, window_for
+from dsv4ctl.serve.watchdog import CompileWatch, Watchdog, server_url, window_for
 
 
 def test_the_url_is_vllms_host_and_port():
@@ -81,7 +81,8 @@ def test_a_wedge_that_lasts_the_limit_ends_the_server_with_the_evidence_written(
     assert time.monotonic() - started >= 2.0
     text = "\n".join(said)
     assert "watchdog: the server is wedged" in text and "/health still answered 200" in text
-    assert "py-spy" in text
+    assert "watchdog: the stacks of this process" in text  # and of vLLM's processes: none behind a stand-in
+    assert "no vLLM process found" in text
     assert said[-1].startswith("watchdog: shutting vLLM down")
 
 
@@ -91,6 +92,41 @@ def test_a_busy_server_is_left_alone():
     assert said == [f"watchdog: watching {dog.url} (wedged for 1 s ends the server)"]
 
 
-def test_stacks_say_why_not_without_py_spy(monkeypatch):
-    monkeypatch.setenv("PATH", "/nonexistent")
-    assert dump_stacks() == ["py-spy is not installed: no stack dumps (pip install py-spy, then the next wedge has them)"]
+def run_compiling_dog(limit: float, wait: float, environ: dict[str, str]) -> tuple[Watchdog, list[str], bool, float]:
+    said: list[str] = []
+    ended = threading.Event()
+    compiles = CompileWatch(environ)
+    # torch 2.13's step line (TORCH_LOGS=inductor) as the engine prints it while Inductor compiles
+    compiles.feed("I1204 23:49:49.078000 17676 torch/_inductor/compile_fx.py:1302] [0/0] Step 3: torchinductor "
+                  "compiling FORWARDS graph 0")
+    started = time.monotonic()
+    with StandIn(["engine-stopped-1.prom", "engine-stopped-2.prom"]) as server:
+        dog = Watchdog(server.url, limit, said.append, timeout_s=1.0, end=ended.set, compiles=compiles).start()
+        ended.wait(wait)
+        dog.stop()
+    return dog, said, ended.is_set(), time.monotonic() - started
+
+
+def test_a_stall_while_the_engine_compiles_within_its_grace_is_busy_and_left_alone():
+    dog, said, ended, _ = run_compiling_dog(limit=1.0, wait=5, environ={})
+    assert not ended and not dog.fired
+    assert dog.last.verdict == "busy" and dog.last.busy.what == "FORWARDS graph 0"
+    busy = [line for line in said if "not wedged, busy" in line]
+    assert len(busy) == 1 and "torch.compile/Inductor (FORWARDS graph 0)" in busy[0]  # said once per compile
+
+
+def test_past_vllms_own_time_out_the_compile_no_longer_excuses_the_stall():
+    dog, said, ended, took = run_compiling_dog(limit=1.0, wait=15, environ={"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "2"})
+    assert ended and dog.fired
+    assert took >= 2.0 + 1.0 - window_for(1.0)  # the grace, then the limit
+    text = "\n".join(said)
+    assert "past its grace of 2 s" in text and "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=2" in text
+
+
+def test_the_busy_reason_for_an_in_process_judge():
+    compiles = CompileWatch({})
+    assert compiles.busy_reason() is None
+    compiles.feed("(EngineCore pid=7) INFO 12-04 10:00:01 [monitor.py:40] Starting torch.compile")
+    assert compiles.busy_reason().startswith("the engine compiles: torch.compile/Inductor for 0 s, within its grace")
+    compiles.feed("(EngineCore pid=7) INFO 12-04 10:01:01 [monitor.py:62] torch.compile took 60.02 s in total")
+    assert compiles.busy_reason() is None
