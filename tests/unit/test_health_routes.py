@@ -361,3 +361,25 @@ def test_the_answer_of_is_sleeping_is_kept():
         return calls.tick(2.0)
 
     assert [look.paused for look in asyncio.run(scenario())] == [True, True]
+
+
+def test_serve_gives_the_routes_the_compile_tracker_its_capture_feeds():
+    # serve's one tracker (serve.watchdog.CompileWatch, fed by the captured lines) seen through the routes' seam: a
+    # Triton JIT line vLLM's monitor prints makes a stalled engine busy within the cause's grace, not wedged.
+    import time
+
+    from dsv4ctl.serve.command import _busy_source
+    from dsv4ctl.serve.watchdog import CompileWatch
+
+    compiles = CompileWatch(environ={})
+    source = _busy_source(compiles)
+    now = time.monotonic()
+    assert source(now) is None
+    compiles.feed("Triton kernel JIT compilation during inference: _fwd_kernel_stage1. This causes a latency spike; "
+                  "consider extending warmup to cover this shape/config.")
+    busy = source(time.monotonic())
+    assert busy is not None and "_fwd_kernel_stage1" in busy.what and busy.since >= now and busy.grace_s > 0
+    ev = j.Evidence(now=busy.since + 40.0, pending=1, stalled_since=busy.since, counters_seen=True,
+                    engines=(engine(answered=busy.since, asked=busy.since),), busy=busy)
+    (live, ready, _) = look(ev)
+    assert live == (200, j.BUSY) and ready == (503, j.BUSY)
