@@ -35,5 +35,20 @@ def failed(json_mode: bool, exc: Exception) -> int:
         traceback.print_exc()
     if isinstance(exc, Dsv4ctlError):
         return fail(json_mode, exc.message, exc.hint, exc.exit_code)
+    if _interrupted_within(exc):
+        return fail(json_mode, "interrupted", None, ExitCode.INTERRUPTED)
     hint = None if debug() else f"this is a bug in dsv4ctl; rerun with {DEBUG_ENV}=1 for the traceback and report it"
     return fail(json_mode, f"internal error: {type(exc).__name__}: {exc}", hint, ExitCode.ERROR)
+
+
+def _interrupted_within(exc: BaseException) -> bool:
+    """Ctrl-C that Python wrapped on its way out: a KeyboardInterrupt raised inside an import's class body comes back
+    as the RuntimeError of `__set_name__` (or another wrapper) with the interrupt as its cause or context."""
+    seen: set[int] = set()
+    inner: BaseException | None = exc
+    while inner is not None and id(inner) not in seen:
+        if isinstance(inner, KeyboardInterrupt):
+            return True
+        seen.add(id(inner))
+        inner = inner.__cause__ or inner.__context__
+    return False

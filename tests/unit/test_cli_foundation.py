@@ -94,6 +94,24 @@ def test_keyboard_interrupt_exits_130(cli, failing_command):
     assert result.exit_code == ExitCode.INTERRUPTED
 
 
+def test_ctrl_c_that_python_wrapped_is_still_an_interrupt(cli, failing_command):
+    # Ctrl-C inside an import's class body comes back as __set_name__'s RuntimeError with the interrupt as its cause
+    # (seen when Ctrl-C lands while dataclasses are being built): exit 130, "interrupted", not an internal error.
+    def wrapped() -> RuntimeError:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as inner:
+            try:
+                raise RuntimeError("Error calling __set_name__ on 'Field' instance 'x' in 'Y'") from inner
+            except RuntimeError as outer:
+                return outer
+
+    failing_command.append(wrapped())
+    result = cli("_raise")
+    assert result.exit_code == ExitCode.INTERRUPTED
+    assert "interrupted" in result.stderr and "internal error" not in result.stderr
+
+
 def test_python_dash_m_and_light_imports():
     # `python -m dsv4ctl --help` must not import vLLM, torch or pynvml.
     code = (
