@@ -249,5 +249,8 @@ class StartupTimeline:
             fit = getattr(self, key)
             if fit is not None:
                 data[key] = {**fit.to_json(), "line": fit.ref.line if fit.ref else None}
+        if self.utilization_cap is not None:
+            util, cap_gib, withheld_gib = self.utilization_cap
+            data["utilization_cap"] = {"gpu_memory_utilization": util, "caps_at_gib": cap_gib, "withheld_gib": withheld_gib}
         data["refs"] = {k: {"source": r.source, "line": r.line} for k, r in self.refs.items()}
         return data
