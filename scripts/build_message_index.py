@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Builds dsv4ctl/catalogue/message_index.json.gz and .bin: every message that vLLM 0.27.1-0.33.0 raises, asserts or
+"""Builds dsv4ctl/catalogue/message_index.json.gz and .bin: every message that the vLLM releases of scripts/vllm_releases.txt raise, asserts or
 logs at error level, plus those of the packages operators meet next to vLLM, each with its source.
 
     python scripts/build_message_index.py                 # downloads into /work/wheels what is missing
@@ -128,9 +128,22 @@ SCHEMA = 2
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT = REPO / "dsv4ctl" / "catalogue" / "message_index.json.gz"
 PACKED = OUTPUT.with_name("message_index.bin")
-DEFAULT_WHEELS = Path("/work/wheels")
+DEFAULT_WHEELS = Path("/work/wheels")  # the one download/unpack folder: src/vllm-<v>/vllm/..., other/..., whl/
+RELEASES_FILE = Path(__file__).resolve().with_name("vllm_releases.txt")
 
-VLLM_RELEASES = ("0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
+
+def read_releases(path: Path = RELEASES_FILE) -> tuple[str, ...]:
+    """The known vLLM releases, oldest first (scripts/vllm_releases.txt; add_release.py appends to it)."""
+    lines = (ln.split("#", 1)[0].strip() for ln in path.read_text(encoding="utf-8").splitlines())
+    return tuple(ln for ln in lines if ln)
+
+
+def release_source(wheels: Path, version: str) -> Path:
+    """Where a release's Python sources are unpacked: <wheels>/src/vllm-<version> (holding vllm/...)."""
+    return wheels / "src" / f"vllm-{version}"
+
+
+VLLM_RELEASES = read_releases()
 MIN_LITERAL_CHARS = 12
 MIN_WORDS = 2
 FIELDS = ("package", "kind", "exception", "level", "function", "template", "pattern", "anchor", "sources", "flags",
@@ -1249,7 +1262,7 @@ def acl_error_codes(path: Path) -> list[tuple[int, str]]:
 def ensure_sources(wheels: Path, keep_wheels: bool) -> None:
     whl_dir = wheels / "whl"
     for v in VLLM_RELEASES:
-        dest = wheels / "src" / f"vllm-{v}"
+        dest = release_source(wheels, v)
         if (dest / "vllm" / "config" / "model.py").exists():
             continue
         print(f"vllm {v}: downloading", flush=True)
@@ -1671,7 +1684,7 @@ def helper_table(wheels: Path, rows: list[list], col: dict[str, int]) -> dict[st
                 a, b = check_names(c)
                 read |= a
                 called |= b
-    defs = {v: helper_definitions(wheels / "src" / f"vllm-{v}", v) for v in VLLM_RELEASES}
+    defs = {v: helper_definitions(release_source(wheels, v), v) for v in VLLM_RELEASES}
     out: dict[str, list[list[str]]] = {}
     done: set[tuple[str, bool]] = set()
     todo = {(n, True) for n in read} | {(n, False) for n in called}  # (name, as a property)
@@ -1717,7 +1730,7 @@ def build(wheels: Path, jobs: int, only: set[str] | None = None, kept: dict | No
                 b.tested[release] |= tested
 
     for v in VLLM_RELEASES if wanted("vllm") else ():
-        root = wheels / "src" / f"vllm-{v}"
+        root = release_source(wheels, v)
         fields, alias = engine_args_fields(root / "vllm" / "engine" / "arg_utils.py")
 
         def flags_of(names: set[str], fields=fields, alias=alias) -> set[str]:
