@@ -1524,6 +1524,9 @@ def failing_condition(check: str) -> str | None:
         return None
 
 
+REWORDED_RATIO = 0.8
+
+
 def later_of(rows: list[list], col: dict[str, int], tested: dict[str, set[str]]) -> dict[int, dict]:
     """`later` per vLLM row whose releases end before the newest indexed one (rows without anything to say are
     left out): what the index shows of the message after its last release L, the first that applies of
@@ -1531,8 +1534,10 @@ def later_of(rows: list[list], col: dict[str, int], tested: dict[str, set[str]])
       (the earliest such; E its exception, None for a log);
     - {"reworded": R, "template": T}: an entry new after L, of the same file and function as at L and of the same
       family (log / not log), is guarded by the same non-empty check in R, or by one that fails on the same condition
-      (`assert T` and `if not T: raise`, see failing_condition) (the earliest such; of several, the one whose
-      template is closest to this one's, by difflib's ratio);
+      (`assert T` and `if not T: raise`, see failing_condition), or (its condition rewritten too) has a template
+      at least REWORDED_RATIO alike by difflib's ratio (vLLM 0.34.0 rewrote the DP config-hash check and added
+      the reference engine to its message) (the earliest such; of several, the one whose template is closest to
+      this one's);
     - {"check_gone": R}: R is the release after L, and no later release has a vLLM entry with the same non-empty
       check nor tests that condition anywhere in the files read (an `if`, assert or torch._check*, either way round).
     Otherwise nothing: the check was moved, or is still tested by code whose message the index does not hold."""
@@ -1582,9 +1587,12 @@ def later_of(rows: list[list], col: dict[str, int], tested: dict[str, set[str]])
             continue
         log = r[ck] == "log"
         cond = cond_of(check)
-        reworded = {(k, j) for f in sorted(files_at[i][last]) for k, c, j in by_place[(f, r[cf])]
-                    if j != i and k > last and c is not None and c == cond and min(rels[j]) > last
-                    and (rows[j][ck] == "log") == log}
+        candidates = [(k, c, j) for f in sorted(files_at[i][last]) for k, c, j in by_place[(f, r[cf])]
+                      if j != i and k > last and min(rels[j]) > last and (rows[j][ck] == "log") == log]
+        reworded = {(k, j) for k, c, j in candidates if c is not None and c == cond}
+        if not reworded:  # the condition was rewritten too: the same words, nearly, in the same place
+            reworded = {(k, j) for k, _c, j in candidates
+                        if difflib.SequenceMatcher(None, r[ct], rows[j][ct]).ratio() >= REWORDED_RATIO}
         if reworded:
             # the earliest release, then the closest wording
             k, template = min((k, -difflib.SequenceMatcher(None, r[ct], rows[j][ct]).ratio(), rows[j][ct])
