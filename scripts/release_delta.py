@@ -116,7 +116,6 @@ MIRROR_TARGETS = tuple(Target(q, w, "planning/mirror") for q, w in (
     ("UniformTypeKVCacheSpecs.max_memory_usage_bytes", "vllm/v1/kv_cache_interface.py"),
     ("UniformTypeKVCacheSpecs.page_size_bytes", "vllm/v1/kv_cache_interface.py"),
     ("SlidingWindowSpec.max_memory_usage_bytes", "vllm/v1/kv_cache_interface.py"),
-    ("MLAAttentionSpec.page_size_bytes", "vllm/v1/kv_cache_interface.py"),
 ))
 
 
@@ -218,42 +217,42 @@ def compare_functions(old: Tree, new: Tree, targets: tuple[Target, ...]) -> list
 
 
 # ------------------------------------------------------------------------------------------- messages
-def message_templates(tree: Tree) -> dict[tuple, tuple[str, int, str]]:
-    """{(kind, exception, level, function, template): (file, line, check)} of every error-level message
+def message_templates(tree: Tree) -> dict[tuple, tuple[str, int, str, str]]:
+    """{(kind, exception, level, template): (file, line, check, function)} of every error-level message
     build_message_index.py extracts from the files it reads (the first file and line when several hold it)."""
-    out: dict[tuple, tuple[str, int, str]] = {}
+    out: dict[tuple, tuple[str, int, str, str]] = {}
     for rel in py_files(tree.root, VLLM_INCLUDE, VLLM_EXCLUDE):
         _, occ, _stats, _problem, _tested = extract_python((str(tree.root), rel, True))
         for kind, exc, level, function, parts, line, _names, check in occ:
-            key = (kind, exc or "", level or "", function or "", display(parts))
+            key = (kind, exc or "", level or "", display(parts))
             if key not in out or (rel, line) < out[key][:2]:
-                out[key] = (rel, line, check or "")
+                out[key] = (rel, line, check or "", function or "")
     return out
 
 
 def compare_messages(old_t: dict, new_t: dict) -> dict:
-    """New, gone, reworded and moved templates. A message is its text, kind and function wherever it now is
-    (as the message index counts them); reworded: a gone and a new one of the same kind and function guarded
-    by the same condition (the closest text when several)."""
+    """New, gone, reworded and moved templates. A message is its text and kind wherever it now is (the file,
+    function or line it moved to aside); reworded: a gone and a new one of the same kind and function guarded by
+    the same condition (the closest text when several)."""
     gone_keys = old_t.keys() - new_t.keys()
     new_keys = new_t.keys() - old_t.keys()
     by_place: dict[tuple, list[tuple]] = {}
     for k in sorted(new_keys):
-        by_place.setdefault((k[0], k[3], new_t[k][2]), []).append(k)
+        by_place.setdefault((k[0], new_t[k][3], new_t[k][2]), []).append(k)
     reworded, matched_old, matched_new = [], set(), set()
     for k in sorted(gone_keys):
         check = old_t[k][2]
-        cands = [c for c in by_place.get((k[0], k[3], check), []) if c not in matched_new] if check else []
+        cands = [c for c in by_place.get((k[0], old_t[k][3], check), []) if c not in matched_new] if check else []
         if not cands:
             continue
-        best = max(cands, key=lambda c: difflib.SequenceMatcher(None, k[4], c[4]).ratio())
+        best = max(cands, key=lambda c: difflib.SequenceMatcher(None, k[3], c[3]).ratio())
         matched_old.add(k)
         matched_new.add(best)
-        reworded.append({"old": k[4], "new": best[4], "old_at": "%s:%d" % old_t[k][:2],
+        reworded.append({"old": k[3], "new": best[3], "old_at": "%s:%d" % old_t[k][:2],
                          "new_at": "%s:%d" % new_t[best][:2], "check": check})
-    gone = [{"template": k[4], "kind": k[0], "at": "%s:%d" % old_t[k][:2]}
+    gone = [{"template": k[3], "kind": k[0], "at": "%s:%d" % old_t[k][:2]}
             for k in sorted(gone_keys, key=lambda k: old_t[k][:2]) if k not in matched_old]
-    new = [{"template": k[4], "kind": k[0], "at": "%s:%d" % new_t[k][:2]}
+    new = [{"template": k[3], "kind": k[0], "at": "%s:%d" % new_t[k][:2]}
            for k in sorted(new_keys, key=lambda k: new_t[k][:2]) if k not in matched_new]
     common = old_t.keys() & new_t.keys()
     moved = sum(1 for k in common if old_t[k][:2] != new_t[k][:2])
@@ -393,39 +392,47 @@ def compare_metrics(old: dict[str, str | None], new: dict[str, str | None]) -> l
 _LOG_CALLS = {"debug", "info", "warning", "warn", "error", "exception", "critical", "fatal", "info_once",
               "warning_once", "debug_once", "error_once", "log"}
 _HOLE = "\x00"
+END = "\x00$"  # a branch's last run when the regex is anchored at the line end
 
 
 def regex_branches(pattern: str) -> list[tuple[bool, list[str]]]:
-    """Each top-level alternative of a regex as (anchored at the line start, its runs of literal text in order):
+    """Each alternative of a regex (also one inside a group) as (anchored at the line start, its runs of literal text in order):
     what a format string holds for the regex to match a line it prints. Anything not a literal (classes,
-    repeats, groups) ends a run."""
-    parsed = sre_parse.parse(pattern)
-    items = list(parsed)
-    if len(items) == 1 and items[0][0] is sre_parse.BRANCH:
-        branches = [list(b) for b in items[0][1][1]]
-    else:
-        branches = [items]
+    repeats, groups) ends a run; a branch whose last literal ends the line (`...down$`) gets END as its last run."""
     out = []
-    for br in branches:
+    for br in _alternatives(list(sre_parse.parse(pattern))):
         anchored = bool(br) and br[0][0] is sre_parse.AT and br[0][1] is sre_parse.AT_BEGINNING
         runs: list[str] = []
-        cur = [""]
-
-        def walk(items) -> None:
-            for op, av in items:
-                if op is sre_parse.LITERAL:
-                    cur[0] += chr(av)
-                elif op is sre_parse.SUBPATTERN and not any(o is sre_parse.BRANCH for o, _ in av[3]):
-                    walk(av[3])  # a group always present: its literals are part of the line
-                else:
-                    if cur[0].strip():
-                        runs.append(cur[0])
-                    cur[0] = ""
-        walk(br)
-        if cur[0].strip():
-            runs.append(cur[0])
+        cur = ""
+        for op, av in br:
+            if op is sre_parse.LITERAL:
+                cur += chr(av)
+            else:
+                if cur.strip():
+                    runs.append(cur)
+                cur = ""
+        if cur.strip():
+            runs.append(cur)
+        if runs and len(br) > 1 and br[-1][0] is sre_parse.AT and br[-1][1] is sre_parse.AT_END \
+                and br[-2][0] is sre_parse.LITERAL:  # the line ends right after a literal
+            runs.append(END)
         out.append((anchored, runs))
     return out
+
+
+def _alternatives(items: list, limit: int = 64) -> list[list]:
+    """The regex's items as plain sequences: every alternative (`a|b`, also inside a group) a sequence of its
+    own, groups (always present) inlined."""
+    seqs: list[list] = [[]]
+    for op, av in items:
+        if op is sre_parse.BRANCH:
+            alts = [a for b in av[1] for a in _alternatives(list(b), limit)]
+        elif op is sre_parse.SUBPATTERN:
+            alts = _alternatives(list(av[3]), limit)
+        else:
+            alts = [[(op, av)]]
+        seqs = [s + a for s in seqs for a in alts][:limit]
+    return seqs
 
 
 def match_runs(text: str, runs: list[str], anchored: bool = False) -> tuple[bool, int] | None:
@@ -440,6 +447,8 @@ def match_runs(text: str, runs: list[str], anchored: bool = False) -> tuple[bool
         return None
     pos, held = i + len(runs[0]), len(runs[0])
     for r in runs[1:]:
+        if r is END:  # the line ends here: nothing but a placeholder may follow
+            return (True, held) if text[pos:] in ("", _HOLE) else None
         j = text.find(r, pos)
         if j < 0:
             return (False, held) if text[pos:pos + 1] in ("", _HOLE) else None
@@ -523,7 +532,7 @@ def _needle(runs: list[str]) -> tuple[str, ...]:
     first has no word of 5 characters (`- "` alone is in most files)."""
     words = runs[0].split() or [runs[0]]
     if max(len(w) for w in words) < 5:
-        words = [w for r in runs for w in r.split()] or words
+        words = [w for r in runs if r is not END for w in r.split()] or words
     return tuple(words)
 
 

@@ -188,7 +188,11 @@ def test_log_lines_found_reworded_gone(trees):
 
 def test_regex_literals_and_partial_templates():
     assert rd.regex_branches(r"^Shutting down$|Finished (server) process") == [
-        (True, ["Shutting down"]), (False, ["Finished server process"])]
+        (True, ["Shutting down", rd.END]), (False, ["Finished server process"])]
+    assert rd.regex_branches(r"Starting to load model (\S+)(?:\.\.\.)?\s*$") == [(False, ["Starting to load model "])]
+    # `$`: the line ends with the literal (or a placeholder)
+    assert rd.match_runs("Shutting down.", ["Shutting down", rd.END], anchored=True) is None
+    assert rd.match_runs("Shutting down", ["Shutting down", rd.END], anchored=True) == (True, 13)
     hole = "\x00"
     # a path or tqdm's counters printed after the literal: held in part, accepted
     assert rd.match_runs(f"Saved startup plan to {hole}", ["Saved startup plan to ", "startup_plan_", ".json"]) == (False, 22)
