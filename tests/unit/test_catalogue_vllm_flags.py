@@ -13,7 +13,7 @@ import pytest
 
 from dsv4ctl.catalogue import vllm_flags as vf
 
-ALL = ("0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
+ALL = ("0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")
 
 
 @pytest.fixture(autouse=True)
@@ -23,7 +23,7 @@ def _packaged_table():
     vf.reset()
 
 
-def test_the_table_loads_with_the_seven_releases():
+def test_the_table_loads_with_every_known_release():
     assert vf.available(), vf.load_error()
     assert vf.releases() == ALL
     assert set(vf.registries()) == {"attention_backend", "kv_cache_dtype", "quantization", "reasoning_parser",
@@ -157,15 +157,16 @@ def test_first_release_of_a_flag():
 
 
 @pytest.mark.parametrize(("asked", "release", "exact"), [
-    (None, "0.33.0", True),
+    (None, "0.34.0", True),
     ("0.32.0", "0.32.0", True),
     ("0.32.0+cpu", "0.32.0", True),
     ("0.33.0rc1", "0.33.0", False),
     ("0.31.5", "0.31.0", False),
-    ("0.34.0", "0.33.0", False),
+    ("0.34.0", "0.34.0", True),
+    ("0.35.0", "0.34.0", False),
     ("0.25.0", "0.27.1", False),
     ("0.1.dev20610+g1f2e3d4", "0.27.1", False),
-    ("not a version", "0.33.0", False),
+    ("not a version", "0.34.0", False),
 ])
 def test_releases_outside_the_table_say_so(asked, release, exact):
     m = vf.resolved_release(asked)
