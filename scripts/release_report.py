@@ -11,7 +11,7 @@ def _code(x) -> str:
     text = str(x).replace("|", "\\|").replace("\n", "\\n")
     if len(text) > 110:
         text = text[:107] + "..."
-    return f"`{text}`"
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
 
 
 def _table(head: list[str], rows: list[list]) -> list[str]:
