@@ -89,7 +89,7 @@ The entry's check is that of the statement its citation names (the newest releas
 row whose releases were guarded otherwise carries their check as a fourth item, [file, line, releases, check]
 (a (file, line) whose releases differ gives one row per check); rows without it have the entry's.
 
-`later` (vLLM entries whose releases end before the newest indexed, 0.33.0; {} for all others and when there is
+`later` (vLLM entries whose releases end before the newest indexed; {} for all others and when there is
 nothing to say): what the index shows of the message after its last release L, computed over all vLLM entries
 (`later_of`): {"same_text": R, "exception": E} (the same literal text is raised or logged in release R > L, E
 its exception, e.g. ValueError -> VLLMValidationError), else {"reworded": R, "template": T} (a message new
