@@ -166,7 +166,10 @@ def delta(old_root: Path, new_root: Path, old: str, new: str) -> dict:
     say("report: messages")
     messages = rd.compare_messages(rd.message_templates(a), rd.message_templates(b))
     say("report: flags")
-    flags = rd.compare_flags(rd.serve_flag_table(old_root), rd.serve_flag_table(new_root))
+    try:
+        flags = rd.compare_flags(rd.serve_flag_table(old_root), rd.serve_flag_table(new_root))
+    except SystemExit as e:  # build_vllm_flags stops where a tree has no `vllm serve` parser it can read
+        flags = {**rd.compare_flags({}, {}), "error": str(e)}
     say("report: env vars")
     ea, eb = rd.env_table(a), rd.env_table(b)
     env = rd.compare_env(ea, eb, named_env([ea, eb]))

@@ -38,7 +38,8 @@ def summary(r: dict) -> list[str]:
         f"- Error-level messages: {m['old']} → {m['new']} templates; {m['added']} new, {m['gone']} gone, "
         f"{m['reworded']} reworded, {m['moved']} of {m['common']} common ones at another line.",
         f"- `vllm serve` flags: {fl['old']} → {fl['new']}; {fl['added']} added, {fl['removed']} removed, "
-        f"{fl['default_changed']} with another default.",
+        f"{fl['default_changed']} with another default." if not r["flags"].get("error") else
+        f"- `vllm serve` flags: not compared ({r['flags']['error']}).",
         f"- Environment variables (vllm/envs.py): {ev['old']} → {ev['new']}; {ev['added']} added, "
         f"{ev['removed']} removed, {ev['changed']} with another definition.",
         f"- Metrics check reads: {sum(1 for x in r['metrics'] if x['status'] == 'same')} same line, "
@@ -135,6 +136,8 @@ def _messages(r: dict) -> list[str]:
 def _flags(r: dict) -> list[str]:
     f = r["flags"]
     out = ["## `vllm serve` flags (scripts/build_vllm_flags.py's reader)", ""]
+    if f.get("error"):
+        return out + [f"Not compared: {f['error']}", ""]
     out += ["### Added", ""] + _table(["flag", "default", "at"], [[_code(x["flag"]), _code(x["default"]),
                                                                   _code(x["at"])] for x in f["added"]])
     out += ["### Removed", ""] + _table(["flag", "default", "at"], [[_code(x["flag"]), _code(x["default"]),

@@ -265,3 +265,23 @@ def test_log_lines_file_shape(tmp_path):
     assert data["releases"]["0.2.0"]["v2_runner"] is None
     assert data["releases"]["0.1.0"]["v2_runner"]["where"] == "vllm/v1/worker/gpu_worker.py:6"
     assert set(data["releases"]["0.1.0"]) == {"v2_runner", "available_kv", "autofit"}
+
+
+def test_the_script_prints_json_with_its_schema_version(tmp_path, monkeypatch, capsys):
+    write_tree(tmp_path / "src" / "vllm-0.1.0", OLD)
+    write_tree(tmp_path / "src" / "vllm-0.2.0", NEW)
+    monkeypatch.setattr(add_release, "read_releases", lambda *a: ("0.1.0", "0.2.0"))
+    assert add_release.main(["0.2.0", "--wheels", str(tmp_path), "--report-only", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["schema_version"] == 1 and (out["old"], out["new"]) == ("0.1.0", "0.2.0")
+    assert out["startup_plan"]["new"]["schema"] == 2 and out["steps"] == []
+    assert "no cli_args.py" in out["flags"]["error"]  # these trees have no `vllm serve` parser
+    assert add_release.main(["0.2.0", "--wheels", str(tmp_path), "--report-only"]) == 0
+    assert capsys.readouterr().out.startswith("# vLLM 0.2.0 against 0.1.0")
+
+
+def test_an_unknown_release_is_one_line_not_a_traceback(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        add_release.main(["9.9.9", "--wheels", str(tmp_path), "--report-only"])
+    assert e.value.code == 2
+    assert "holds no vllm/" in capsys.readouterr().err
