@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Builds dsv4ctl/catalogue/message_index.json.gz and .bin: every message that vLLM 0.27.1-0.33.0 raises, asserts or
+"""Builds dsv4ctl/catalogue/message_index.json.gz and .bin: every message that the vLLM releases of scripts/vllm_releases.txt raise, asserts or
 logs at error level, plus those of the packages operators meet next to vLLM, each with its source.
 
     python scripts/build_message_index.py                 # downloads into /work/wheels what is missing
@@ -89,7 +89,7 @@ The entry's check is that of the statement its citation names (the newest releas
 row whose releases were guarded otherwise carries their check as a fourth item, [file, line, releases, check]
 (a (file, line) whose releases differ gives one row per check); rows without it have the entry's.
 
-`later` (vLLM entries whose releases end before the newest indexed, 0.33.0; {} for all others and when there is
+`later` (vLLM entries whose releases end before the newest indexed; {} for all others and when there is
 nothing to say): what the index shows of the message after its last release L, computed over all vLLM entries
 (`later_of`): {"same_text": R, "exception": E} (the same literal text is raised or logged in release R > L, E
 its exception, e.g. ValueError -> VLLMValidationError), else {"reworded": R, "template": T} (a message new
@@ -128,9 +128,22 @@ SCHEMA = 2
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT = REPO / "dsv4ctl" / "catalogue" / "message_index.json.gz"
 PACKED = OUTPUT.with_name("message_index.bin")
-DEFAULT_WHEELS = Path("/work/wheels")
+DEFAULT_WHEELS = Path("/work/wheels")  # the one download/unpack folder: src/vllm-<v>/vllm/..., other/..., whl/
+RELEASES_FILE = Path(__file__).resolve().with_name("vllm_releases.txt")
 
-VLLM_RELEASES = ("0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
+
+def read_releases(path: Path = RELEASES_FILE) -> tuple[str, ...]:
+    """The known vLLM releases, oldest first (scripts/vllm_releases.txt; add_release.py appends to it)."""
+    lines = (ln.split("#", 1)[0].strip() for ln in path.read_text(encoding="utf-8").splitlines())
+    return tuple(ln for ln in lines if ln)
+
+
+def release_source(wheels: Path, version: str) -> Path:
+    """Where a release's Python sources are unpacked: <wheels>/src/vllm-<version> (holding vllm/...)."""
+    return wheels / "src" / f"vllm-{version}"
+
+
+VLLM_RELEASES = read_releases()
 MIN_LITERAL_CHARS = 12
 MIN_WORDS = 2
 FIELDS = ("package", "kind", "exception", "level", "function", "template", "pattern", "anchor", "sources", "flags",
@@ -1249,7 +1262,7 @@ def acl_error_codes(path: Path) -> list[tuple[int, str]]:
 def ensure_sources(wheels: Path, keep_wheels: bool) -> None:
     whl_dir = wheels / "whl"
     for v in VLLM_RELEASES:
-        dest = wheels / "src" / f"vllm-{v}"
+        dest = release_source(wheels, v)
         if (dest / "vllm" / "config" / "model.py").exists():
             continue
         print(f"vllm {v}: downloading", flush=True)
@@ -1511,6 +1524,9 @@ def failing_condition(check: str) -> str | None:
         return None
 
 
+REWORDED_RATIO = 0.8
+
+
 def later_of(rows: list[list], col: dict[str, int], tested: dict[str, set[str]]) -> dict[int, dict]:
     """`later` per vLLM row whose releases end before the newest indexed one (rows without anything to say are
     left out): what the index shows of the message after its last release L, the first that applies of
@@ -1518,8 +1534,10 @@ def later_of(rows: list[list], col: dict[str, int], tested: dict[str, set[str]])
       (the earliest such; E its exception, None for a log);
     - {"reworded": R, "template": T}: an entry new after L, of the same file and function as at L and of the same
       family (log / not log), is guarded by the same non-empty check in R, or by one that fails on the same condition
-      (`assert T` and `if not T: raise`, see failing_condition) (the earliest such; of several, the one whose
-      template is closest to this one's, by difflib's ratio);
+      (`assert T` and `if not T: raise`, see failing_condition), or (its condition rewritten too) has a template
+      at least REWORDED_RATIO alike by difflib's ratio (vLLM 0.34.0 rewrote the DP config-hash check and added
+      the reference engine to its message) (the earliest such; of several, the one whose template is closest to
+      this one's);
     - {"check_gone": R}: R is the release after L, and no later release has a vLLM entry with the same non-empty
       check nor tests that condition anywhere in the files read (an `if`, assert or torch._check*, either way round).
     Otherwise nothing: the check was moved, or is still tested by code whose message the index does not hold."""
@@ -1569,9 +1587,12 @@ def later_of(rows: list[list], col: dict[str, int], tested: dict[str, set[str]])
             continue
         log = r[ck] == "log"
         cond = cond_of(check)
-        reworded = {(k, j) for f in sorted(files_at[i][last]) for k, c, j in by_place[(f, r[cf])]
-                    if j != i and k > last and c is not None and c == cond and min(rels[j]) > last
-                    and (rows[j][ck] == "log") == log}
+        candidates = [(k, c, j) for f in sorted(files_at[i][last]) for k, c, j in by_place[(f, r[cf])]
+                      if j != i and k > last and min(rels[j]) > last and (rows[j][ck] == "log") == log]
+        reworded = {(k, j) for k, c, j in candidates if c is not None and c == cond}
+        if not reworded:  # the condition was rewritten too: the same words, nearly, in the same place
+            reworded = {(k, j) for k, _c, j in candidates
+                        if difflib.SequenceMatcher(None, r[ct], rows[j][ct]).ratio() >= REWORDED_RATIO}
         if reworded:
             # the earliest release, then the closest wording
             k, template = min((k, -difflib.SequenceMatcher(None, r[ct], rows[j][ct]).ratio(), rows[j][ct])
@@ -1671,7 +1692,7 @@ def helper_table(wheels: Path, rows: list[list], col: dict[str, int]) -> dict[st
                 a, b = check_names(c)
                 read |= a
                 called |= b
-    defs = {v: helper_definitions(wheels / "src" / f"vllm-{v}", v) for v in VLLM_RELEASES}
+    defs = {v: helper_definitions(release_source(wheels, v), v) for v in VLLM_RELEASES}
     out: dict[str, list[list[str]]] = {}
     done: set[tuple[str, bool]] = set()
     todo = {(n, True) for n in read} | {(n, False) for n in called}  # (name, as a property)
@@ -1717,7 +1738,7 @@ def build(wheels: Path, jobs: int, only: set[str] | None = None, kept: dict | No
                 b.tested[release] |= tested
 
     for v in VLLM_RELEASES if wanted("vllm") else ():
-        root = wheels / "src" / f"vllm-{v}"
+        root = release_source(wheels, v)
         fields, alias = engine_args_fields(root / "vllm" / "engine" / "arg_utils.py")
 
         def flags_of(names: set[str], fields=fields, alias=alias) -> set[str]:

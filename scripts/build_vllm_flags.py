@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Builds dsv4ctl/catalogue/vllm_flags.json.gz: the flags of `vllm serve` in vLLM 0.27.1-0.33.0, with their
+"""Builds dsv4ctl/catalogue/vllm_flags.json.gz: the flags of `vllm serve` in the vLLM releases of
+scripts/vllm_releases.txt, with their
 defaults, choices and the config fields they set, and the named registries operators pass names to.
 
     python scripts/build_vllm_flags.py                  # downloads into /work/wheels what is missing
@@ -52,7 +53,8 @@ REPO = Path(__file__).resolve().parents[1]
 OUTPUT = REPO / "dsv4ctl" / "catalogue" / "vllm_flags.json.gz"
 SCHEMA = 1
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from build_message_index import DEFAULT_WHEELS, VLLM_RELEASES, pip_download, unpack_wheel  # noqa: E402
+from build_message_index import (DEFAULT_WHEELS, VLLM_RELEASES, pip_download, release_source,  # noqa: E402
+                                 unpack_wheel)
 
 SUPPRESS = "==SUPPRESS=="  # argparse.SUPPRESS, as the parser holds it
 UNKNOWN = object()  # a default that is not a literal
@@ -73,7 +75,7 @@ REGISTRIES = {
 def ensure_sources(wheels: Path) -> None:
     """Each release's .py files under <wheels>/src/vllm-<v> (the layout build_message_index.py uses)."""
     for v in VLLM_RELEASES:
-        dest = wheels / "src" / f"vllm-{v}"
+        dest = release_source(wheels, v)
         if (dest / "vllm" / "engine" / "arg_utils.py").exists():
             continue
         print(f"vllm {v}: downloading", flush=True)
@@ -716,7 +718,7 @@ def build(wheels: Path) -> dict:
     counts = {}
     for i, v in enumerate(releases):
         bit = 1 << i
-        root = wheels / "src" / f"vllm-{v}"
+        root = release_source(wheels, v)
         flags, engine_fields = serve_flags(root)
         reg = registries(root)
         counts[v] = {"flags": len(flags), **{k: len(x[0]) for k, x in reg.items()}}

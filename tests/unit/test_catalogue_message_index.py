@@ -18,7 +18,7 @@ import pytest
 from dsv4ctl.catalogue import message_index as mi
 
 ROOT = Path(__file__).resolve().parents[2]
-ALL_VLLM = ("0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
+ALL_VLLM = ("0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")
 KINDS = {"raise", "assert", "assert_bare", "log", "format", "error_string"}
 PACKAGE_ORDER = ("vllm", "torch", "transformers", "huggingface_hub", "ray", "safetensors", "triton",
                  "nvidia-cuda-runtime", "nvidia-nccl-cu13", "vllm_ascend", "torch_npu")
@@ -162,7 +162,8 @@ def test_tp_heads_divisibility():
     assert hit.function == "ModelConfig.verify_with_parallel_config"
     assert hit.releases == ALL_VLLM
     assert "--tensor-parallel-size" in hit.flags
-    assert hit.cite == "vllm==0.33.0 vllm/config/model.py:1561"
+    assert hit.cite == "vllm==0.34.0 vllm/config/model.py:1581"
+    assert "vllm==0.33.0 vllm/config/model.py:1561" in hit.cites()
     assert "vllm==0.27.1 vllm/config/model.py:1317" in hit.cites()
     assert hit.cites()[0] == hit.cite
 
@@ -177,11 +178,13 @@ def test_kv_cache_too_small_from_a_real_log_line():
     hit = _one(mi.lookup_line(line))
     assert (hit.package, hit.kind, hit.exception) == ("vllm", "raise", "ValueError")
     assert hit.function == "_check_enough_kv_cache_memory"
-    assert hit.releases == ALL_VLLM
+    assert hit.releases == ALL_VLLM[:-1]
     # kv_cache_utils.py up to 0.32.0; 0.33.0 moved the check to kv_cache_planning.py
     in_utils = {r for s in hit.sources if s.file == "vllm/v1/core/kv_cache_utils.py" for r in s.releases}
-    assert in_utils == set(ALL_VLLM[:-1])
+    assert in_utils == set(ALL_VLLM[:-2])
     assert hit.cite == "vllm==0.33.0 vllm/v1/core/kv_cache_planning.py:78"
+    # vllm==0.34.0 vllm/v1/core/kv_cache_planning.py:124-132: the same check, its advice now a `hint`
+    assert hit.later["reworded"] == "0.34.0" and "Decreasing `max_model_len` also reduces" in hit.later["template"]
     assert "--max-model-len" in hit.flags
 
 
@@ -209,7 +212,7 @@ def test_deepseek_v4_fp8_ds_mla_assert_then_value_error():
                               "Please set `--kv-cache-dtype fp8` or select a backend that supports bfloat16 KV cache."))
     assert (new.kind, new.exception) == ("raise", "ValueError")
     assert "vllm/models/deepseek_v4/attention.py" in _files(new)
-    assert new.releases == ("0.30.0", "0.31.0", "0.32.0", "0.33.0")
+    assert new.releases == ("0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")
 
 
 def test_deepseek_v4_experts_divisible_by_ep_size():
@@ -226,8 +229,8 @@ def test_bare_assert_source_line():
     assert (hit.kind, hit.exception) == ("assert_bare", "AssertionError")
     assert hit.template == "assert active_topk_width >= cm.max_seq_len // self.compress_ratio"
     assert _files(hit) == {"vllm/models/deepseek_v4/sparse_mla.py"}
-    assert hit.releases == ("0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
-    assert hit.cite == "vllm==0.33.0 vllm/models/deepseek_v4/sparse_mla.py:260"
+    assert hit.releases == ("0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")
+    assert hit.cite == "vllm==0.34.0 vllm/models/deepseek_v4/sparse_mla.py:260"
 
 
 def test_vllm_log_record_and_chat_template():
@@ -236,7 +239,8 @@ def test_vllm_log_record_and_chat_template():
     assert (hit.kind, hit.level, hit.exception) == ("log", "ERROR", None)
     assert hit.function == "MultiprocExecutor.start_worker_monitor.monitor_workers"
     # the line of a log entry is the logger call's, the one vLLM prints as [file.py:N]
-    assert hit.cite == "vllm==0.33.0 vllm/v1/executor/multiproc_executor.py:380"
+    assert hit.cite == "vllm==0.34.0 vllm/v1/executor/multiproc_executor.py:404"
+    assert "vllm==0.33.0 vllm/v1/executor/multiproc_executor.py:380" in hit.cites()
     chat = _one(mi.lookup("As of transformers v4.44, default chat template is no longer allowed, so you must provide "
                           "a chat template if the tokenizer does not define one."))
     assert chat.package == "vllm" and "0.33.0" in chat.releases
@@ -326,11 +330,11 @@ def test_check_of_an_assert():
 
 
 def test_check_of_else_elif_and_chain_else():
-    # vllm==0.33.0 vllm/config/model.py:2677-2683: `if envs.VLLM_ALLOW_LONG_MAX_MODEL_LEN: logger.warning_once(...)
+    # vllm==0.33.0 vllm/config/model.py:2677-2683 (0.34.0 :2721-2727): `if envs.VLLM_ALLOW_LONG_MAX_MODEL_LEN: logger.warning_once(...)
     # else: raise ValueError(f"{msg} To allow overriding this maximum, ...")`
     long_len = _entry("vllm", "{msg} To allow overriding this maximum", "_get_and_verify_max_len")
     assert long_len.check == "if not (envs.VLLM_ALLOW_LONG_MAX_MODEL_LEN)"
-    assert long_len.cite == "vllm==0.33.0 vllm/config/model.py:2681"
+    assert long_len.cite == "vllm==0.34.0 vllm/config/model.py:2725"
     # vllm==0.33.0 vllm/config/vllm.py:3532-3535: `elif self.mamba_config.backend != MambaBackendEnum.TRITON: raise`
     elif_ = _entry("vllm", "--use-replayssm requires --mamba-backend triton or flashinfer",
                    "VllmConfig.validate_mamba_cached_kernel")
@@ -381,14 +385,14 @@ def test_later_check_gone():
 
 
 def test_helpers_from_the_config_sources():
-    # vllm==0.33.0 vllm/config/model.py:1986-1988 and vllm/transformers_utils/config.py:733-739
+    # vllm==0.34.0 vllm/config/model.py:2010-2012 and vllm/transformers_utils/config.py:766-772
     prop = mi.helper("ModelConfig.uses_mrope")
-    assert prop == (("vllm==0.33.0 vllm/config/model.py:1986-1988",
+    assert prop == (("vllm==0.34.0 vllm/config/model.py:2010-2012",
                      "@property\ndef uses_mrope(self) -> bool:\n    return uses_mrope(self.hf_config)"),)
     both = mi.helper("uses_mrope")
-    assert both[0] == prop[0] and both[1][0] == "vllm==0.33.0 vllm/transformers_utils/config.py:733-739"
+    assert both[0] == prop[0] and both[1][0] == "vllm==0.34.0 vllm/transformers_utils/config.py:766-772"
     assert both[1][1].startswith("def uses_mrope(config: PreTrainedConfig) -> bool:")
-    # what those call in turn (vllm/transformers_utils/config.py:729-730)
+    # what those call in turn (vllm/transformers_utils/config.py:762-763)
     assert mi.helper("_uses_mrope")[-1][1].endswith("return _mrope_section(config) is not None")
     assert mi.helper("no_such_helper") is None and mi.helper(None) is None  # type: ignore[arg-type]
     # every helper a check names, each at most 12 lines, each cited
@@ -399,14 +403,14 @@ def test_helpers_from_the_config_sources():
 
 
 def test_pydantic_wrapped_config_errors():
-    # vllm==0.33.0 vllm/config/parallel.py:545-549 (ParallelConfig is a pydantic dataclass: pydantic prints the
+    # vllm==0.33.0 vllm/config/parallel.py:545-549, 0.34.0 :583-587 (ParallelConfig is a pydantic dataclass: pydantic prints the
     # ValueError as "Value error, <message> [type=value_error, ...]")
     line = ("Value error, data_parallel_size_local (4) must be <= data_parallel_size (2) [type=value_error, "
             "input_value=ArgsKwargs(...), input_type=ArgsKwargs]")
     hit = _one(mi.lookup_line(line))
     assert (hit.package, hit.exception) == ("vllm", "ValueError")
     assert hit.function == "ParallelConfig._validate_parallel_config"
-    assert hit.cite == "vllm==0.33.0 vllm/config/parallel.py:547"
+    assert hit.cite == "vllm==0.34.0 vllm/config/parallel.py:585"
     assert hit.check == "if self.data_parallel_size_local > self.data_parallel_size"
     assert mi.lookup_line("  " + line) == hit
     # vllm==0.33.0 vllm/config/vllm.py:1587-1588, an assert in VllmConfig.__post_init__: "Assertion failed, <message>"
