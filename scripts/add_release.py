@@ -117,7 +117,7 @@ def deepgemm_header(wheel: Path | None) -> dict | None:
 def timeline_regexes() -> dict[str, str]:
     from dsv4ctl.logs import timeline
 
-    return {k: p.pattern for k, p in timeline._RE.items()}
+    return {k: p.pattern for k, p in timeline.line_patterns().items()}
 
 
 def metric_names() -> tuple[str, ...]:

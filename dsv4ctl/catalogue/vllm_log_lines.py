@@ -1,6 +1,6 @@
 """Which startup lines each vLLM release prints: the generated `vllm_log_lines.json`.
 
-For every line the startup timeline reads (a key of `dsv4ctl.logs.timeline._RE`: "available_kv", "v2_runner",
+For every line the startup timeline reads (a key of `dsv4ctl.logs.timeline.line_patterns()`: "available_kv", "v2_runner",
 ...), each known release's format string for it and where it is printed, or None when that release's sources
 hold no string the line's regex matches (the line is gone, or not yet there). Built from the releases' wheels by
 `scripts/add_release.py` (`--log-lines` rebuilds it for every release); lines no release prints (uvicorn's,

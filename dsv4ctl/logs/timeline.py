@@ -102,6 +102,12 @@ _RE = {
     ),
 }
 
+
+def line_patterns() -> dict[str, re.Pattern[str]]:
+    """Every vLLM line the startup timeline reads, by key: its own and the KV sizing lines (`timeline_sizing.RE`).
+    What `scripts/add_release.py` looks up in each release's source (catalogue/vllm_log_lines.json)."""
+    return {**_RE, **timeline_sizing.RE}
+
 class StartupTracker:
     """Feed log lines in order; get progress events back and a growing `timeline`."""
 

@@ -119,7 +119,11 @@ def _plan_schema(release: str) -> int | None:
     """The startup-plan file schema of a release whose startup_plan.py planning has read; None: not recorded."""
     from dsv4ctl.planning import startup_plans
 
-    return startup_plans.SCHEMA if startup_plans.available_in(release) else None
+    m = re.match(r"([0-9]+)\.([0-9]+)\.", release)
+    if not m or not any(r.startswith(m.group(0)) for r in startup_plans.RELEASES):
+        return None
+    (schema,) = startup_plans.schemas_of(release)
+    return schema
 
 
 def _release_fit(requested: str, result: Any) -> ReleaseFit:

@@ -33,11 +33,11 @@ def _packaged():
 def test_every_known_release_and_only_timeline_keys():
     assert ll.load_error() is None
     assert ll.releases() == known_releases()
-    assert set(ll.keys()) <= set(timeline._RE)
+    assert set(ll.keys()) <= set(timeline.line_patterns())
     data = json.loads(ll.DATA.read_text())
     assert data["schema_version"] == 1
     # every key is either printed by some release or listed as another program's line
-    assert set(ll.keys()) | set(data["not_vllm"]) == set(timeline._RE)
+    assert set(ll.keys()) | set(data["not_vllm"]) == set(timeline.line_patterns())
     assert "startup_complete" in data["not_vllm"]  # uvicorn's
 
 
@@ -58,7 +58,7 @@ def test_each_release_line_matches_its_timeline_regex_once_filled():
             got = ll.line(key, release)
             if got is None or "{" in got.text or "%" in got.text:
                 continue  # a placeholder's value comes at run time
-            assert timeline._RE[key].search(got.text) or key in ("shards", "capture", "capture_bare"), (release, key)
+            assert timeline.line_patterns()[key].search(got.text) or key in ("shards", "capture", "capture_bare"), (release, key)
 
 
 @pytest.mark.skipif(not SRC.is_dir(), reason="needs the releases' unpacked sources under /work/wheels/src")

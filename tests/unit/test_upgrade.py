@@ -236,3 +236,33 @@ def test_releases_that_cannot_be_compared_are_refused(eight_h200, to, words):
         compare_releases(_request("0.32.0"), to, snapshot=eight_h200)
     assert words in err.value.message
     assert "\n" not in err.value.message
+
+
+def test_the_view_before_an_upgrade_to_0_34_on_eight_h200(eight_h200):
+    # What an operator asks before 0.33.0 -> 0.34.0 with DeepSeek-V4-Flash on 8 x H200, read from the shipped tables
+    # (log lines: the catalogue's own file): the sizing mode, the utilization default, the fixes, the flags added, the
+    # lines a scraper may miss, the plan schema.
+    from dsv4ctl.catalogue import vllm_log_lines
+    from dsv4ctl.planning import startup_plans
+
+    view = compare_releases(_request("0.33.0"), "0.34.0", snapshot=eight_h200)
+    assert (view.before.sizing_mode, view.after.sizing_mode) == ("estimate", "measured")
+    for side, release in ((view.before, "0.33.0"), (view.after, "0.34.0")):
+        assert side.utilization_default == vllm_flags.flag("--gpu-memory-utilization", release).default
+    assert view.before.utilization_default != view.after.utilization_default
+    needs = {row.name: (row.before.status, row.after.status) for row in view.fixes}
+    assert needs == {name: (fix_releases.fix_need(name, "0.33.0").status, fix_releases.fix_need(name, "0.34.0").status)
+                     for name in FIX_NAMES}
+    assert needs["flashmla-empty-prefill-chunk"][1] == fix_releases.NEEDED
+    assert needs[STALE_MAX_MODEL_LEN][1] == needs[DEEPGEMM_METADATA_CLAMP][1] == fix_releases.NOT_NEEDED
+    old = {o for o in vllm_flags.option_strings("0.33.0") if o.startswith("--") and not o.startswith("--no-")}
+    new = {o for o in vllm_flags.option_strings("0.34.0") if o.startswith("--") and not o.startswith("--no-")}
+    assert "--enable-extensible-kv-cache" in view.flags.added
+    assert set(view.flags.added) == {o for o in new - old if vllm_flags.flag(o, "0.33.0") is None}
+    assert any(c.option == "--gpu-memory-utilization" for c in view.flags.launch)
+    gone = {c.key for c in view.log_lines.changes if c.change == log_lines.GONE}
+    assert gone == {k for k in vllm_log_lines.keys() if vllm_log_lines.prints(k, "0.33.0")
+                    and vllm_log_lines.prints(k, "0.34.0") is False}
+    assert "v2_runner" in gone
+    assert (view.before.plan_schema, view.after.plan_schema) == (startup_plans.schemas_of("0.33.0")[0],
+                                                                 startup_plans.schemas_of("0.34.0")[0])
