@@ -34,6 +34,7 @@ def fit_length_command(
     margin: str = typer.Option("5%", "--margin", metavar="SIZE|PERCENT", help="Headroom below the auto-fit ceiling: share of KV memory (floor 512 MiB) or a size."),
     weights_memory: str | None = typer.Option(None, "--weights-memory", metavar="SIZE", help="Weights per GPU (one GPU's share), when no checkpoint dir is given."),
     checkpoint_size: str | None = typer.Option(None, "--checkpoint-size", metavar="SIZE", help="The whole checkpoint's size (e.g. 160GB), split per GPU as vLLM loads it."),
+    host_memory: str | None = typer.Option(None, "--host-memory", metavar="SIZE", help="DeepSeek-V4.1: host RAM available per node for pinning the Engram tables (default: a --gpus snapshot's record, or this machine's when its GPUs are read)."),
     overhead: str | None = typer.Option(None, "--overhead", metavar="SIZE", help="Non-KV, non-weight memory per GPU (default estimate 6 GiB)."),
     vllm_version: str | None = typer.Option(None, "--vllm-version", metavar="X.Y.Z", help="Plan as this vLLM release does (0.27.1-0.34.0). Default: the installed vLLM, else --from-log's, else the newest known."),
     no_calibration: bool = typer.Option(False, "--no-calibration", help="Ignore the KV memory earlier serve starts measured on this host and configuration."),
@@ -78,6 +79,7 @@ def fit_length_command(
         weights_bytes_per_rank=parse_memory_flag(weights_memory, what="--weights-memory") if weights_memory else None,
         checkpoint_bytes=parse_memory_flag(checkpoint_size, what="--checkpoint-size") if checkpoint_size else None,
         non_kv_overhead_bytes=parse_memory_flag(overhead, what="--overhead") if overhead else None,
+        host_memory_bytes=parse_memory_flag(host_memory, what="--host-memory") if host_memory else None,
         gpus=(gpus[0] if len(gpus) == 1 else tuple(gpus)) if gpus else None,
         from_log=from_log,
         vllm_version=vllm_version,
@@ -105,7 +107,8 @@ def fit_length_command(
         for flag, raw, size in (("--kv-cache-memory", kv_cache_memory, request.kv_cache_memory_bytes),
                                 ("--weights-memory", weights_memory, request.weights_bytes_per_rank),
                                 ("--checkpoint-size", checkpoint_size, request.checkpoint_bytes),
-                                ("--overhead", overhead, request.non_kv_overhead_bytes)):
+                                ("--overhead", overhead, request.non_kv_overhead_bytes),
+                                ("--host-memory", host_memory, request.host_memory_bytes)):
             if raw is not None and size is not None:
                 print_note(talk, "Note:", f"{flag} {raw} read as {describe_bytes(size)}")
         for line in result.notes:

@@ -41,7 +41,7 @@ from dsv4ctl.planning.plan.fit import (
     speculative_tokens,
 )
 from dsv4ctl.planning.plan.safe_length import SafeLength, safe_length_scaled
-from dsv4ctl.planning.plan.v41 import v41_launch_refusal
+from dsv4ctl.planning.plan.v41 import engram_config_refusal, v41_launch_refusal
 
 __all__ = [
     "DEFAULT_GPU_MEMORY_UTILIZATION",
@@ -70,5 +70,6 @@ __all__ = [
     "safe_length_scaled",
     "speculative_tokens",
     "startup_plans",
+    "engram_config_refusal",
     "v41_launch_refusal",
 ]

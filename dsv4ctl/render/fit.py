@@ -138,7 +138,9 @@ def _plan_lines(result: FitResult, console: Console) -> None:
         blocks = f"{format_tokens(result.num_blocks)} block{'s' if result.num_blocks != 1 else ''}"
         memory = f"{format_gib(result.kv_cache_memory_bytes)} ({source}) = {blocks}"
     else:  # no negative memory: what is missing
-        memory = (f"none ({source}): the weights and the overhead exceed the budget by "
+        what = ("the weights, the Engram tables and the overhead" if any(g.engram_bytes for g in result.gpus)
+                else "the weights and the overhead")
+        memory = (f"none ({source}): {what} exceed the budget by "
                   f"{format_gib(-result.kv_cache_memory_bytes)}")
     print_prose(console, f"KV memory per GPU: {memory}", subsequent_indent=HANG)
     sizing = result.sizing_json()
@@ -221,10 +223,11 @@ _GPU_FIGURES = ("CUDA total", "free", "requested", "weights", "overhead", "KV")
 def _gpu_table(result: FitResult, narrow: bool = False) -> Table:
     """`narrow`: the two-word headers on two lines, for 80 columns with more than one row."""
     pp = any(gpu.pp_rank for gpu in result.gpus)  # the PP column only where there is more than one stage
+    engram = any(gpu.engram_bytes for gpu in result.gpus)  # DeepSeek-V4.1's tables in GPU memory (cpu_offload false)
 
     def row(gpu) -> tuple[str, ...]:
         figures = (gpu.cuda_total_bytes, gpu.free_bytes, gpu.requested_bytes, gpu.weights_bytes,
-                   gpu.overhead_bytes)
+                   *((gpu.engram_bytes,) if engram else ()), gpu.overhead_bytes)
         # No negative memory: a GPU whose weights and overhead exceed its budget has none for the KV cache.
         kv = f"{gib(gpu.available_kv_bytes):.2f}" if gpu.available_kv_bytes > 0 else "none"
         return (gpu.node or "", gpu.name, *((str(gpu.pp_rank),) if pp else ()), *(f"{gib(n):.2f}" for n in figures), kv)
@@ -233,7 +236,8 @@ def _gpu_table(result: FitResult, narrow: bool = False) -> Table:
                   show_edge=False, padding=(0, 1), collapse_padding=True)
     table.add_column("cuda", justify="right", no_wrap=True)
     table.add_column("GPU")  # the one column that wraps, at spaces
-    for header in ("PP",) * pp + _GPU_FIGURES:
+    headers = _GPU_FIGURES[:4] + ("engram",) * engram + _GPU_FIGURES[4:]
+    for header in ("PP",) * pp + headers:
         table.add_column(header.replace(" ", "\n") if narrow else header, justify="right", no_wrap=True)
     for group in group_same(result.gpus, row):
         node, name, *figures = row(group[0])

@@ -281,6 +281,10 @@ def _checkpoint_refusal(namespace: argparse.Namespace, geometry: Any, vllm_versi
 
     ep = bool(getattr(namespace, "enable_expert_parallel", False))
     refused = checkpoint_refusal(geometry, size("tensor_parallel_size"), ep, vllm_version)
+    if refused is None and getattr(geometry, "v41", None) is None:
+        from dsv4ctl.planning import engram_config_refusal
+
+        refused = engram_config_refusal(geometry, getattr(namespace, "engram_config", None), vllm_version)
     if refused is None and getattr(geometry, "v41", None) is not None:
         from dsv4ctl.planning import v41_launch_refusal
 
@@ -451,7 +455,7 @@ def _refuse(
 # FitRequest fields that are dsv4ctl's own planning inputs, never vLLM flags.
 _DSV4CTL_ONLY_FIELDS = {
     "model", "margin", "weights_bytes_per_rank", "checkpoint_bytes", "non_kv_overhead_bytes", "gpus", "from_log",
-    "vllm_version", "no_calibration",
+    "vllm_version", "no_calibration", "host_memory_bytes", "plans_this_host",
 }
 
 
@@ -466,7 +470,7 @@ def fit_request_from(
 
     from dsv4ctl.planning import FitRequest, speculative_tokens
 
-    values: dict[str, Any] = {"model": model}
+    values: dict[str, Any] = {"model": model, "plans_this_host": True}  # serve plans the node it runs on
     for f in dataclasses.fields(FitRequest):
         if f.name in _DSV4CTL_ONLY_FIELDS:
             continue

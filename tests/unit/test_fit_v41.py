@@ -122,7 +122,8 @@ def test_host_verdicts(geometry):
     ("{not json", "must be JSON"),
     ("[1]", "JSON object"),
     ('{"cpu_ofload": true}', "unknown field 'cpu_ofload'"),
-    ('{"cpu_offload": "yes"}', "must be true or false"),
+    ('{"cpu_offload": "maybe"}', "must be a boolean as vLLM's pydantic reads it"),
+    ('{"cpu_offload": 2}', "must be a boolean as vLLM's pydantic reads it"),
     ('{"cpu_offload": false, "dp_shared_memory": true}', "dp_shared_memory requires cpu_offload=True"),
     ('{"use_thp": true, "dp_shared_memory": true}', "use_thp requires cpu_offload=True and dp_shared_memory=False"),
 ])
@@ -148,8 +149,8 @@ def host_is(monkeypatch):
 
 
 def test_fit_length_plans_kv_and_host_memory(cli, host_is):
-    host_is(BIG)
-    result = cli("fit-length", V41, "--kv-cache-memory", "40GiB", "--json")
+    host_is(SMALL)  # this machine: not read, the plan reads no GPUs here
+    result = cli("fit-length", V41, "--kv-cache-memory", "40GiB", "--host-memory", "1900GiB", "--json")
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["verdict"] == "fits" and doc["block_size"] == 64 and doc["bytes_per_block"] == 116_928
@@ -157,19 +158,20 @@ def test_fit_length_plans_kv_and_host_memory(cli, host_is):
     memory = doc["host_memory"]
     assert memory["per_node_exact_bytes"] == TABLES and memory["host_available_bytes"] == 1900 * GiB
     assert memory["verdict"] == "fits"
-    text = " ".join(cli("fit-length", V41, "--kv-cache-memory", "40GiB").stdout.split())
+    text = " ".join(cli("fit-length", V41, "--kv-cache-memory", "40GiB", "--host-memory", "1900GiB").stdout.split())
     assert "Host memory (Engram tables):" in text and "264.00 GiB needed for the tables" in text
 
 
 def test_a_host_too_small_is_a_shortfall_with_its_arithmetic(cli, host_is):
     host_is(SMALL)
-    result = cli("fit-length", V41, "--kv-cache-memory", "40GiB", "-tp", "4")
+    result = cli("fit-length", V41, "--kv-cache-memory", "40GiB", "-tp", "4", "--host-memory", "150GiB")
     assert result.exit_code == 6
     text = " ".join(result.stdout.split())
     assert "the host cannot pin the tables: need 188.83 GiB at least" in text
     assert "4 ranks pin 264.00 GiB per node" in text
     assert "a host with at least 264.00 GiB available" in text
-    doc = json.loads(cli("fit-length", V41, "--kv-cache-memory", "40GiB", "-tp", "4", "--json").stdout)
+    doc = json.loads(cli("fit-length", V41, "--kv-cache-memory", "40GiB", "-tp", "4", "--host-memory", "150GiB",
+                         "--json").stdout)
     assert doc["verdict"] == "does_not_fit" and doc["host_memory"]["verdict"] == "short"
     assert doc["vllm_command"] is None
 
@@ -186,7 +188,8 @@ def test_a_gpus_snapshot_carries_its_hosts_memory(cli, host_is, tmp_path):
     bare.write_text(json.dumps(snapshot(*(h200(i) for i in range(4))).to_json()))
     doc = json.loads(cli("fit-length", V41, "--gpus", bare, "-tp", "4", "--weights-memory", "80GiB", "--json").stdout)
     assert doc["host_memory"]["verdict"] == "unknown"
-    assert any("host memory unknown (the GPU snapshot carries none)" in w for w in doc["warnings"])
+    assert any("host memory unknown (the GPU snapshot carries none; --host-memory SIZE gives it)" in w
+               for w in doc["warnings"])
 
 
 def test_classic_mtp_is_vllms_refusal(cli, host_is):
@@ -235,5 +238,110 @@ def test_a_release_before_v41_does_not_plan_it(cli, host_is):
     host_is(BIG)
     result = cli("fit-length", V41, "--kv-cache-memory", "40GiB", "--vllm-version", "0.29.0", "--json")
     doc = json.loads(result.stdout)
-    assert result.exit_code == 6 and doc["verdict"] == "does_not_fit"
-    assert doc["why"].startswith("vLLM 0.29.0 has no DeepSeek-V4.1")
+    assert result.exit_code == 2 and "verdict" not in doc
+    assert doc["error"]["message"].startswith("vLLM 0.29.0 cannot run deepseek-ai/DeepSeek-V4.1-Flash")
+
+
+@pytest.mark.parametrize("value, expected", [
+    ('"yes"', True), ('"No"', False), ('"ON"', True), ('"off"', False), ('"t"', True), ('"F"', False),
+    ('"y"', True), ('"n"', False), ('"1"', True), ('"0"', False), ("1", True), ("0", False), ("true", True),
+])
+def test_engram_booleans_are_read_as_pydantic_reads_them(value, expected):
+    # vLLM's EngramConfig is a pydantic dataclass in lax mode (config/utils.py): "yes" is a bool there.
+    assert parse_engram_config(f'{{"cpu_offload": {value}}}').cpu_offload is expected
+
+
+def test_dp_shared_memory_at_dp_1_is_vllms_refusal(cli, host_is):
+    host_is(BIG)
+    result = cli("fit-length", V41, "--vllm-version", "0.34.0", "--kv-cache-memory", "20GiB",
+                 "--engram-config", '{"dp_shared_memory": true}')
+    assert result.exit_code == 6
+    text = " ".join(result.stderr.split())
+    assert '"dp_shared_memory requires data_parallel_size > 1."' in text and "config/engram.py:106-110" in text
+    ok = cli("fit-length", V41, "--vllm-version", "0.34.0", "--kv-cache-memory", "20GiB", "-tp", "4", "-dp", "2",
+             "--engram-config", '{"dp_shared_memory": true}', "--host-memory", "1900GiB", "--json")
+    assert ok.exit_code == 0, ok.stderr
+    assert json.loads(ok.stdout)["host_memory"]["mode"] == "dp-shared"
+
+
+def _write_snapshot(tmp_path, n: int, memory: HostMemory | None) -> Path:
+    snap = snapshot(*(h200(i) for i in range(n)))
+    if memory is not None:
+        snap = replace(snap, host_memory=memory)
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps(snap.to_json()))
+    return path
+
+
+def test_gpu_resident_tables_are_a_gpu_memory_term(cli, host_is, tmp_path):
+    host_is(BIG)
+    path = _write_snapshot(tmp_path, 8, BIG)
+    base = ("fit-length", V41, "--vllm-version", "0.34.0", "--gpus", path, "--weights-memory", "30GiB", "--json")
+    pinned = json.loads(cli(*base, "-tp", "8").stdout)
+    gpu = json.loads(cli(*base, "-tp", "8", "--engram-config", '{"cpu_offload": false}').stdout)
+    share = gpu["gpus"][0]["engram_tables_bytes"]
+    # TP 8: 3 of the 24 heads per layer on rank 0, rows x (256 + 8) bytes, in GPU memory beside the weights.
+    assert share == gpu["host_memory"]["rank_rows"][0] * 264 and 23 * GiB < share < 24 * GiB
+    assert "engram_tables_bytes" not in pinned["gpus"][0]
+    assert pinned["gpus"][0]["available_kv_bytes"] - gpu["gpus"][0]["available_kv_bytes"] == share
+    assert any(t["name"] == "engram_tables" for t in gpu["available_kv_bytes"]["terms"])
+    text = " ".join(cli(*base[:-1], "-tp", "8", "--engram-config", '{"cpu_offload": false}').stdout.split())
+    assert "engram" in text and "engram_tables 23.60 GiB" in text
+    # TP 1: the whole 188.83 GiB on one 141 GB H200 does not fit, and says why.
+    one = cli(*base[:-1], "-tp", "1", "--engram-config", '{"cpu_offload": false}')
+    assert one.exit_code == 6
+    text = " ".join(one.stdout.split())
+    assert "the Engram tables (188.83 GiB, cpu_offload false)" in text
+
+
+def test_an_engram_config_on_a_model_without_engram_is_vllms_refusal(cli):
+    for version in ("0.33.0", "0.34.0"):
+        result = cli("fit-length", "deepseek-ai/DeepSeek-V4-Flash", "--vllm-version", version, "--kv-cache-memory",
+                     "9.81GiB", "--engram-config", '{"cpu_offload": true}')
+        assert result.exit_code == 6, version
+        text = " ".join(result.stderr.split())
+        assert ('"EngramConfig requires a model with supported Engram embeddings and non-empty n-gram layer ids."'
+                in text)
+        assert "vllm serve" not in result.stdout
+    before = cli("fit-length", "deepseek-ai/DeepSeek-V4-Flash", "--vllm-version", "0.29.0", "--kv-cache-memory",
+                 "9.81GiB", "--engram-config", '{"cpu_offload": true}')
+    assert before.exit_code == 2 and "vLLM 0.29.0 has no --engram-config" in " ".join(before.stderr.split())
+
+
+def test_a_release_without_v41_is_a_usage_error_not_a_plan(cli):
+    result = cli("fit-length", V41, "--vllm-version", "0.27.1", "--kv-cache-memory", "20GiB")
+    assert result.exit_code == 2
+    text = " ".join(result.stderr.split())
+    assert "vLLM 0.27.1 cannot run deepseek-ai/DeepSeek-V4.1-Flash" in text and "from vLLM 0.30.0" in text
+    assert result.stdout == "" and "--kv-cache-memory" not in text
+
+
+def test_failed_dp_sharing_is_private_pinned_tables(geometry):
+    small_shm = HostMemory(256 * GiB, 200 * GiB, "gpubox", "snapshot", 128 * GiB, 128 * GiB)
+    plan = plan_engram_host(geometry.v41, EngramSettings(), tensor_parallel_size=4, data_parallel_size=2, host=small_shm)
+    # can_share_engram_tables is False: 8 private shards of 3 heads, each pow2-rounded when pinned.
+    assert plan.mode == "pinned-per-rank" and plan.num_shards == 8 and plan.per_node_exact == TABLES
+    assert plan.per_node_pinned == 264 * GiB and plan.verdict == "tight"
+    assert "8 ranks pin 264.00 GiB per node" in " ".join(" ".join(plan.lines).split())
+
+
+def test_host_memory_is_not_this_machines_without_its_gpus(cli, host_is, tmp_path):
+    host_is(SMALL)  # this machine, which a plan from --kv-cache-memory alone may not be for
+    doc = json.loads(cli("fit-length", V41, "--kv-cache-memory", "20GiB", "-tp", "8", "--json").stdout)
+    assert doc["host_memory"]["verdict"] == "unknown" and doc["verdict"] == "fits"
+    assert any("--host-memory SIZE" in w for w in doc["warnings"])
+    given = cli("fit-length", V41, "--kv-cache-memory", "20GiB", "-tp", "8", "--host-memory", "22GiB", "--json")
+    assert given.exit_code == 6
+    doc = json.loads(given.stdout)
+    assert doc["host_memory"]["host_source"] == "--host-memory" and doc["host_memory"]["verdict"] == "short"
+    bad = cli("fit-length", V41, "--kv-cache-memory", "20GiB", "--host-memory", "lots")
+    assert bad.exit_code == 2
+
+
+def test_tp_16_is_refused_for_the_output_groups_not_an_fp8_block(cli):
+    # V4.1's experts are MXFP4 (quantization_config.expert_dtype "fp4"): its 32 x 32 weight_block_size is not an FP8
+    # expert block; -tp 16 is refused by its 8 attention output groups.
+    result = cli("fit-length", V41, "--vllm-version", "0.34.0", "--kv-cache-memory", "20GiB", "-tp", "16")
+    assert result.exit_code == 6
+    text = " ".join(result.stderr.split())
+    assert "FP8 block" not in text and "8 output groups" in text

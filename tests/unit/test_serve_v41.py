@@ -102,3 +102,17 @@ def test_the_v41_flags_are_read_without_vllm_as_each_release_has_them():
     assert decide(_ns(enable_dbo=ns.enable_dbo)).action == preflight.REFUSE
     with pytest.raises(UsageError, match="vLLM 0.29.0's parser would refuse this: unrecognized arguments: --engram-config"):
         parse_planning_flags([V41, "--engram-config", "{}"], "0.29.0")  # the flag arrived with V4.1, in 0.30.0
+
+
+def test_an_engram_config_on_a_model_without_engram_is_refused_before_the_launch():
+    decision = decide(_ns(model="deepseek-ai/DeepSeek-V4-Flash", engram_config={"cpu_offload": True}))
+    assert decision.action == preflight.REFUSE
+    text = " ".join(decision.refusal.message.split())
+    assert '"EngramConfig requires a model with supported Engram embeddings and non-empty n-gram layer ids."' in text
+    assert "config/engram.py" in text
+
+
+def test_gpu_resident_tables_with_host_memory_read_here_plan_on():
+    # serve plans the node it runs on: its host memory is read (psutil) even with no GPU read.
+    decision = decide(_ns())
+    assert decision.plan["host_memory"]["host_source"] == "psutil"

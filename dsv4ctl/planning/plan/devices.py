@@ -96,6 +96,7 @@ def predict_memory(
             "--from-log startup.log, or --kv-cache-memory SIZE",
         )
     hosts = list(hosts or ())
+    engram = _engram_gpu_bytes(geometry, request)
     for rank, dev in enumerate(devices):
         pp_rank = (rank // tp) % pp
         if weights_override is not None:
@@ -110,6 +111,8 @@ def predict_memory(
                 pp_rank=pp_rank,
                 load_mtp=request.num_speculative_tokens > 0,
             )
+        # The rank's Engram shard: its TP rank, and with embedding_across_dp its DP replica's place among the shards.
+        tables = engram[((rank // (tp * pp)) * tp + rank % tp) % len(engram)] if engram else 0
         start = check_startup_memory(dev, request.gpu_memory_utilization)
         budget = start.requested_bytes
         if measured_mode:
@@ -132,9 +135,10 @@ def predict_memory(
                 requested_bytes=start.requested_bytes,
                 weights_bytes=weights,
                 overhead_bytes=overhead,
-                available_kv_bytes=budget - weights - overhead,
+                available_kv_bytes=budget - weights - tables - overhead,
                 refusal=start.refusal,
                 node=hosts[rank] if rank < len(hosts) else None,
+                engram_bytes=tables,
             )
         )
     if any(d.is_unified_memory for d in devices):
@@ -142,6 +146,18 @@ def predict_memory(
             "unified-memory GPU: free memory swings with the host's page cache; consider --margin 25%"
         )
     return predictions, notes
+
+
+def _engram_gpu_bytes(geometry: Dsv4Geometry, request: FitRequest) -> tuple[int, ...]:
+    """DeepSeek-V4.1 with --engram-config cpu_offload false: each shard's Engram tables in GPU memory (empty
+    otherwise)."""
+    if geometry.v41 is None:
+        return ()
+    from dsv4ctl.planning.plan.engram import gpu_table_bytes, parse_engram_config
+
+    return gpu_table_bytes(geometry.v41, parse_engram_config(request.engram_config),
+                           tensor_parallel_size=request.tensor_parallel_size,
+                           data_parallel_size=request.data_parallel_size)
 
 
 def kv_estimate(
@@ -190,6 +206,12 @@ def kv_estimate(
             "(vllm#54677: the same launch needed ~4 GiB/GPU more on 0.28.0 than on 0.26.0)",
         )
     subtracted = [weights, overhead]
+    if gpu.engram_bytes:
+        e = gpu.engram_bytes
+        subtracted.insert(1, KvTerm(
+            "engram_tables", e, e, e, "checkpoint",
+            "this rank's share of DeepSeek-V4.1's Engram tables, in GPU memory with --engram-config cpu_offload false "
+            "(config.json engram_*, sharded as models/deepseek_v41/common/engram.py ParallelEngramEmbedding)"))
     if devices and any(getattr(d, "is_unified_memory", False) for d in devices):
         u = UNIFIED_MEMORY_SPREAD_BYTES
         subtracted.append(KvTerm("unified_memory_swing", 0, -u, u, "estimated",

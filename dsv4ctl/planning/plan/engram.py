@@ -65,16 +65,45 @@ def parse_engram_config(text: str | dict[str, Any] | None) -> EngramSettings:
     unknown = sorted(set(data) - set(FIELDS))
     if unknown:
         raise UsageError(f"--engram-config: unknown field {unknown[0]!r}", hint="vLLM's EngramConfig fields: " + ", ".join(FIELDS))
+    values = {}
     for key, value in data.items():
-        if not isinstance(value, bool) and not (key == "dp_shared_memory" and value is None):
-            raise UsageError(f"--engram-config: {key} must be true or false, got {value!r}")
-    settings = EngramSettings(**data, given=text)
+        if key == "dp_shared_memory" and value is None:
+            values[key] = None
+            continue
+        as_bool = lax_bool(value)
+        if as_bool is None:
+            raise UsageError(f"--engram-config: {key} must be a boolean as vLLM's pydantic reads it, got {value!r}",
+                             hint="true/false, 1/0, or one of the strings " + ", ".join(sorted(TRUE_WORDS | FALSE_WORDS)))
+        values[key] = as_bool
+    settings = EngramSettings(**values, given=text)
     # EngramConfig._validate_shared_memory (config/engram.py), verbatim.
     if settings.dp_shared_memory and not settings.cpu_offload:
         raise UsageError("--engram-config: vLLM refuses it: dp_shared_memory requires cpu_offload=True")
     if settings.use_thp and (not settings.cpu_offload or settings.dp_shared_memory):
         raise UsageError("--engram-config: vLLM refuses it: use_thp requires cpu_offload=True and dp_shared_memory=False")
     return settings
+
+
+# pydantic's lax bool (vLLM's `@config` dataclasses: ConfigDict(extra="forbid"), not strict, 0.34.0 config/utils.py:71-77;
+# pydantic 2 docs, "Conversion Table", bool in lax mode): the strings it takes, case
+# insensitive; ints and floats 0 and 1.
+TRUE_WORDS = frozenset({"1", "on", "t", "true", "y", "yes"})
+FALSE_WORDS = frozenset({"0", "off", "f", "false", "n", "no"})
+
+
+def lax_bool(value: Any) -> bool | None:
+    """`value` as pydantic's bool in lax mode reads it; None where pydantic refuses it."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        word = value.lower()
+        if word in TRUE_WORDS:
+            return True
+        if word in FALSE_WORDS:
+            return False
+    return None
 
 
 def _is_prime(n: int) -> bool:
@@ -160,6 +189,23 @@ def shard_rows(heads: list[int], num_shards: int) -> list[int]:
     return [sum(heads[r * part:(r + 1) * part]) for r in range(num_shards)]
 
 
+def gpu_table_bytes(
+    facts: V41Facts, settings: EngramSettings, *, tensor_parallel_size: int, data_parallel_size: int,
+) -> tuple[int, ...]:
+    """With cpu_offload false, the bytes each shard's Engram tables take in its GPU's memory (shard 0's first); empty
+    with the tables in host memory. `ParallelEngramEmbedding._allocate_weights` (0.34.0 common/engram.py:1022-1032)
+    allocates a rank's values (rows x head_dim fp8) and scales (rows x head_dim // 32) on the default device - the
+    GPU - when cpu_offload is off: model parameters, loaded with the weights."""
+    if settings.cpu_offload:
+        return ()
+    heads = layer_head_rows(facts)
+    shards = tensor_parallel_size * data_parallel_size if (data_parallel_size > 1 and settings.embedding_across_dp) \
+        else tensor_parallel_size
+    per_layer = [shard_rows(h, shards) for h in heads]
+    row_bytes = facts.engram_head_dim + facts.engram_head_dim // SCALE_BLOCK
+    return tuple(sum(layer[r] for layer in per_layer) * row_bytes for r in range(shards))
+
+
 def _fmt(n: int) -> str:
     from dsv4ctl.units import format_gib
 
@@ -168,6 +214,7 @@ def _fmt(n: int) -> str:
 
 def plan_engram_host(
     facts: V41Facts, settings: EngramSettings, *, tensor_parallel_size: int, data_parallel_size: int, host: Any,
+    unknown_why: str = "the GPU snapshot carries none",
 ) -> EngramHostPlan:
     """Kept whole: one arithmetic, each mode's branch beside the others, so the lines printed are the ones computed.
 
@@ -179,11 +226,17 @@ def plan_engram_host(
             "on CUDA\" (0.34.0 config/engram.py:90-94; 0.33.0's EngramConfig has no disk_offload field)",
             hint="drop disk_offload: the tables go to pinned host memory (cpu_offload, the default)",
         )
+    tp, dp = tensor_parallel_size, data_parallel_size
+    if settings.dp_shared_memory and dp <= 1:
+        raise UsageError(
+            "--engram-config dp_shared_memory: vLLM refuses it: \"dp_shared_memory requires data_parallel_size > 1.\" "
+            "(0.34.0 config/engram.py:106-110, EngramConfig.verify_parallel_config, called from config/vllm.py:1428; "
+            "0.33.0 config/engram.py:95-99, config/vllm.py:1489)",
+            hint="drop dp_shared_memory at -dp 1, or plan -dp 2 or more (it is on by default there)")
     heads = layer_head_rows(facts)
     row_bytes = facts.engram_head_dim + facts.engram_head_dim // SCALE_BLOCK
     table_rows = [sum(h) for h in heads]
     table_bytes = sum(table_rows) * row_bytes
-    tp, dp = tensor_parallel_size, data_parallel_size
     layers = " + ".join(f"layer {lid} {rows:,}" for lid, rows in zip(facts.engram_layer_ids, table_rows))
     lines = [f"Engram tables: {layers} rows x ({facts.engram_head_dim} + {facts.engram_head_dim // SCALE_BLOCK}) B = "
              f"{table_bytes:,} B ({_fmt(table_bytes)}) (config.json engram_*; rows per layer = the sum of its "
@@ -207,7 +260,8 @@ def plan_engram_host(
                  f"{max(rank_rows):,} rows = {_fmt(max(rank_rows) * row_bytes)}")
     if not settings.cpu_offload:
         lines.append(f"cpu_offload false: each rank holds its share in GPU memory ({_fmt(max(rank_rows) * row_bytes)} on "
-                     "the largest), beside the weights; no host memory is pinned for the tables")
+                     "the largest), beside the weights (the engram column of the GPU memory table, subtracted from the "
+                     "KV memory; common/engram.py _allocate_weights); no host memory is pinned for the tables")
         return EngramHostPlan(settings, table_bytes, shards, rank_rows, 0, 0, 0, "gpu", verdict="gpu", lines=tuple(lines))
     exact = table_bytes * copies
     if dp_shared:
@@ -217,9 +271,20 @@ def plan_engram_host(
                      f"(cuMem, 2 MiB granularity, else /dev/shm): {_fmt(pinned)} per node")
         shm = getattr(host, "shm_free_bytes", None)
         if shm is not None and shm < table_bytes:
-            lines.append(f"/dev/shm has {_fmt(shm)} free, less than the {_fmt(table_bytes)} vLLM requires to share the tables "
-                         "(can_share_engram_tables): where cuMem's host-NUMA path is unavailable it shards them over "
-                         "TP x DP instead (\"Sharding the offloaded Engram tables across DP replicas\"), same host footprint")
+            # can_share_engram_tables (0.34.0 common/engram.py:831-853) checks /dev/shm even where cuMem would serve;
+            # False: private tables per rank, sharded over TP x DP, torch.empty(pin_memory=True) (:1064-1090).
+            mode, shards = "pinned-per-rank", tp * dp
+            per_layer = [shard_rows(h, shards) for h in heads]
+            rank_rows = tuple(sum(layer[r] for layer in per_layer) for r in range(shards))
+            exact, copies = table_bytes, 1
+            pinned = sum(pow2ceil(rows * facts.engram_head_dim) + pow2ceil(rows * (facts.engram_head_dim // SCALE_BLOCK))
+                         for layer in per_layer for rows in layer)
+            lines.append(f"/dev/shm has {_fmt(shm)} free, less than the {_fmt(table_bytes)} vLLM requires to share the "
+                         "tables (can_share_engram_tables, checked even where cuMem would serve, common/engram.py:831-853): "
+                         "it shards them over TP x DP instead (\"Sharding the offloaded Engram tables across DP "
+                         f"replicas\"), private per rank with torch.empty(pin_memory=True) (:1064-1090), each rounded up "
+                         f"to a power of two by the pinned allocator: {shards} ranks pin {_fmt(pinned)} per node "
+                         f"({_fmt(exact)} of data)")
     elif settings.use_thp:
         mode = "thp"
         pinned = exact
@@ -233,15 +298,15 @@ def plan_engram_host(
                      f"power of two by the pinned allocator (\"pin_memory rounds up to a power of two\", "
                      f"common/engram.py): {who} pin {_fmt(pinned)} per node ({_fmt(exact)} of data)")
     plan = EngramHostPlan(settings, table_bytes, shards, rank_rows, exact, pinned, copies, mode, lines=tuple(lines))
-    return _against_host(plan, host)
+    return _against_host(plan, host, unknown_why)
 
 
-def _against_host(plan: EngramHostPlan, host: Any) -> EngramHostPlan:
+def _against_host(plan: EngramHostPlan, host: Any, unknown_why: str) -> EngramHostPlan:
     from dataclasses import replace
 
     if host is None:
         return replace(plan, verdict="unknown", lines=plan.lines + (
-            f"host memory unknown (the GPU snapshot carries none): the node needs {_fmt(plan.per_node_pinned)} "
+            f"host memory unknown ({unknown_why}): the node needs {_fmt(plan.per_node_pinned)} "
             f"of host RAM for the tables (at least {_fmt(plan.per_node_exact)})",))
     have = host.available_bytes
     where = f"{host.hostname or 'the host'} ({host.source})"

@@ -130,10 +130,15 @@ def checkpoint_refusal(
 def _plan_one(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4Geometry) -> tuple[FitResult, Inputs]:
     refusal = checkpoint_refusal(geometry, request.tensor_parallel_size, bool(request.enable_expert_parallel),
                                  request.vllm_version)
-    if refusal is None and geometry.v41 is not None:
-        from dsv4ctl.planning.plan.v41 import v41_refusal
+    if refusal is None:
+        from dsv4ctl.planning.plan.v41 import engram_config_refusal, missing_model_refusal, v41_refusal
 
-        refusal = v41_refusal(geometry, request)
+        try:
+            planned = choose_vllm_version(request.vllm_version).planned
+        except Dsv4ctlError:
+            planned = None
+        refusal = (missing_model_refusal(geometry, planned) or engram_config_refusal(geometry, request.engram_config, planned)
+                   or v41_refusal(geometry, request))
     if refusal is not None:  # vLLM would refuse the checkpoint itself: no memory plan means anything
         raise refusal
     inputs = resolve(request, snapshot, log_facts, geometry)
@@ -324,7 +329,9 @@ def _estimate_note(kv: KvMemoryEstimate, autofit_range: tuple[int, int] | None) 
     if high <= 0:
         short = (format_gib(-high), format_gib(-low)) if low < high else (format_gib(-high),) * 2
         shortfall = short[0] if short[0] == short[1] else f"{short[0]}–{short[1]}"
-        return (f"KV memory per GPU: none, by an estimate: the weights and the overhead exceed the budget by "
+        what = ("the weights, the Engram tables and the overhead" if any(t.name == "engram_tables" for t in kv.terms)
+                else "the weights and the overhead")
+        return (f"KV memory per GPU: none, by an estimate: {what} exceed the budget by "
                 f"{shortfall} (the overhead estimate is {format_gib(kv.width)} wide), so vLLM would refuse at every "
                 f"point of it; {kv.narrow}")
     value = format_gib(kv.value) if kv.value > 0 else "none"

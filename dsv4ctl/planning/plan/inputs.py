@@ -317,9 +317,10 @@ def _predict(inputs: Inputs, memory: WorkerMemory, workers: int) -> None:
     memory.per_worker = [g.available_kv_bytes for g in tightest]
     if min(memory.per_worker) <= 0 and memory.refusal is None:
         worst = min(tightest, key=lambda g: g.available_kv_bytes)
+        tables = f", the Engram tables ({format_gib(worst.engram_bytes)}, cpu_offload false)" if worst.engram_bytes else ""
         memory.refusal = (
             f"No available memory for the cache blocks on cuda:{worst.cuda_index}: weights "
-            f"({format_gib(worst.weights_bytes)}) and overhead ({format_gib(worst.overhead_bytes)}) exceed "
+            f"({format_gib(worst.weights_bytes)}){tables} and overhead ({format_gib(worst.overhead_bytes)}) exceed "
             f"{request.gpu_memory_utilization} of {format_gib(worst.cuda_total_bytes)}"
         )
 

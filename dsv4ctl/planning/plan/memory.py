@@ -59,6 +59,7 @@ class GpuMemoryPrediction:
     available_kv_bytes: int
     refusal: str | None  # vLLM's startup error when free memory is below the request
     node: str | None = None  # the node it is on, when several nodes' GPUs are planned together
+    engram_bytes: int = 0  # DeepSeek-V4.1 with cpu_offload false: this rank's Engram tables in GPU memory
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -76,7 +77,7 @@ class GpuMemoryPrediction:
             "kv_shortfall_bytes": max(-self.available_kv_bytes, 0),
             "refusal": self.refusal,
             "node": self.node,
-        }
+        } | ({"engram_tables_bytes": self.engram_bytes} if self.engram_bytes else {})
 
 
 def requested_memory(cuda_total_bytes: int, gpu_memory_utilization: float) -> int:
@@ -148,7 +149,7 @@ def weights_per_rank(
 class KvTerm:
     """One term of the available-KV arithmetic, with its basis and range."""
 
-    name: str  # "requested" | "measured_budget" | "weights" | "non_kv_overhead" | "unified_memory_swing" | "kv_cache_memory"
+    name: str  # "requested" | "measured_budget" | "weights" | "engram_tables" | "non_kv_overhead" | "unified_memory_swing" | "kv_cache_memory"
     value: int
     low: int
     high: int

@@ -88,6 +88,8 @@ class FitRequest:
     weights_bytes_per_rank: int | None = None  # overrides the checkpoint's safetensors size
     checkpoint_bytes: int | None = None  # the whole checkpoint's size (split per rank like the headers)
     non_kv_overhead_bytes: int | None = None  # None: estimate (or measured from the log)
+    host_memory_bytes: int | None = None  # DeepSeek-V4.1: host RAM available per node for pinning (--host-memory)
+    plans_this_host: bool = False  # the plan is for this machine whatever GPUs are read (serve): its host memory read here
     gpus: str | tuple[str, ...] | None = None  # snapshot JSON path(s), one per node; None: NVML when a prediction needs GPUs
     from_log: str | None = None  # a previous startup log of the same model
     vllm_version: str | None = None  # whose planner to mirror; None: installed vLLM, else the log's, else newest known

@@ -44,9 +44,15 @@ def _positive_int(value: Any) -> int | None:
 
 
 def fp8_block(extra: dict[str, Any]) -> tuple[int, int] | None:
-    """(block_n, block_k) of a block-wise FP8 checkpoint, from config.json's quantization_config."""
+    """(block_n, block_k) of a checkpoint whose routed experts are block-wise FP8, from config.json's
+    quantization_config. None where the experts are MXFP4 (`expert_dtype` "fp4", DeepSeek-V4.1): vLLM gives them
+    `Mxfp4MoEMethod` (vllm==0.34.0 vllm/models/deepseek_v41/quant_config.py:251-261), not the FP8 block check, and
+    `weight_block_size` is the linear layers' MXFP8 layout; the MoE backends round the expert slice up to their tile
+    (`mxfp4_round_up_hidden_size_and_intermediate_size`, model_executor/layers/fused_moe/oracle/mxfp4.py:822)."""
     quant = extra.get("quantization_config")
     if not isinstance(quant, dict) or str(quant.get("quant_method", "")).lower() != "fp8":
+        return None
+    if str(quant.get("expert_dtype", "")).lower() == "fp4":
         return None
     block = quant.get("weight_block_size")
     if not isinstance(block, (list, tuple)) or len(block) != 2:
@@ -71,8 +77,10 @@ def check_split(
     if tp > 1 and heads is not None and heads % tp:
         working = _working(extra, heads, expert_parallel, groups)
         sizes = ", ".join(str(t) for t in working)
-        missing = [name for name, value in (("moe_intermediate_size", _positive_int(extra.get("moe_intermediate_size"))),
-                                            ("FP8 block size", fp8_block(extra))) if value is None]
+        mxfp4 = str((extra.get("quantization_config") or {}).get("expert_dtype", "")).lower() == "fp4"
+        missing = [] if mxfp4 else [
+            name for name, value in (("moe_intermediate_size", _positive_int(extra.get("moe_intermediate_size"))),
+                                     ("FP8 block size", fp8_block(extra))) if value is None]
         hint = (f"tensor-parallel sizes that divide the {heads} heads: {sizes} (whether each also splits the experts' FP8 "
                 f"blocks is not checked: this config gives no {' or '.join(missing)})" if missing and not expert_parallel
                 else f"tensor-parallel sizes that split: {sizes}")

@@ -72,6 +72,37 @@ def v41_launch_refusal(
 HOST_SHORT_HINT = "a host with more memory, or --engram-config '{\"cpu_offload\": false}' (the tables in GPU memory)"
 
 
+ENGRAM_MODEL_REFUSAL = ("EngramConfig requires a model with supported Engram embeddings and non-empty n-gram layer "
+                        "ids.")  # EngramConfig.verify_model_config, verbatim
+ENGRAM_MODEL_SOURCE = ("vllm==0.34.0 config/engram.py:74-89, called from config/vllm.py:1426; 0.33.0 config/engram.py:"
+                       "68-83, config/vllm.py:1487; the same check from 0.30.0")
+FIRST_ENGRAM_RELEASE = "0.30.0"  # the first release with config/engram.py and --engram-config (0.29.0 has neither)
+
+
+def engram_config_refusal(geometry: Dsv4Geometry, engram_config: Any, planned: str | None) -> Dsv4ctlError | None:
+    """`--engram-config` on a model without Engram tables: vLLM refuses it at config time (a release without the
+    flag, at parsing). None when there is no flag, or the model has the tables."""
+    if engram_config is None or geometry.v41 is not None:
+        return None
+    if planned is not None and version_key(planned) < version_key(FIRST_ENGRAM_RELEASE):
+        return Dsv4ctlError(f"vLLM {planned} has no --engram-config (vllm/config/engram.py is in the releases from "
+                            f"{FIRST_ENGRAM_RELEASE}): its argument parser refuses the flag",
+                            hint="drop --engram-config", exit_code=ExitCode.USAGE)
+    return Dsv4ctlError(f"vLLM refuses --engram-config for {geometry.model} ({geometry.architecture}): "
+                        f"\"{ENGRAM_MODEL_REFUSAL}\" ({ENGRAM_MODEL_SOURCE})",
+                        hint="drop --engram-config: only DeepSeek-V4.1 has Engram tables", exit_code=ExitCode.DOES_NOT_FIT)
+
+
+def missing_model_refusal(geometry: Dsv4Geometry, planned: str | None) -> Dsv4ctlError | None:
+    """A release without DeepSeek-V4.1 in its model registry: not a memory verdict, the release cannot run the model."""
+    if geometry.v41 is None or planned is None or version_key(planned) >= version_key(FIRST_RELEASE):
+        return None
+    return Dsv4ctlError(
+        f"vLLM {planned} cannot run {geometry.model}: DeepseekV41ForCausalLM is in the model registry from vLLM "
+        f"{FIRST_RELEASE} (vllm/model_executor/models/registry.py; {planned}'s has not)",
+        hint=f"plan it as vLLM {FIRST_RELEASE} or later: --vllm-version {RECORDED_RELEASES[-1]}", exit_code=ExitCode.USAGE)
+
+
 def v41_refusal(geometry: Dsv4Geometry, request: FitRequest) -> Dsv4ctlError | None:
     """What vLLM refuses of a DeepSeek-V4.1 launch before memory matters: classic MTP, a TP its `wo_a` groups cannot
     split, an Engram config it rejects. None when nothing is refused (or the model is not V4.1)."""
@@ -119,13 +150,21 @@ def v41_layout_and_specs(
     return layout, specs
 
 
-def host_memory_for(snapshot: Any) -> Any:
-    """The host memory to plan against: a snapshot file's record of its host (None when it has none), this host's
-    otherwise (read now)."""
-    if snapshot is not None and getattr(snapshot, "source", None) == "file":
-        return getattr(snapshot, "host_memory", None)
+def host_memory_for(snapshot: Any, given: int | None = None, this_host: bool = False) -> Any:
+    """The host memory to plan against: `--host-memory` where given; a snapshot file's record of its host (None when
+    it has none); this machine's (read now) only when the plan reads this machine's GPUs (NVML: the machine planned);
+    else unknown (None) - a plan from --kv-cache-memory or --weights-memory alone may be for another machine.
+    `this_host`: the plan is for this machine (serve), its memory read whatever GPUs are."""
     from dsv4ctl import host
 
+    if given is not None:
+        return host.HostMemory(given, given, "", "--host-memory")
+    if this_host:  # serve: the plan is for the node it runs on
+        return host.read_host_memory()
+    if snapshot is None:
+        return None
+    if getattr(snapshot, "source", None) == "file":
+        return getattr(snapshot, "host_memory", None)
     return host.read_host_memory()
 
 
@@ -134,12 +173,11 @@ def with_engram_host(result: Any, request: FitRequest, geometry: Dsv4Geometry, s
     arithmetic the reason); one that holds the data but not the allocator's rounding, a warning."""
     plan: EngramHostPlan = plan_engram_host(
         geometry.v41, parse_engram_config(request.engram_config), tensor_parallel_size=request.tensor_parallel_size,
-        data_parallel_size=request.data_parallel_size, host=host_memory_for(snapshot))
+        data_parallel_size=request.data_parallel_size,
+        host=host_memory_for(snapshot, request.host_memory_bytes, request.plans_this_host),
+        unknown_why="the GPU snapshot carries none; --host-memory SIZE gives it" if snapshot is not None else
+        "no GPUs read here, so not this machine's; --host-memory SIZE gives the planned node's")
     result = replace(result, engram_host=plan)
-    if version_key(result.version.planned) < version_key(FIRST_RELEASE):
-        return replace(result, verdict="does_not_fit", why=(
-            f"vLLM {result.version.planned} has no DeepSeek-V4.1: DeepseekV41ForCausalLM is in the model registry from "
-            f"vLLM {FIRST_RELEASE} (vllm/model_executor/models/registry.py)"))
     if result.version.planned not in RECORDED_RELEASES:
         result = replace(result, warnings=(*result.warnings, (
             f"DeepSeek-V4.1's KV layout is checked against the planners of vLLM {' and '.join(RECORDED_RELEASES)}; "
