@@ -158,6 +158,10 @@ def kv_estimate(
     if source == "given":
         term = KvTerm("kv_cache_memory", kv_memory, kv_memory, kv_memory, "exact", "--kv-cache-memory(-bytes)")
         return KvMemoryEstimate(kv_memory, kv_memory, kv_memory, "exact", (term,))
+    if source == "override":
+        term = KvTerm("kv_cache_memory", kv_memory, kv_memory, kv_memory, "exact",
+                      f"--num-gpu-blocks-override {request.num_gpu_blocks_override:,} x the block stride")
+        return KvMemoryEstimate(kv_memory, kv_memory, kv_memory, "exact", (term,))
     if source == "startup_plan":
         # vLLM's own figure, as its plan file holds it (bytes, not rounded): what the next start re-applies.
         term = KvTerm("kv_cache_memory", kv_memory, kv_memory, kv_memory, "measured",

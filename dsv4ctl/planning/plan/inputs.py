@@ -65,7 +65,7 @@ class Scheduling:
 class WorkerMemory:
     """The KV memory of every worker of the binding replica, where it came from, and any refusal so far."""
 
-    source: str  # "given" | "log" | "calibrated" | "predicted"
+    source: str  # "given" | "log" | "calibrated" | "predicted" | "startup_plan" | "override"
     per_worker: list[int]
     predictions: list[GpuMemoryPrediction]  # every GPU's (predicted memory only)
     replica: list[GpuMemoryPrediction]  # the binding replica's GPUs (predicted memory only)
@@ -276,6 +276,7 @@ def worker_memory(inputs: Inputs, sched: Scheduling, bytes_per_block: list[int])
     if calibration is not None and measured_mode and calibration.startup_plans and memory.source != "startup_plan":
         notes.append("vLLM's startup plans of this configuration hold only a reservation in its measured mode (the "
                      "cache is measured again at every start): not read as the KV size")
+    _apply_blocks_override(request, memory, bytes_per_block, notes)
     devices = inputs.devices
     if devices is not None and not measured_mode:  # the measured mode skips the check (v1/worker/utils.py:783-796)
         starts = [check_startup_memory(dev, request.gpu_memory_utilization) for dev in devices]
@@ -291,6 +292,22 @@ def worker_memory(inputs: Inputs, sched: Scheduling, bytes_per_block: list[int])
                     "GPU: anything else that allocates GPU memory before vLLM starts makes it refuse to start"
                 )
     return memory
+
+
+def _apply_blocks_override(request: FitRequest, memory: WorkerMemory, bytes_per_block: list[int],
+                           notes: list[str]) -> None:
+    """`--num-gpu-blocks-override N`: every release from 0.27.1 on sets each worker's available memory to N x its pool
+    block stride before the null block, auto-fit and the admission check (vllm==0.34.0
+    `v1/core/kv_cache_planning.py:1612-1633`, 0.33.0 `:1510-1531`, 0.29.0-0.32.0 `v1/core/kv_cache_utils.py`
+    `get_kv_cache_configs`, 0.27.1 `:2159-2180`): the memory measured, predicted or given only decides whether the
+    worker starts, not the cache's size."""
+    blocks = request.num_gpu_blocks_override
+    if blocks is None:
+        return
+    found = f"{format_gib(min(memory.per_worker))} of KV memory ({memory.source})" if memory.per_worker else "the memory"
+    memory.source, memory.per_worker = "override", [blocks * b for b in bytes_per_block]
+    notes.append(f"KV cache from --num-gpu-blocks-override {blocks:,}: {blocks:,} blocks x the block stride, which vLLM "
+                 f"plans against instead of {found}")
 
 
 def _predict(inputs: Inputs, memory: WorkerMemory, workers: int) -> None:
