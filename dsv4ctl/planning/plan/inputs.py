@@ -17,7 +17,7 @@ from dsv4ctl.planning.mirror.kv_planner import max_concurrent_batches
 from dsv4ctl.planning.mirror.kv_specs import KvLayoutChoice, LayerKvSpec, resolve_kv_layout
 from dsv4ctl.planning.mirror.layers import build_specs
 from dsv4ctl.planning.mirror.refusals import RefusalTexts, refusal_texts
-from dsv4ctl.planning.mirror.measured import MEASURED, SizingMode, blocks_within, has_measured_mode, sizing_mode
+from dsv4ctl.planning.mirror.measured import FIRST_MEASURED_RELEASE, MEASURED, SizingMode, blocks_within, has_measured_mode, sizing_mode
 from dsv4ctl.planning.mirror.startup_plans import cache_root, measured
 from dsv4ctl.planning.mirror.versions import VersionChoice, choose_vllm_version
 from dsv4ctl.planning.plan.devices import predict_memory, select_devices
@@ -139,6 +139,14 @@ def _sizing(request: FitRequest, version: str, log_cal: LogCalibration | None) -
     """How the launch's vLLM sizes its KV cache: from its flags; a log of that release that shows the mode wins (vLLM
     turns the measured mode off at start when device virtual memory is unusable). vLLM's refusal of the measured mode
     asked for where it cannot run is raised (exit 6)."""
+    if "enable_extensible_kv_cache" in request.explicit and not has_measured_mode(version):
+        # The flag is 0.34's (the catalogue's flags table: vllm_flags.first_release('--enable-extensible-kv-cache')):
+        # an earlier release's parser rejects it, so no command with it can be printed for that release.
+        first = ".".join(map(str, FIRST_MEASURED_RELEASE))
+        spelled = "--enable-extensible-kv-cache" if request.enable_extensible_kv_cache else "--no-enable-extensible-kv-cache"
+        raise UsageError(f"{spelled} is a flag of vLLM {first} and later: vLLM {version}'s `vllm serve` rejects it",
+                         hint=f"drop {spelled} (vLLM {version} sizes the KV cache from its profile-run estimate only), "
+                              f"or plan --vllm-version {first}")
     fixed = request.kv_cache_memory_bytes
     if fixed is None and log_cal is not None and request.inherit_from_log:
         fixed = log_cal.serve_args.get("kv_cache_memory_bytes")  # the log's start had a fixed budget: its estimate path
