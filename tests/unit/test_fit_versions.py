@@ -200,3 +200,20 @@ def test_the_extensible_kv_cache_flag_is_refused_for_a_release_before_it(cli, sp
     assert f"{spelled} is a flag of vLLM {first} and later" in res.stderr and first == "0.34.0"
     ok = cli("fit-length", FLASH, "--vllm-version", first, "--kv-cache-memory", "9.81GiB", spelled)
     assert ok.exit_code != 2
+
+
+@pytest.mark.parametrize("version", ["0.34.0rc1", "0.34.0.dev3", "0.33.0b1+cu128"])
+def test_a_pre_release_is_planned_as_its_release_with_a_warning(version):
+    planned, warning = known_release_for(version)
+    assert planned == version[:6] and warning and "pre-release" in warning and planned in warning
+
+
+@pytest.mark.parametrize("version", ["0.34.0", "0.32.0+cpu", "0.34.0.post1"])
+def test_a_release_or_its_local_build_plans_without_a_warning(version):
+    assert known_release_for(version) == (version[:6], None)
+
+
+def test_the_pre_release_warning_reaches_the_plan(cli):
+    res = cli("fit-length", FLASH, "--vllm-version", "0.34.0rc1", "--kv-cache-memory", "20GiB", "--json")
+    doc = json.loads(res.stdout)
+    assert doc["vllm_version_planned"] == "0.34.0" and any("0.34.0rc1 is a pre-release" in w for w in doc["warnings"])
