@@ -250,3 +250,20 @@ def test_a_measured_log_planned_as_an_older_release_says_which_release_to_plan_a
                          capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert run.returncode != 0 and "Traceback" not in run.stderr
     assert "measured KV cache" in run.stderr and "--vllm-version 0.34.0" in run.stderr
+
+
+@pytest.mark.parametrize("name", ["v034_extensible_off_estimate.log", "v034_measured_autofit_reduced.log",
+                                  "v034_measured_explicit_len_refused.log"])
+def test_diagnose_recommends_the_length_its_fit_length_recommends(name):
+    """One safe length: diagnose's for a 0.34 start equals what the fit-length it prints recommends (both planned as
+    the log's release, from the exact blocks a measured start committed, not their bytes rounded to 0.01 GiB)."""
+    import shlex
+
+    d = _json(FIXTURES / name)
+    safe = [f["details"]["safe_len"] for f in d["findings"] if "safe_len" in f.get("details", {})]
+    argv = shlex.split(d["next_command"])
+    assert argv[:2] == ["dsv4ctl", "fit-length"] and safe
+    run = subprocess.run([sys.executable, "-m", "dsv4ctl", *argv[1:], "--json"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert set(safe) == {json.loads(run.stdout)["recommended_max_model_len"]}
