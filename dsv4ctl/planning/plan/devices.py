@@ -167,6 +167,14 @@ def kv_estimate(
         term = KvTerm("kv_cache_memory", kv_memory, kv_memory, kv_memory, "measured",
                       f"vLLM's startup plans ({calibration_log}): the KV memory it sized and re-applies")
         return KvMemoryEstimate(kv_memory, kv_memory, kv_memory, "measured", (term,))
+    if source == "log" and measured_mode and log_cal is not None and log_cal.measured_kv_blocks is None:
+        # A log of a release before 0.34 (planning/plan/inputs.py `estimate_from_earlier_release`): its profile-run
+        # estimate, not what the measured mode commits; no range is known.
+        term = KvTerm("kv_cache_memory", kv_memory, kv_memory, kv_memory, "estimated",
+                      f"{log_cal.path}: \"Available KV cache memory\" of a vLLM {log_cal.vllm_version} start (its "
+                      "profile-run estimate), not measured after warm-up as this release does")
+        return KvMemoryEstimate(kv_memory, kv_memory, kv_memory, "estimated", (term,),
+                                "the log of a start of this release makes it exact")
     if source in ("log", "calibrated") or gpu is None:
         half = GiB // 200  # vLLM logs the figure rounded to 0.01 GiB
         basis = "calibrated" if source == "calibrated" else "measured"

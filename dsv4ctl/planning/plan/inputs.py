@@ -95,6 +95,8 @@ def resolve(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4Ge
         warnings.append(version.warning)
     sizing = _sizing(request, version.planned, log_cal)
     request = replace(request, gpu_memory_utilization=sizing.utilization)
+    if estimate_from_earlier_release(log_cal, sizing):  # that start's auto-fit is not the measured mode's
+        log_cal = replace(log_cal, autofit_from=None, autofit_to=None)  # type: ignore[arg-type]
     if log_cal is not None and request.kv_cache_memory_bytes is None and _log_kv(log_cal, sizing) is None:
         if sizing.measured:
             raise InputError(
@@ -158,19 +160,40 @@ def _sizing(request: FitRequest, version: str, log_cal: LogCalibration | None) -
         raise Dsv4ctlError(f"vLLM {version} would refuse this: {mode.refusal}",
                            hint="drop --enable-extensible-kv-cache, or the flag it cannot run with",
                            exit_code=ExitCode.DOES_NOT_FIT)
-    logged = log_cal.sizing_mode if log_cal is not None else None
+    # Only a start of a release with both modes (0.34+, or one whose lines show the measured mode) shows which one a
+    # launch gets: an earlier release's log is "estimate" because that release had no other, and says nothing of 0.34.
+    logged = log_cal.sizing_mode if log_cal is not None and not _log_before_modes(log_cal) else None
     if logged and has_measured_mode(version) and logged != mode.mode and request.kv_cache_memory_bytes is None:
         forced = sizing_mode(version, **{**flags, "enable_extensible_kv_cache": logged == MEASURED})
         return replace(forced, why=f"{log_cal.path} shows the {logged} mode")  # type: ignore[union-attr]
     return mode
 
 
+def _log_before_modes(log_cal: LogCalibration) -> bool:
+    """The log is of a release before 0.34, which sized the KV cache from its profile-run estimate only."""
+    version = log_cal.vllm_version
+    try:
+        return bool(version) and not has_measured_mode(version)
+    except ValueError:  # a version text the planner cannot read: the log's own lines decide
+        return False
+
+
 def _log_kv(log_cal: LogCalibration, sizing: SizingMode) -> int | None:
     """The log's figure that is the KV cache's size: the committed blocks in the measured mode (their bytes come from
-    the plan's block stride), else "Available KV cache memory"."""
+    the plan's block stride), else "Available KV cache memory". A measured plan from a log of a release before 0.34
+    takes its "Available KV cache memory" as an estimate only (`estimate_from_earlier_release`)."""
     if sizing.measured:
+        if log_cal.measured_kv_blocks is None and _log_before_modes(log_cal):
+            return log_cal.available_kv_bytes
         return log_cal.measured_kv_blocks
     return log_cal.available_kv_bytes
+
+
+def estimate_from_earlier_release(log_cal: LogCalibration | None, sizing: SizingMode | None) -> bool:
+    """A measured (0.34+) plan whose KV memory is an earlier release's "Available KV cache memory": the profile-run
+    estimate at that start's utilization, not what the measured mode commits after warm-up (at 1.0 by default)."""
+    return (log_cal is not None and sizing is not None and sizing.measured and log_cal.measured_kv_blocks is None
+            and log_cal.available_kv_bytes is not None and _log_before_modes(log_cal))
 
 
 def _same_model_as_the_log(model: str, log_cal: LogCalibration, geometry: Dsv4Geometry, warnings: list[str]) -> None:
@@ -259,7 +282,15 @@ def worker_memory(inputs: Inputs, sched: Scheduling, bytes_per_block: list[int])
                      "warm-up in the log (exact: blocks x the block stride)")
     elif log_cal is not None and log_cal.available_kv_bytes is not None:
         memory.source, memory.per_worker = "log", [log_cal.available_kv_bytes] * workers
-        notes.append("vLLM logs KV memory rounded to 0.01 GiB; the prediction can be a few blocks off near a boundary")
+        if estimate_from_earlier_release(log_cal, sizing):
+            inputs.warnings.append(
+                f"{log_cal.path} is a start of vLLM {log_cal.vllm_version}, which sized the KV cache from its profile-run "
+                f"estimate; vLLM {inputs.version.planned} measures it after CUDA-graph capture and warm-up (at "
+                f"--gpu-memory-utilization {sizing.utilization:g}), which no earlier start shows: its \"Available KV "
+                "cache memory\" is planned from as an estimate only; the log of a start of this release makes it exact")
+        else:
+            notes.append("vLLM logs KV memory rounded to 0.01 GiB; the prediction can be a few blocks off near a "
+                         "boundary")
     elif calibration is not None and not measured_mode and (plans := measured(calibration.startup_plans, version=inputs.version.planned)) is not None:
         kv, files = plans
         memory.source, memory.per_worker = "startup_plan", [kv] * workers
