@@ -34,3 +34,17 @@ def test_an_explicit_full_context_beyond_the_override_is_refused(cli):
               "--num-gpu-blocks-override", "5000", "--max-model-len", "1048576", "--json")
     doc = json.loads(res.stdout)
     assert res.exit_code != 0 and not doc["fits"] and doc["refusal"]
+
+
+def test_the_override_needs_no_memory_figure_and_turns_a_measured_logs_mode_off(cli):
+    """The cache is the override's blocks: no GPUs or KV memory are needed to plan it, and a 0.34 measured start's log
+    does not make the plan measured (vLLM turns the measured mode off for the override, config/vllm.py:3208-3212)."""
+    bare = cli("fit-length", FLASH, "--vllm-version", "0.33.0", "--num-gpu-blocks-override", "5000", "--json")
+    assert bare.exit_code == 0, bare.output
+    assert json.loads(bare.stdout)["kv_cache_memory_source"] == "override"
+    log = str(ROOT / "tests" / "fixtures" / "logs" / "v034_measured_autofit_reduced.log")
+    res = cli("fit-length", "deepseek-ai/DeepSeek-V4-Pro", "--vllm-version", "0.34.0", "--from-log", log,
+              "--num-gpu-blocks-override", "5000", "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["sizing_mode"]["mode"] == "estimate" and doc["kv_cache_memory_bytes"] == 5000 * doc["bytes_per_block"]

@@ -97,7 +97,8 @@ def resolve(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4Ge
     request = replace(request, gpu_memory_utilization=sizing.utilization)
     if estimate_from_earlier_release(log_cal, sizing):  # that start's auto-fit is not the measured mode's
         log_cal = replace(log_cal, autofit_from=None, autofit_to=None)  # type: ignore[arg-type]
-    if log_cal is not None and request.kv_cache_memory_bytes is None and _log_kv(log_cal, sizing) is None:
+    fixed = request.kv_cache_memory_bytes is not None or request.num_gpu_blocks_override is not None
+    if log_cal is not None and not fixed and _log_kv(log_cal, sizing) is None:
         if sizing.measured:
             raise InputError(
                 f"{log_cal.path}: no measured KV cache size (\"Extended KV cache to N blocks\" or \"Memory after "
@@ -115,7 +116,7 @@ def resolve(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4Ge
             f"{log_cal.path}: no \"Available KV cache memory\" line",
             hint="use the log of a startup that got past memory profiling, or give --kv-cache-memory",
         )
-    need_prediction = request.kv_cache_memory_bytes is None and (log_cal is None or _log_kv(log_cal, sizing) is None)
+    need_prediction = not fixed and (log_cal is None or _log_kv(log_cal, sizing) is None)
     if snapshot is None and request.gpus:
         from dsv4ctl.gpu import load_snapshot
 
@@ -163,7 +164,8 @@ def _sizing(request: FitRequest, version: str, log_cal: LogCalibration | None) -
     # Only a start of a release with both modes (0.34+, or one whose lines show the measured mode) shows which one a
     # launch gets: an earlier release's log is "estimate" because that release had no other, and says nothing of 0.34.
     logged = log_cal.sizing_mode if log_cal is not None and not _log_before_modes(log_cal) else None
-    if logged and has_measured_mode(version) and logged != mode.mode and request.kv_cache_memory_bytes is None:
+    if (logged and has_measured_mode(version) and logged != mode.mode and request.kv_cache_memory_bytes is None
+            and request.num_gpu_blocks_override is None):  # sizes the operator fixes turn the mode off, as in vLLM
         forced = sizing_mode(version, **{**flags, "enable_extensible_kv_cache": logged == MEASURED})
         return replace(forced, why=f"{log_cal.path} shows the {logged} mode")  # type: ignore[union-attr]
     return mode
@@ -307,6 +309,8 @@ def worker_memory(inputs: Inputs, sched: Scheduling, bytes_per_block: list[int])
             f"KV memory from the calibration record of {calibration.log} ({calibration.recorded_at}), the same host "
             "configuration and vLLM release; --no-calibration predicts instead"
         )
+    elif request.num_gpu_blocks_override is not None:
+        memory.source = "override"  # the cache is the override's blocks (`_apply_blocks_override`): nothing to predict
     else:
         _predict(inputs, memory, workers)
         if measured_mode:  # the blocks whose 2 MiB-granule footprint fits, as `blocks_within` takes them
@@ -343,10 +347,11 @@ def _apply_blocks_override(request: FitRequest, memory: WorkerMemory, bytes_per_
     blocks = request.num_gpu_blocks_override
     if blocks is None:
         return
-    found = f"{format_gib(min(memory.per_worker))} of KV memory ({memory.source})" if memory.per_worker else "the memory"
+    found = (f" instead of {format_gib(min(memory.per_worker))} of KV memory ({memory.source})"
+             if memory.per_worker else " instead of the memory it finds at start")
     memory.source, memory.per_worker = "override", [blocks * b for b in bytes_per_block]
     notes.append(f"KV cache from --num-gpu-blocks-override {blocks:,}: {blocks:,} blocks x the block stride, which vLLM "
-                 f"plans against instead of {found}")
+                 f"plans against{found}")
 
 
 def _predict(inputs: Inputs, memory: WorkerMemory, workers: int) -> None:
