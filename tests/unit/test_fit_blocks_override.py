@@ -27,6 +27,7 @@ def test_the_override_plans_as_its_blocks_of_memory_given(cli, version):
     assert a["autofit_max_model_len"] == b["autofit_max_model_len"] < a["model_max_model_len"]
     assert a["recommended_max_model_len"] == b["recommended_max_model_len"]
     assert "--max-model-len 1048576" not in a["vllm_command"]
+    assert len(a["gpus"]) == 8  # the GPUs are still predicted: the memory table and vLLM's startup refusal
 
 
 def test_an_explicit_full_context_beyond_the_override_is_refused(cli):

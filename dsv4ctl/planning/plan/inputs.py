@@ -310,7 +310,13 @@ def worker_memory(inputs: Inputs, sched: Scheduling, bytes_per_block: list[int])
             "configuration and vLLM release; --no-calibration predicts instead"
         )
     elif request.num_gpu_blocks_override is not None:
-        memory.source = "override"  # the cache is the override's blocks (`_apply_blocks_override`): nothing to predict
+        # The cache is the override's blocks (`_apply_blocks_override`); the GPUs, when known, are still predicted for
+        # the memory table and the startup refusal. vLLM's "No available memory for the cache blocks" is checked on
+        # the override's memory (vllm==0.34.0 v1/core/kv_cache_planning.py:1612-1656), never on the memory found.
+        if inputs.devices is not None:
+            _predict(inputs, memory, workers)
+            if memory.refusal and memory.refusal.startswith("No available memory"):
+                memory.refusal = None
     else:
         _predict(inputs, memory, workers)
         if measured_mode:  # the blocks whose 2 MiB-granule footprint fits, as `blocks_within` takes them
