@@ -30,7 +30,7 @@ def safe_length_from_log(tl: StartupTimeline, fits: int) -> "SafeLength":
 
     if tl.model and tl.kv_memory_gib and tl.kv_memory_gib > 0.005:
         args = json.dumps(deployment.launch_args(tl), sort_keys=True, default=str)
-        planned = _planned_safe_length(tl.model, tl.kv_memory_gib, tl.vllm_version, args, tl.sizing_mode_known)
+        planned = _planned_safe_length(tl.model, tl.kv_memory_gib, tl.vllm_version, args, *_measured(tl))
         if planned is not None and planned.ceiling > 0:
             return planned
         planned = _planned_as_preset(tl, args)
@@ -41,12 +41,23 @@ def safe_length_from_log(tl: StartupTimeline, fits: int) -> "SafeLength":
     return safe_length_scaled(fits, memory, tl.max_model_len)
 
 
+def _measured(tl: StartupTimeline) -> tuple[str | None, int | None, int | None, str | None]:
+    """The log's sizing mode; in vLLM 0.34's measured mode the blocks committed after capture and the tentative
+    auto-fit (the final fit's upper bound), as `logs.facts.from_timeline` gives them to fit-length --from-log; and the
+    release the printed fit-length names (`deployment.planned_release`)."""
+    measured, tentative = tl.measured, tl.tentative_autofit
+    return (tl.sizing_mode_known, measured.blocks if measured is not None else None,
+            tentative.to_len if tentative is not None else None, deployment.planned_release(tl))
+
+
 @functools.lru_cache(maxsize=32)
 def _planned_safe_length(model: str, available_kv_gib: float, vllm_version: str | None, args: str,
-                         sizing_mode: str | None = None) -> "SafeLength | None":
+                         sizing_mode: str | None = None, measured_blocks: int | None = None,
+                         tentative_autofit_to: int | None = None, plan_as: str | None = None) -> "SafeLength | None":
     """fit-length's plan for a log's figures; one per configuration (the starts of a crash loop repeat one). In vLLM
-    0.34's measured mode the memory is the blocks committed after capture (`StartupTimeline.kv_memory_gib`), given as
-    the KV memory and as the measured bytes."""
+    0.34's measured mode the memory is the blocks committed after capture, exact (blocks x the plan's block stride, as
+    fit-length --from-log takes them, not their bytes rounded to 0.01 GiB), and the tentative auto-fit bounds the
+    final one: one safe length for diagnose and fit-length."""
     from dsv4ctl.errors import Dsv4ctlError
     from dsv4ctl.logs.facts import LogCalibration
     from dsv4ctl.planning import FitRequest, plan_fit
@@ -56,9 +67,11 @@ def _planned_safe_length(model: str, available_kv_gib: float, vllm_version: str 
         autofit_from=None, autofit_to=None, max_model_len=None, vllm_version=vllm_version, serve_args=json.loads(args),
         sizing_mode=sizing_mode,
         measured_kv_bytes=int(round(available_kv_gib * GiB)) if sizing_mode == "measured" else None,
+        measured_kv_blocks=measured_blocks, tentative_autofit_to=tentative_autofit_to,
     )
     try:
-        return plan_fit(FitRequest(model=model, inherit_from_log=True), log_facts=calibration).safe_length
+        return plan_fit(FitRequest(model=model, inherit_from_log=True, vllm_version=plan_as),
+                        log_facts=calibration).safe_length
     except Dsv4ctlError:
         return None
 
@@ -75,7 +88,7 @@ def _planned_as_preset(tl: StartupTimeline, args: str) -> "SafeLength | None":
         return None
     matches = []
     for model_id in builtin_model_ids():
-        planned = _planned_safe_length(model_id, tl.kv_memory_gib, tl.vllm_version, args, tl.sizing_mode_known)
+        planned = _planned_safe_length(model_id, tl.kv_memory_gib, tl.vllm_version, args, *_measured(tl))
         if planned is None or planned.ceiling <= 0:
             continue
         if tl.max_model_len and load_geometry(model_id).model_max_model_len != tl.max_model_len:

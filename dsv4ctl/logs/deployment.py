@@ -15,6 +15,7 @@ import shlex
 from typing import Any
 
 from dsv4ctl.logs.timeline import StartupTimeline
+from dsv4ctl.logs.timeline_model import MEASURED_FROM, release
 
 # Not flags: the positional model, and values vLLM redacted.
 _SKIP = {"model_tag", "model", "dispatch_function", "subparser"}
@@ -96,11 +97,21 @@ def fit_length_flags(tl: StartupTimeline) -> str:
     for name in FIT_LENGTH_ARGS:
         if name in args:
             tokens += flag_tokens(name, args[name])
-    # A start with vLLM 0.34's measured KV cache is planned as its release: its figures are the blocks committed after
-    # warm-up, which no earlier release's planning takes, and the vLLM installed where the command runs may be another.
-    if tl.sizing_mode_known == "measured" and tl.vllm_version:
-        tokens += ["--vllm-version", tl.vllm_version]
+    plan_as = planned_release(tl)
+    if plan_as:
+        tokens += ["--vllm-version", plan_as]
     return _join(tokens)
+
+
+def planned_release(tl: StartupTimeline) -> str | None:
+    """The release a plan of this start names (--vllm-version), else None (fit-length's own choice: the vLLM
+    installed where it runs). A start of vLLM 0.34+ is planned as its release: the release decides the sizing mode
+    (measured by default) and what the log's figures are (blocks committed after warm-up, or the estimate's "Available
+    KV cache memory"), and the vLLM installed where the command runs may be an earlier one."""
+    r = release(tl.vllm_version)
+    if tl.vllm_version and (tl.sizing_mode_known == "measured" or (r is not None and r >= MEASURED_FROM)):
+        return tl.vllm_version
+    return None
 
 
 def model_arg(tl: StartupTimeline) -> str | None:

@@ -70,6 +70,8 @@ def _what_would_fit(result: FitResult, console: Console) -> None:
             why = (f"the margin holds back {format_gib(result.margin_bytes)} of the "
                    f"{format_gib(result.kv_cache_memory_bytes)} of KV memory given: a smaller --margin, or a larger "
                    f"--kv-cache-memory (the full context needs {need} per GPU, plus the margin)")
+        elif result.kv_cache_memory_source == "override":
+            why = f"a larger --num-gpu-blocks-override is needed (the full context needs {need} per GPU)"
         elif result.kv_cache_memory_source == "given":
             why = f"a larger --kv-cache-memory is needed (the full context needs {need} per GPU)"
         else:
@@ -133,7 +135,8 @@ def _plan_lines(result: FitResult, console: Console) -> None:
     print_prose(console, sched, subsequent_indent=HANG)
     source = {"given": "given", "predicted": "predicted from the GPUs", "log": "from the startup log",
               "calibrated": "calibrated: measured by an earlier start",
-              "startup_plan": "measured: vLLM's startup plans of an earlier start"}[result.kv_cache_memory_source]
+              "startup_plan": "measured: vLLM's startup plans of an earlier start",
+              "override": "--num-gpu-blocks-override"}[result.kv_cache_memory_source]
     if result.kv_cache_memory_bytes > 0:
         blocks = f"{format_tokens(result.num_blocks)} block{'s' if result.num_blocks != 1 else ''}"
         memory = f"{format_gib(result.kv_cache_memory_bytes)} ({source}) = {blocks}"

@@ -95,12 +95,25 @@ def _plan_to(plan: Callable[..., Any], request: Any, to_release: str, option: st
     except UsageError as exc:
         if exc.message.startswith("--vllm-version"):
             raise UsageError(f"{option} {to_release}: {exc.message.split(': ', 1)[-1]}", hint=exc.hint) from None
-        raise
+        raise _on_the_compared_side(exc, option, to_release) from None
+    except Dsv4ctlError as exc:
+        raise _on_the_compared_side(exc, option, to_release) from None
     planned = result.version.planned
     if _version_key(planned, option)[:2] != _version_key(to_release, option)[:2]:
         raise UsageError(f"{option} {to_release}: dsv4ctl's planner has not read vLLM {to_release} (the newest it "
                          f"plans is {planned})", hint=f"compare releases up to {planned}")
     return result
+
+
+def _on_the_compared_side(exc: Dsv4ctlError, option: str, to_release: str) -> Dsv4ctlError:
+    """An error of the plan under the release compared to, which the release compared from planned: named as that
+    side's (`option`), its hint no longer asking for the --vllm-version the operator gave (planning speaks of one
+    release); other errors as they are."""
+    if "--vllm-version" not in (exc.hint or ""):
+        return exc
+    hint = (f"vLLM {to_release} cannot be planned from these inputs: {option} another release, or drop the input its "
+            "planning does not take")
+    return type(exc)(f"{option} {to_release}: {exc.message}", hint=hint, exit_code=exc.exit_code)
 
 
 def _sizing(result: Any) -> tuple[str, str | None, float | None]:

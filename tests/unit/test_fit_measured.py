@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from fitkit import FLASH, H200_RESERVED, H200_TOTAL, builtin_config, h200, make_checkpoint, snapshot, no_hf_cache  # noqa: F401
@@ -188,3 +189,22 @@ def test_a_034_log_of_a_fixed_budget_is_the_estimate_path():
     result = plan_fit(FitRequest(model=FLASH, from_log="start-0.34.log", max_num_batched_tokens=8192,
                                  vllm_version="0.34.0", inherit_from_log=True), log_facts=log)
     assert result.sizing.mode == "estimate" and result.autofit_max_model_len == 979_456
+
+
+def test_a_log_of_a_release_before_034_does_not_decide_034s_sizing_mode(cli):
+    """A 0.32 start is "estimate" because 0.32 had no other mode: a 0.34 plan from it is sized as the flags decide
+    (measured by default, --gpu-memory-utilization 1.0), its "Available KV cache memory" taken as an estimate with a
+    warning, and the printed command runs in the mode planned (no 0.92, no --no-enable-extensible-kv-cache)."""
+    log = str(Path(__file__).resolve().parents[1] / "fixtures" / "logs" / "autofit_reduced_v032.log")
+    res = cli("fit-length", "deepseek-ai/DeepSeek-V4-Flash", "--vllm-version", "0.34.0", "--from-log", log, "--json")
+    doc = json.loads(res.stdout)
+    assert res.exit_code == 0, res.output
+    assert doc["sizing_mode"]["mode"] == "measured" and doc["sizing_mode"]["gpu_memory_utilization"] == 1.0
+    assert "shows the estimate mode" not in json.dumps(doc)
+    assert any("is a start of vLLM 0.32.0" in w and "estimate only" in w for w in doc["warnings"])
+    assert doc["available_kv_bytes"]["basis"] == "estimated"
+    assert "--gpu-memory-utilization" not in doc["vllm_command"] and "extensible" not in doc["vllm_command"]
+    view = cli("fit-length", "deepseek-ai/DeepSeek-V4-Flash", "--vllm-version", "0.32.0", "--compare", "0.34.0",
+               "--from-log", log, "--json")
+    after = json.loads(view.stdout)["to"]
+    assert after["sizing_mode"] == "measured" and after["gpu_memory_utilization"] == 1.0, after

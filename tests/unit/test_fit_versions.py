@@ -18,6 +18,7 @@ from dsv4ctl.planning import FitRequest, plan_fit
 from dsv4ctl.planning.mirror import versions
 from dsv4ctl.planning.mirror.kv_planner import KNOWN_VLLM_VERSIONS, LAYER_TUPLES, PACKED, planner_rules, version_key
 from dsv4ctl.planning.mirror.versions import choose_vllm_version, known_release_for
+from fitkit import FLASH
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "planner"
 GiB = 1 << 30
@@ -185,3 +186,34 @@ def test_a_log_of_another_release_than_the_installed_one_is_said(monkeypatch):
     assert choice.warning and "the log is of vLLM 0.30.0" in choice.warning and "--vllm-version 0.30.0" in choice.warning
     assert choose_vllm_version(None, "0.32.0").warning is None
     assert choose_vllm_version("0.30.0", "0.30.0").warning is None
+
+
+@pytest.mark.parametrize("spelled", ["--enable-extensible-kv-cache", "--no-enable-extensible-kv-cache"])
+def test_the_extensible_kv_cache_flag_is_refused_for_a_release_before_it(cli, spelled):
+    """vLLM 0.33.0's parser rejects the flag: no plan prints a `vllm serve` with it; the refusal names the release that
+    first has it, as the catalogue's flags table records it."""
+    from dsv4ctl.catalogue import vllm_flags
+
+    first = vllm_flags.first_release(spelled)
+    res = cli("fit-length", FLASH, "--vllm-version", "0.33.0", "--kv-cache-memory", "9.81GiB", spelled)
+    assert res.exit_code == 2 and "vllm serve " not in res.stdout
+    assert f"{spelled} is a flag of vLLM {first} and later" in res.stderr and first == "0.34.0"
+    ok = cli("fit-length", FLASH, "--vllm-version", first, "--kv-cache-memory", "9.81GiB", spelled)
+    assert ok.exit_code != 2
+
+
+@pytest.mark.parametrize("version", ["0.34.0rc1", "0.34.0.dev3", "0.33.0b1+cu128"])
+def test_a_pre_release_is_planned_as_its_release_with_a_warning(version):
+    planned, warning = known_release_for(version)
+    assert planned == version[:6] and warning and "pre-release" in warning and planned in warning
+
+
+@pytest.mark.parametrize("version", ["0.34.0", "0.32.0+cpu", "0.34.0.post1"])
+def test_a_release_or_its_local_build_plans_without_a_warning(version):
+    assert known_release_for(version) == (version[:6], None)
+
+
+def test_the_pre_release_warning_reaches_the_plan(cli):
+    res = cli("fit-length", FLASH, "--vllm-version", "0.34.0rc1", "--kv-cache-memory", "20GiB", "--json")
+    doc = json.loads(res.stdout)
+    assert doc["vllm_version_planned"] == "0.34.0" and any("0.34.0rc1 is a pre-release" in w for w in doc["warnings"])

@@ -129,3 +129,16 @@ def test_the_view_names_a_launch_flag_whose_default_changes(monkeypatch):
     before, after = vllm_flags.flag(option, a).default, vllm_flags.flag(option, b).default
     assert f"{option}: new default {before} -> {'none' if after is None else after}" in text
     assert "the launch passes it: not reached" in text
+
+
+@pytest.mark.parametrize("inputs", [
+    ("--from-log", str(Path(__file__).resolve().parents[1] / "fixtures" / "logs" / "v034_measured_autofit_reduced.log")),
+    ("--kv-cache-memory", "20GiB", "--no-enable-extensible-kv-cache"),
+])
+def test_an_input_the_compared_release_cannot_plan_names_compare(cli, inputs):
+    """The release compared from was given (--vllm-version 0.34.0): the error is the --compare side's, and its hint does
+    not ask for the --vllm-version already there."""
+    res = cli("fit-length", "deepseek-ai/DeepSeek-V4-Pro", "--vllm-version", "0.34.0", "--compare", "0.33.0", *inputs)
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert "Error: --compare 0.33.0: " in res.stderr
+    assert "add --vllm-version" not in res.stderr and "plan --vllm-version" not in res.stderr

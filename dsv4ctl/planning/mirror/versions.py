@@ -9,6 +9,7 @@ patch release of a known minor plans with that minor's recorded release, a newer
 from __future__ import annotations
 
 import importlib.metadata
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,8 +59,22 @@ def installed_vllm_version() -> str | None:
     return None
 
 
+# PEP 440 pre- and development releases (`0.34.0rc1`, `0.34.0.dev3`, `0.34.0b1`), the local part (`+cpu`) set aside.
+_PRE_RELEASE = re.compile(r"^v?\d+(?:\.\d+)*[-_.]?(?:a|alpha|b|beta|c|rc|pre|preview|dev)[-_.]?\d*", re.IGNORECASE)
+
+
 def known_release_for(version: str) -> tuple[str, str | None]:
-    """(the known release whose rules `version` plans with, a warning or None). Raises ValueError on bad text."""
+    """(the known release whose rules `version` plans with, a warning or None). Raises ValueError on bad text. A
+    pre-release or development build is planned with its release's rules, with a warning: it is not that release."""
+    planned, warning = _known_release_for(version)
+    if warning is None and _PRE_RELEASE.match(version.strip().split("+", 1)[0]):
+        warning = (f"vLLM {version} is a pre-release or development build, not the release {planned}: planned with "
+                   f"{planned}'s rules, which it may not have yet; check the answer against its log (fit-length "
+                   "--from-log)")
+    return planned, warning
+
+
+def _known_release_for(version: str) -> tuple[str, str | None]:
     key = version_key(version)
     exact = [v for v in KNOWN_VLLM_VERSIONS if version_key(v) == key]
     if exact:

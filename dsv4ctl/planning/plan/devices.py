@@ -174,11 +174,23 @@ def kv_estimate(
     if source == "given":
         term = KvTerm("kv_cache_memory", kv_memory, kv_memory, kv_memory, "exact", "--kv-cache-memory(-bytes)")
         return KvMemoryEstimate(kv_memory, kv_memory, kv_memory, "exact", (term,))
+    if source == "override":
+        term = KvTerm("kv_cache_memory", kv_memory, kv_memory, kv_memory, "exact",
+                      f"--num-gpu-blocks-override {request.num_gpu_blocks_override:,} x the block stride")
+        return KvMemoryEstimate(kv_memory, kv_memory, kv_memory, "exact", (term,))
     if source == "startup_plan":
         # vLLM's own figure, as its plan file holds it (bytes, not rounded): what the next start re-applies.
         term = KvTerm("kv_cache_memory", kv_memory, kv_memory, kv_memory, "measured",
                       f"vLLM's startup plans ({calibration_log}): the KV memory it sized and re-applies")
         return KvMemoryEstimate(kv_memory, kv_memory, kv_memory, "measured", (term,))
+    if source == "log" and measured_mode and log_cal is not None and log_cal.measured_kv_blocks is None:
+        # A log of a release before 0.34 (planning/plan/inputs.py `estimate_from_earlier_release`): its profile-run
+        # estimate, not what the measured mode commits; no range is known.
+        term = KvTerm("kv_cache_memory", kv_memory, kv_memory, kv_memory, "estimated",
+                      f"{log_cal.path}: \"Available KV cache memory\" of a vLLM {log_cal.vllm_version} start (its "
+                      "profile-run estimate), not measured after warm-up as this release does")
+        return KvMemoryEstimate(kv_memory, kv_memory, kv_memory, "estimated", (term,),
+                                "the log of a start of this release makes it exact")
     if source in ("log", "calibrated") or gpu is None:
         half = GiB // 200  # vLLM logs the figure rounded to 0.01 GiB
         basis = "calibrated" if source == "calibrated" else "measured"

@@ -392,7 +392,9 @@ def _length_warnings(
         else:
             notes.append(
                 f"--max-model-len auto would shrink the context from {format_tokens(model_max)} to {format_tokens(autofit)}; "
-                "the shrunk length moves with the memory vLLM measures at each start"
+                + ("--num-gpu-blocks-override fixes the cache, so it is the same at every start"
+                   if inputs.request.num_gpu_blocks_override is not None else
+                   "the shrunk length moves with the memory vLLM measures at each start")
             )
 
 

@@ -49,8 +49,8 @@ def vllm_flags(
         flags += ["--kv-cache-memory-bytes", str(request.kv_cache_memory_bytes)]
     elif sizing is None or sizing.utilization_given or not has_measured_mode(sizing.release):
         flags += ["--gpu-memory-utilization", f"{request.gpu_memory_utilization:g}"]
-    if request.enable_extensible_kv_cache is False:
-        flags += ["--no-enable-extensible-kv-cache"]
+    if request.enable_extensible_kv_cache is False and (sizing is None or not sizing.release or has_measured_mode(sizing.release)):
+        flags += ["--no-enable-extensible-kv-cache"]  # a 0.34+ flag: an earlier release's parser rejects it
     if request.num_gpu_blocks_override is not None:
         flags += ["--num-gpu-blocks-override", str(request.num_gpu_blocks_override)]
     if request.kv_cache_dtype != "auto":

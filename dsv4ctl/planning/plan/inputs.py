@@ -17,7 +17,7 @@ from dsv4ctl.planning.mirror.kv_planner import max_concurrent_batches
 from dsv4ctl.planning.mirror.kv_specs import KvLayoutChoice, LayerKvSpec, resolve_kv_layout
 from dsv4ctl.planning.mirror.layers import build_specs
 from dsv4ctl.planning.mirror.refusals import RefusalTexts, refusal_texts
-from dsv4ctl.planning.mirror.measured import MEASURED, SizingMode, blocks_within, has_measured_mode, sizing_mode
+from dsv4ctl.planning.mirror.measured import FIRST_MEASURED_RELEASE, MEASURED, SizingMode, blocks_within, has_measured_mode, sizing_mode
 from dsv4ctl.planning.mirror.startup_plans import cache_root, measured
 from dsv4ctl.planning.mirror.versions import VersionChoice, choose_vllm_version
 from dsv4ctl.planning.plan.devices import predict_memory, select_devices
@@ -65,7 +65,7 @@ class Scheduling:
 class WorkerMemory:
     """The KV memory of every worker of the binding replica, where it came from, and any refusal so far."""
 
-    source: str  # "given" | "log" | "calibrated" | "predicted"
+    source: str  # "given" | "log" | "calibrated" | "predicted" | "startup_plan" | "override"
     per_worker: list[int]
     predictions: list[GpuMemoryPrediction]  # every GPU's (predicted memory only)
     replica: list[GpuMemoryPrediction]  # the binding replica's GPUs (predicted memory only)
@@ -95,7 +95,10 @@ def resolve(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4Ge
         warnings.append(version.warning)
     sizing = _sizing(request, version.planned, log_cal)
     request = replace(request, gpu_memory_utilization=sizing.utilization)
-    if log_cal is not None and request.kv_cache_memory_bytes is None and _log_kv(log_cal, sizing) is None:
+    if estimate_from_earlier_release(log_cal, sizing):  # that start's auto-fit is not the measured mode's
+        log_cal = replace(log_cal, autofit_from=None, autofit_to=None)  # type: ignore[arg-type]
+    fixed = request.kv_cache_memory_bytes is not None or request.num_gpu_blocks_override is not None
+    if log_cal is not None and not fixed and _log_kv(log_cal, sizing) is None:
         if sizing.measured:
             raise InputError(
                 f"{log_cal.path}: no measured KV cache size (\"Extended KV cache to N blocks\" or \"Memory after "
@@ -113,7 +116,7 @@ def resolve(request: FitRequest, snapshot: Any, log_facts: Any, geometry: Dsv4Ge
             f"{log_cal.path}: no \"Available KV cache memory\" line",
             hint="use the log of a startup that got past memory profiling, or give --kv-cache-memory",
         )
-    need_prediction = request.kv_cache_memory_bytes is None and (log_cal is None or _log_kv(log_cal, sizing) is None)
+    need_prediction = not fixed and (log_cal is None or _log_kv(log_cal, sizing) is None)
     if snapshot is None and request.gpus:
         from dsv4ctl.gpu import load_snapshot
 
@@ -139,6 +142,14 @@ def _sizing(request: FitRequest, version: str, log_cal: LogCalibration | None) -
     """How the launch's vLLM sizes its KV cache: from its flags; a log of that release that shows the mode wins (vLLM
     turns the measured mode off at start when device virtual memory is unusable). vLLM's refusal of the measured mode
     asked for where it cannot run is raised (exit 6)."""
+    if "enable_extensible_kv_cache" in request.explicit and not has_measured_mode(version):
+        # The flag is 0.34's (the catalogue's flags table: vllm_flags.first_release('--enable-extensible-kv-cache')):
+        # an earlier release's parser rejects it, so no command with it can be printed for that release.
+        first = ".".join(map(str, FIRST_MEASURED_RELEASE))
+        spelled = "--enable-extensible-kv-cache" if request.enable_extensible_kv_cache else "--no-enable-extensible-kv-cache"
+        raise UsageError(f"{spelled} is a flag of vLLM {first} and later: vLLM {version}'s `vllm serve` rejects it",
+                         hint=f"drop {spelled} (vLLM {version} sizes the KV cache from its profile-run estimate only), "
+                              f"or plan --vllm-version {first}")
     fixed = request.kv_cache_memory_bytes
     if fixed is None and log_cal is not None and request.inherit_from_log:
         fixed = log_cal.serve_args.get("kv_cache_memory_bytes")  # the log's start had a fixed budget: its estimate path
@@ -150,19 +161,41 @@ def _sizing(request: FitRequest, version: str, log_cal: LogCalibration | None) -
         raise Dsv4ctlError(f"vLLM {version} would refuse this: {mode.refusal}",
                            hint="drop --enable-extensible-kv-cache, or the flag it cannot run with",
                            exit_code=ExitCode.DOES_NOT_FIT)
-    logged = log_cal.sizing_mode if log_cal is not None else None
-    if logged and has_measured_mode(version) and logged != mode.mode and request.kv_cache_memory_bytes is None:
+    # Only a start of a release with both modes (0.34+, or one whose lines show the measured mode) shows which one a
+    # launch gets: an earlier release's log is "estimate" because that release had no other, and says nothing of 0.34.
+    logged = log_cal.sizing_mode if log_cal is not None and not _log_before_modes(log_cal) else None
+    if (logged and has_measured_mode(version) and logged != mode.mode and request.kv_cache_memory_bytes is None
+            and request.num_gpu_blocks_override is None):  # sizes the operator fixes turn the mode off, as in vLLM
         forced = sizing_mode(version, **{**flags, "enable_extensible_kv_cache": logged == MEASURED})
         return replace(forced, why=f"{log_cal.path} shows the {logged} mode")  # type: ignore[union-attr]
     return mode
 
 
+def _log_before_modes(log_cal: LogCalibration) -> bool:
+    """The log is of a release before 0.34, which sized the KV cache from its profile-run estimate only."""
+    version = log_cal.vllm_version
+    try:
+        return bool(version) and not has_measured_mode(version)
+    except ValueError:  # a version text the planner cannot read: the log's own lines decide
+        return False
+
+
 def _log_kv(log_cal: LogCalibration, sizing: SizingMode) -> int | None:
     """The log's figure that is the KV cache's size: the committed blocks in the measured mode (their bytes come from
-    the plan's block stride), else "Available KV cache memory"."""
+    the plan's block stride), else "Available KV cache memory". A measured plan from a log of a release before 0.34
+    takes its "Available KV cache memory" as an estimate only (`estimate_from_earlier_release`)."""
     if sizing.measured:
+        if log_cal.measured_kv_blocks is None and _log_before_modes(log_cal):
+            return log_cal.available_kv_bytes
         return log_cal.measured_kv_blocks
     return log_cal.available_kv_bytes
+
+
+def estimate_from_earlier_release(log_cal: LogCalibration | None, sizing: SizingMode | None) -> bool:
+    """A measured (0.34+) plan whose KV memory is an earlier release's "Available KV cache memory": the profile-run
+    estimate at that start's utilization, not what the measured mode commits after warm-up (at 1.0 by default)."""
+    return (log_cal is not None and sizing is not None and sizing.measured and log_cal.measured_kv_blocks is None
+            and log_cal.available_kv_bytes is not None and _log_before_modes(log_cal))
 
 
 def _same_model_as_the_log(model: str, log_cal: LogCalibration, geometry: Dsv4Geometry, warnings: list[str]) -> None:
@@ -251,7 +284,15 @@ def worker_memory(inputs: Inputs, sched: Scheduling, bytes_per_block: list[int])
                      "warm-up in the log (exact: blocks x the block stride)")
     elif log_cal is not None and log_cal.available_kv_bytes is not None:
         memory.source, memory.per_worker = "log", [log_cal.available_kv_bytes] * workers
-        notes.append("vLLM logs KV memory rounded to 0.01 GiB; the prediction can be a few blocks off near a boundary")
+        if estimate_from_earlier_release(log_cal, sizing):
+            inputs.warnings.append(
+                f"{log_cal.path} is a start of vLLM {log_cal.vllm_version}, which sized the KV cache from its profile-run "
+                f"estimate; vLLM {inputs.version.planned} measures it after CUDA-graph capture and warm-up (at "
+                f"--gpu-memory-utilization {sizing.utilization:g}), which no earlier start shows: its \"Available KV "
+                "cache memory\" is planned from as an estimate only; the log of a start of this release makes it exact")
+        else:
+            notes.append("vLLM logs KV memory rounded to 0.01 GiB; the prediction can be a few blocks off near a "
+                         "boundary")
     elif calibration is not None and not measured_mode and (plans := measured(calibration.startup_plans, version=inputs.version.planned)) is not None:
         kv, files = plans
         memory.source, memory.per_worker = "startup_plan", [kv] * workers
@@ -268,6 +309,14 @@ def worker_memory(inputs: Inputs, sched: Scheduling, bytes_per_block: list[int])
             f"KV memory from the calibration record of {calibration.log} ({calibration.recorded_at}), the same host "
             "configuration and vLLM release; --no-calibration predicts instead"
         )
+    elif request.num_gpu_blocks_override is not None:
+        # The cache is the override's blocks (`_apply_blocks_override`); the GPUs, when known, are still predicted for
+        # the memory table and the startup refusal. vLLM's "No available memory for the cache blocks" is checked on
+        # the override's memory (vllm==0.34.0 v1/core/kv_cache_planning.py:1612-1656), never on the memory found.
+        if inputs.devices is not None:
+            _predict(inputs, memory, workers)
+            if memory.refusal and memory.refusal.startswith("No available memory"):
+                memory.refusal = None
     else:
         _predict(inputs, memory, workers)
         if measured_mode:  # the blocks whose 2 MiB-granule footprint fits, as `blocks_within` takes them
@@ -276,6 +325,7 @@ def worker_memory(inputs: Inputs, sched: Scheduling, bytes_per_block: list[int])
     if calibration is not None and measured_mode and calibration.startup_plans and memory.source != "startup_plan":
         notes.append("vLLM's startup plans of this configuration hold only a reservation in its measured mode (the "
                      "cache is measured again at every start): not read as the KV size")
+    _apply_blocks_override(request, memory, bytes_per_block, notes)
     devices = inputs.devices
     if devices is not None and not measured_mode:  # the measured mode skips the check (v1/worker/utils.py:783-796)
         starts = [check_startup_memory(dev, request.gpu_memory_utilization) for dev in devices]
@@ -291,6 +341,23 @@ def worker_memory(inputs: Inputs, sched: Scheduling, bytes_per_block: list[int])
                     "GPU: anything else that allocates GPU memory before vLLM starts makes it refuse to start"
                 )
     return memory
+
+
+def _apply_blocks_override(request: FitRequest, memory: WorkerMemory, bytes_per_block: list[int],
+                           notes: list[str]) -> None:
+    """`--num-gpu-blocks-override N`: every release from 0.27.1 on sets each worker's available memory to N x its pool
+    block stride before the null block, auto-fit and the admission check (vllm==0.34.0
+    `v1/core/kv_cache_planning.py:1612-1633`, 0.33.0 `:1510-1531`, 0.29.0-0.32.0 `v1/core/kv_cache_utils.py`
+    `get_kv_cache_configs`, 0.27.1 `:2159-2180`): the memory measured, predicted or given only decides whether the
+    worker starts, not the cache's size."""
+    blocks = request.num_gpu_blocks_override
+    if blocks is None:
+        return
+    found = (f" instead of {format_gib(min(memory.per_worker))} of KV memory ({memory.source})"
+             if memory.per_worker else " instead of the memory it finds at start")
+    memory.source, memory.per_worker = "override", [blocks * b for b in bytes_per_block]
+    notes.append(f"KV cache from --num-gpu-blocks-override {blocks:,}: {blocks:,} blocks x the block stride, which vLLM "
+                 f"plans against{found}")
 
 
 def _predict(inputs: Inputs, memory: WorkerMemory, workers: int) -> None:
