@@ -105,7 +105,9 @@ def plan_only(flags: list[str], options: ServeOptions) -> PreflightDecision:
     )
     if note:
         decision.notes.insert(0, note)
-    _say_environment(decision, apply_environment(options.fixes, env=dict(os.environ)))  # a copy: nothing is set
+    release = _planned_release(options.vllm_version)
+    # A copy of the environment: nothing is set; the startup plans as the release planned for has them.
+    _say_environment(decision, apply_environment(options.fixes, env=dict(os.environ), release=release), release)
     _say_routes(decision, namespace)
     return decision
 
@@ -134,14 +136,22 @@ def _say_routes(decision: PreflightDecision, namespace: Any) -> None:
         )
 
 
-def _say_environment(decision: PreflightDecision, environment: dict[str, str]) -> None:
-    """What serve sets for vLLM, in the decision (and its --dry-run): the startup plans above all."""
-    from dsv4ctl.planning import installed_vllm_version, startup_plans
+def _planned_release(version: str | None) -> str | None:
+    """The release a dry run plans for: --vllm-version, else the installed vLLM."""
+    from dsv4ctl.planning import installed_vllm_version
+
+    return version or installed_vllm_version()
+
+
+def _say_environment(decision: PreflightDecision, environment: dict[str, str], release: str | None = None) -> None:
+    """What serve sets for vLLM, in the decision (and its --dry-run): the startup plans above all. `release`: the one
+    planned for (default: the installed vLLM)."""
+    from dsv4ctl.planning import startup_plans
 
     decision.environment = dict(environment)
     if environment.get(startup_plans.ENV) == "1":
         decision.notes.append(
-            f"{startup_plans.ENV}=1: vLLM {installed_vllm_version()} keeps the KV memory each GPU worker measured "
+            f"{startup_plans.ENV}=1: vLLM {_planned_release(release)} keeps the KV memory each GPU worker measured "
             f"(startup plans under {startup_plans.cache_root() / 'startup_plan'}) and re-applies it at the next start "
             "while free memory is at least what it started with, so restarts get the same length"
         )

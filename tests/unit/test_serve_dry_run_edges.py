@@ -94,6 +94,25 @@ def test_the_command_carries_the_fix_the_plan_relies_on(cli, no_vllm, monkeypatc
     assert not any(a.startswith("DSV4CTL_FIXES=") for a in argv) and argv[argv.index("--max-model-len") + 1].isdigit()
 
 
+@pytest.mark.parametrize("release, on", [("0.34.0", False), ("0.32.0", True)])
+def test_startup_plans_follow_the_release_planned_not_the_one_installed(cli, monkeypatch, release, on):
+    """0.32 installed, the dry run plans 0.34: 0.34's startup plans are not turned on (planning's
+    startup_plans.available_in), so neither the command nor the notes carry VLLM_ENABLE_STARTUP_PLAN=1."""
+    from dsv4ctl.planning import startup_plans
+    from dsv4ctl.planning.mirror import versions
+
+    _no_gpu(monkeypatch)
+    monkeypatch.delenv(startup_plans.ENV, raising=False)
+    monkeypatch.setattr(versions, "installed_vllm_version", lambda: "0.32.0")
+    monkeypatch.setattr("dsv4ctl.planning.installed_vllm_version", lambda: "0.32.0")
+    res = cli("serve", "--dry-run", "--vllm-version", release, FLASH, "-tp", "8", "--max-model-len", "auto",
+              "--kv-cache-memory-bytes", "10G")
+    assert res.exit_code == 0, res.stderr
+    assert (f"{startup_plans.ENV}=1" in shlex.split(res.stdout)) is on
+    assert (f"{startup_plans.ENV}=1: vLLM {release} keeps" in res.stderr) is on
+    assert "vLLM 0.32.0 keeps" not in res.stderr or release == "0.32.0"
+
+
 def test_the_watchdog_refuses_a_unix_socket_in_the_dry_run_too(cli, no_vllm, monkeypatch):
     _no_gpu(monkeypatch)
     res = cli("serve", FLASH, "--watchdog", "120", "--uds", "/tmp/x.sock", "--dry-run")
