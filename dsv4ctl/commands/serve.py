@@ -193,11 +193,12 @@ def _upgrade_view(flags: list[str], options, compare: str, json_output: bool) ->
         raise typer.Exit(int(ExitCode.DOES_NOT_FIT))
 
 
-def _names_a_model(flags: list[str]) -> bool:
-    """Whether vLLM's argv names a model: a positional first (`vllm serve MODEL`), or its --model / --config."""
-    if flags and not flags[0].startswith("-"):
-        return True
-    return any(f.split("=", 1)[0] in ("--model", "--config") for f in flags)
+def _names_a_model(flags: list[str], release: Optional[str]) -> bool:
+    """Whether vLLM's argv names a model: its positional, before or after the options (`vllm serve -tp 8 MODEL`),
+    or its --model / --config."""
+    from dsv4ctl.serve.flags_without_vllm import model_argument
+
+    return bool(model_argument(flags, release)) or any(f.split("=", 1)[0] == "--config" for f in flags)
 
 
 def _check_options(flags: list[str], *, fixes: Optional[str], json_output: bool, dry_run: bool,
@@ -205,7 +206,10 @@ def _check_options(flags: list[str], *, fixes: Optional[str], json_output: bool,
     """serve's own options, refused at the door (exit 2) before anything is started or written."""
     from dsv4ctl.errors import UsageError
 
-    if not _names_a_model(flags):
+    if any(f.split("=", 1)[0] == "--gpus" for f in flags):
+        raise UsageError("serve has no --gpus: it plans on the GPUs of this node, the ones vLLM starts on",
+                         hint="plan on a snapshot of other GPUs with dsv4ctl fit-length MODEL --gpus FILE [flags...]")
+    if not _names_a_model(flags, vllm_version):
         raise UsageError("no MODEL given", hint="dsv4ctl serve MODEL [flags...] (or vLLM's --model / --config)")
     if fixes is not None:
         from dsv4ctl.fixes import FIX_NAMES, parse_selection

@@ -113,6 +113,53 @@ def test_startup_plans_follow_the_release_planned_not_the_one_installed(cli, mon
     assert "vLLM 0.32.0 keeps" not in res.stderr or release == "0.32.0"
 
 
+@pytest.mark.parametrize("argv", [
+    ["-tp", "8", FLASH], ["--headless", FLASH], ["--enable-expert-parallel", "-tp", "8", FLASH],
+    ["--port", "8001", FLASH, "-tp", "2"], ["--speculative-config.method", "mtp", FLASH], ["-O", "3", FLASH],
+    ["--tensor-parallel", "8", FLASH], ["-tp", "2", "--model", FLASH],
+])
+def test_the_model_is_taken_where_vllms_parser_takes_it(cli, no_vllm, monkeypatch, argv):
+    """`vllm serve -tp 8 MODEL`: vLLM's parser takes the positional model after options too (model_tag, nargs '?'),
+    8 being -tp's value; the dry run plans that model and prints the argv as given."""
+    _no_gpu(monkeypatch)
+    res = cli("serve", "--dry-run", *argv, "--kv-cache-memory-bytes", "10G")
+    assert res.exit_code == 0, res.stderr
+    printed = shlex.split(res.stdout)
+    assert printed[printed.index("serve") + 1:][:len(argv)] == argv
+
+
+@pytest.mark.parametrize("argv", [["-tp", "8"], ["--served-model-name", "x", FLASH], ["--port", "8001"]])
+def test_an_argv_without_a_model_is_refused(cli, no_vllm, monkeypatch, argv):
+    # --served-model-name takes every token up to the next option (nargs '+'), the model too: vLLM would serve its
+    # default model, so serve asks for one.
+    _no_gpu(monkeypatch)
+    res = cli("serve", "--dry-run", *argv)
+    assert res.exit_code == 2 and "no MODEL given" in res.stderr and res.stdout == ""
+
+
+def test_serve_says_it_has_no_gpus_option(cli, no_vllm, monkeypatch):
+    _no_gpu(monkeypatch)
+    res = cli("serve", "--dry-run", "--gpus", "snap.json", FLASH, "-tp", "8")
+    assert res.exit_code == 2 and res.stdout == ""
+    assert "serve has no --gpus" in res.stderr and "fit-length MODEL --gpus" in res.stderr
+    assert "no MODEL given" not in res.stderr
+
+
+def test_the_model_reader_agrees_with_vllms_parser():
+    """dsv4ctl's reading of the model (for the dry run without vLLM and serve's own check) against the parser of the
+    vLLM installed here, on argvs with the model before and after options of each kind."""
+    pytest.importorskip("vllm")
+    from dsv4ctl.planning import installed_vllm_version
+    from dsv4ctl.serve.flags_without_vllm import model_argument
+    from dsv4ctl.serve.vllm_entry import parse_serve_flags
+
+    release = installed_vllm_version()
+    for argv in (["-tp", "8", "M"], ["--headless", "M"], ["--no-enable-prefix-caching", "M"], ["-O3", "M"],
+                 ["--port", "8001", "M", "-tp", "2"], ["--max-model-len=4096", "M"], ["--model", "A", "-tp", "2"],
+                 ["--speculative-config.method", "mtp", "M"], ["-tp", "2", "--", "M"]):
+        assert model_argument(argv, release) == parse_serve_flags(argv).model, argv
+
+
 def test_the_watchdog_refuses_a_unix_socket_in_the_dry_run_too(cli, no_vllm, monkeypatch):
     _no_gpu(monkeypatch)
     res = cli("serve", FLASH, "--watchdog", "120", "--uds", "/tmp/x.sock", "--dry-run")
