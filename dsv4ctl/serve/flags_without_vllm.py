@@ -124,6 +124,7 @@ _PLANNING_SWITCHES = {
     "--no-enable-extensible-kv-cache": ("enable_extensible_kv_cache", False),
     "--enable-elastic-ep": ("enable_elastic_ep", True), "--no-enable-elastic-ep": ("enable_elastic_ep", False),
     "--enable-dbo": ("enable_dbo", True), "--no-enable-dbo": ("enable_dbo", False),
+    "--headless": ("headless", True),  # no API server on this node (serve adds no probe routes)
 }
 
 
@@ -201,6 +202,6 @@ def parse_planning_flags(flags: list[str], release: str | None = None) -> argpar
         data_parallel_size=None, data_parallel_size_local=None, enable_expert_parallel=None, enable_eplb=None,
         async_scheduling=None,
         attention_backend=None, speculative_config=None, uds=None,
-        num_gpu_blocks_override=None, enable_extensible_kv_cache=None, enable_elastic_ep=None,
+        num_gpu_blocks_override=None, enable_extensible_kv_cache=None, enable_elastic_ep=None, headless=False,
     )
     return argparse.Namespace(**{**defaults, **values})

@@ -160,6 +160,33 @@ def test_the_model_reader_agrees_with_vllms_parser():
         assert model_argument(argv, release) == parse_serve_flags(argv).model, argv
 
 
+def test_the_dry_run_shows_the_probe_settings_serve_adds(cli, no_vllm, monkeypatch):
+    from dsv4ctl.health import routes
+
+    _no_gpu(monkeypatch)
+    monkeypatch.delenv(routes.GRACE_ENV, raising=False)
+    monkeypatch.delenv(routes.HEALTH_ENV, raising=False)
+    argv = ("serve", "--dry-run", "--probe-grace", "5", "--probe-health", FLASH, "-tp", "8", "--kv-cache-memory-bytes",
+            "10G")
+    res = cli(*argv)
+    assert res.exit_code == 0, res.stderr
+    assert {f"{routes.GRACE_ENV}=5", f"{routes.HEALTH_ENV}=1"} <= set(shlex.split(res.stdout))
+    assert f"--middleware {routes.MIDDLEWARE}" in res.stderr and "--probe-grace" in res.stderr
+    doc = json.loads(cli(*argv, "--json").stdout)["serve_preflight"]
+    assert doc["environment"][routes.GRACE_ENV] == "5" and doc["environment"][routes.HEALTH_ENV] == "1"
+    assert any(routes.MIDDLEWARE in n and f"{routes.GRACE_ENV}=5" in n for n in doc["notes"])
+    plain = json.loads(cli("serve", "--dry-run", FLASH, "--kv-cache-memory-bytes", "10G", "--json").stdout)
+    assert routes.GRACE_ENV not in plain["serve_preflight"]["environment"]
+
+
+@pytest.mark.parametrize("probe", [["--probe-grace", "5"], ["--probe-health"]])
+def test_probe_options_are_refused_on_a_headless_node(cli, no_vllm, monkeypatch, probe):
+    _no_gpu(monkeypatch)
+    res = cli("serve", "--dry-run", *probe, "--headless", FLASH, "--kv-cache-memory-bytes", "10G")
+    assert res.exit_code == 2 and res.stdout == ""
+    assert f"{probe[0]} with --headless" in res.stderr and "no API server" in res.stderr
+
+
 def test_the_watchdog_refuses_a_unix_socket_in_the_dry_run_too(cli, no_vllm, monkeypatch):
     _no_gpu(monkeypatch)
     res = cli("serve", FLASH, "--watchdog", "120", "--uds", "/tmp/x.sock", "--dry-run")
