@@ -167,7 +167,7 @@ def _upgrade_view(flags: list[str], options, compare: str, json_output: bool) ->
     """--dry-run --compare: the launch's flags read as the dry run reads them, planned under its release and COMPARE."""
     import dataclasses
 
-    from dsv4ctl.errors import EngineUnavailableError
+    from dsv4ctl.errors import EngineUnavailableError, GpuUnavailableError
     from dsv4ctl.render import emit_json, out_console
     from dsv4ctl.serve.flags_without_vllm import parse_planning_flags
     from dsv4ctl.serve.preflight import fit_request_from
@@ -182,7 +182,18 @@ def _upgrade_view(flags: list[str], options, compare: str, json_output: bool) ->
                                kv_cache_memory_bytes=getattr(namespace, "kv_cache_memory_bytes", None),
                                vllm_version=options.vllm_version)
     request = dataclasses.replace(request, no_calibration=options.no_calibration)
-    view = compare_releases(request, compare, argv=flags)
+    try:
+        view = compare_releases(request, compare, argv=flags)
+    except GpuUnavailableError as exc:
+        # The view plans the launch under both releases, and a plan needs the KV memory per GPU: from the GPUs here,
+        # else from the launch's own --kv-cache-memory-bytes.
+        raise GpuUnavailableError(
+            exc.message,
+            hint="without a GPU here, give the launch the KV memory per GPU: --kv-cache-memory-bytes 10G (10 GiB as "
+            "vLLM reads it; the figure of vLLM's \"Available KV cache memory\" line); or compare on a snapshot of the GPU box: dsv4ctl fit-length MODEL "
+            "--gpus snapshot.json --vllm-version A --compare B [flags...]",
+            exit_code=exc.exit_code,
+        ) from None
     if json_output:
         emit_json(view.to_json())
     else:

@@ -187,6 +187,25 @@ def test_probe_options_are_refused_on_a_headless_node(cli, no_vllm, monkeypatch,
     assert f"{probe[0]} with --headless" in res.stderr and "no API server" in res.stderr
 
 
+def test_compare_without_a_gpu_names_what_works_on_serve(cli, no_vllm, monkeypatch):
+    """The upgrade view plans under both releases: without a GPU here, the hint names serve's own way (the launch's
+    --kv-cache-memory-bytes, which then compares) and fit-length's snapshot, not only fit-length."""
+    from dsv4ctl.errors import GpuUnavailableError
+
+    def no_driver(*args, **kwargs):
+        raise GpuUnavailableError("no NVIDIA driver here")
+
+    _no_gpu(monkeypatch)
+    monkeypatch.setattr("dsv4ctl.gpu.read_snapshot", no_driver)
+    res = cli("serve", "--dry-run", "--vllm-version", "0.33.0", "--compare", "0.34.0", FLASH, "-tp", "8")
+    assert res.exit_code != 0 and "no NVIDIA driver here" in res.stderr
+    hint = res.stderr.split("Hint:", 1)[1]
+    assert "--kv-cache-memory-bytes 10G" in hint and "fit-length MODEL --gpus" in hint
+    ok = cli("serve", "--dry-run", "--vllm-version", "0.33.0", "--compare", "0.34.0", FLASH, "-tp", "8",
+             "--kv-cache-memory-bytes", "10G")
+    assert ok.exit_code == 0, ok.stderr
+
+
 def test_the_watchdog_refuses_a_unix_socket_in_the_dry_run_too(cli, no_vllm, monkeypatch):
     _no_gpu(monkeypatch)
     res = cli("serve", FLASH, "--watchdog", "120", "--uds", "/tmp/x.sock", "--dry-run")
