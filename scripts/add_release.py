@@ -186,7 +186,12 @@ def delta(old_root: Path, new_root: Path, old: str, new: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="The default run (no --report-only) rewrites the tables in the repository: scripts/vllm_releases.txt, "
+        "the flags table, the message index, the log-lines file and the planner oracle's tests/data/planner/VERSION.json; "
+        "it needs the network (pip download vllm==VERSION) unless --wheel PATH.whl is given or the release's sources "
+        "are already unpacked under --wheels. --report-only reads only what is unpacked and writes nothing.")
     ap.add_argument("version", nargs="?", help="the release to add, e.g. 0.34.0")
     ap.add_argument("--wheel", type=Path, help="the release's wheel (default: pip download vllm==VERSION --no-deps)")
     ap.add_argument("--wheels", type=Path, default=DEFAULT_WHEELS, help="download/unpack folder (default %(default)s)")

@@ -167,7 +167,7 @@ def _upgrade_view(flags: list[str], options, compare: str, json_output: bool) ->
     """--dry-run --compare: the launch's flags read as the dry run reads them, planned under its release and COMPARE."""
     import dataclasses
 
-    from dsv4ctl.errors import EngineUnavailableError
+    from dsv4ctl.errors import EngineUnavailableError, GpuUnavailableError
     from dsv4ctl.render import emit_json, out_console
     from dsv4ctl.serve.flags_without_vllm import parse_planning_flags
     from dsv4ctl.serve.preflight import fit_request_from
@@ -182,7 +182,18 @@ def _upgrade_view(flags: list[str], options, compare: str, json_output: bool) ->
                                kv_cache_memory_bytes=getattr(namespace, "kv_cache_memory_bytes", None),
                                vllm_version=options.vllm_version)
     request = dataclasses.replace(request, no_calibration=options.no_calibration)
-    view = compare_releases(request, compare, argv=flags)
+    try:
+        view = compare_releases(request, compare, argv=flags)
+    except GpuUnavailableError as exc:
+        # The view plans the launch under both releases, and a plan needs the KV memory per GPU: from the GPUs here,
+        # else from the launch's own --kv-cache-memory-bytes.
+        raise GpuUnavailableError(
+            exc.message,
+            hint="without a GPU here, give the launch the KV memory per GPU: --kv-cache-memory-bytes 10G (10 GiB as "
+            "vLLM reads it; the figure of vLLM's \"Available KV cache memory\" line); or compare on a snapshot of the GPU box: dsv4ctl fit-length MODEL "
+            "--gpus snapshot.json --vllm-version A --compare B [flags...]",
+            exit_code=exc.exit_code,
+        ) from None
     if json_output:
         emit_json(view.to_json())
     else:
@@ -193,11 +204,12 @@ def _upgrade_view(flags: list[str], options, compare: str, json_output: bool) ->
         raise typer.Exit(int(ExitCode.DOES_NOT_FIT))
 
 
-def _names_a_model(flags: list[str]) -> bool:
-    """Whether vLLM's argv names a model: a positional first (`vllm serve MODEL`), or its --model / --config."""
-    if flags and not flags[0].startswith("-"):
-        return True
-    return any(f.split("=", 1)[0] in ("--model", "--config") for f in flags)
+def _names_a_model(flags: list[str], release: Optional[str]) -> bool:
+    """Whether vLLM's argv names a model: its positional, before or after the options (`vllm serve -tp 8 MODEL`),
+    or its --model / --config."""
+    from dsv4ctl.serve.flags_without_vllm import model_argument
+
+    return bool(model_argument(flags, release)) or any(f.split("=", 1)[0] == "--config" for f in flags)
 
 
 def _check_options(flags: list[str], *, fixes: Optional[str], json_output: bool, dry_run: bool,
@@ -205,7 +217,10 @@ def _check_options(flags: list[str], *, fixes: Optional[str], json_output: bool,
     """serve's own options, refused at the door (exit 2) before anything is started or written."""
     from dsv4ctl.errors import UsageError
 
-    if not _names_a_model(flags):
+    if any(f.split("=", 1)[0] == "--gpus" for f in flags):
+        raise UsageError("serve has no --gpus: it plans on the GPUs of this node, the ones vLLM starts on",
+                         hint="plan on a snapshot of other GPUs with dsv4ctl fit-length MODEL --gpus FILE [flags...]")
+    if not _names_a_model(flags, vllm_version):
         raise UsageError("no MODEL given", hint="dsv4ctl serve MODEL [flags...] (or vLLM's --model / --config)")
     if fixes is not None:
         from dsv4ctl.fixes import FIX_NAMES, parse_selection

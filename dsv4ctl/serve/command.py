@@ -99,14 +99,17 @@ def plan_only(flags: list[str], options: ServeOptions) -> PreflightDecision:
         from dsv4ctl.serve.watchdog import server_url
 
         server_url(namespace)  # a refusal the real start would make: --watchdog needs a TCP port
+    _check_probe_options(namespace, options)
     decision = decide(
         namespace, flags, keep_auto=options.keep_auto, pin_length=options.pin_length, fixes=options.fixes,
         vllm_version=options.vllm_version, no_calibration=options.no_calibration,
     )
     if note:
         decision.notes.insert(0, note)
-    _say_environment(decision, apply_environment(options.fixes, env=dict(os.environ)))  # a copy: nothing is set
-    _say_routes(decision, namespace)
+    release = _planned_release(options.vllm_version)
+    # A copy of the environment: nothing is set; the startup plans as the release planned for has them.
+    _say_environment(decision, apply_environment(options.fixes, env=dict(os.environ), release=release), release)
+    _say_routes(decision, namespace, options)
     return decision
 
 
@@ -123,25 +126,65 @@ def _another_release(version: str | None) -> bool:
     return minor(version) != minor(installed)
 
 
-def _say_routes(decision: PreflightDecision, namespace: Any) -> None:
-    """The flag serve adds to vLLM's at start (`probe_routes`), said where the command line is shown without it."""
-    if not getattr(namespace, "headless", False):
-        from dsv4ctl.health import routes
+def _check_probe_options(namespace: Any, options: ServeOptions) -> None:
+    """--probe-grace and --probe-health set the probe routes of vLLM's API server: refused with --headless (none)."""
+    if getattr(namespace, "headless", False) and (options.probe_grace is not None or options.probe_health):
+        from dsv4ctl.errors import UsageError
 
-        decision.notes.append(
-            f"serve adds --middleware {routes.MIDDLEWARE} at start: its probe routes {routes.LIVENESS}, "
-            f"{routes.READINESS} and {routes.STARTUP} (docs/serve.md, \"Probe routes\")"
-        )
+        given = " and ".join(o for o, on in (("--probe-grace", options.probe_grace is not None),
+                                              ("--probe-health", options.probe_health)) if on)
+        raise UsageError(f"{given} with --headless: a headless node runs no API server, so no probe routes",
+                         hint=f"drop {given} on this node, or give it to the node that serves the API")
 
 
-def _say_environment(decision: PreflightDecision, environment: dict[str, str]) -> None:
-    """What serve sets for vLLM, in the decision (and its --dry-run): the startup plans above all."""
-    from dsv4ctl.planning import installed_vllm_version, startup_plans
+def probe_environment(options: ServeOptions) -> dict[str, str]:
+    """The probe routes' settings serve puts in the environment vLLM's API server processes inherit."""
+    from dsv4ctl.health import routes
+
+    env = {routes.GRACE_ENV: f"{options.probe_grace:g}"} if options.probe_grace is not None else {}
+    if options.probe_health:
+        env[routes.HEALTH_ENV] = "1"
+    return env
+
+
+def _say_routes(decision: PreflightDecision, namespace: Any, options: ServeOptions) -> None:
+    """The flag serve adds to vLLM's at start (`probe_routes`), said where the command line is shown without it, and
+    the routes' settings in the environment serve sets."""
+    if getattr(namespace, "headless", False):
+        return
+    from dsv4ctl.health import routes
+
+    env = probe_environment(options)
+    decision.environment.update(env)
+    grace = (f"liveness 503 after {options.probe_grace:g} s without progress (--probe-grace: {routes.GRACE_ENV}="
+             f"{env[routes.GRACE_ENV]})" if routes.GRACE_ENV in env else
+             f"the liveness grace of {routes.GRACE_ENV}={os.environ[routes.GRACE_ENV]} (yours)"
+             if os.environ.get(routes.GRACE_ENV) else
+             f"liveness 503 after {routes.DEFAULT_GRACE_S:g} s without progress (the default)")
+    health = (f"vLLM's /health answers as {routes.LIVENESS} (--probe-health: {routes.HEALTH_ENV}=1)"
+              if options.probe_health else "vLLM's /health stays its own")
+    decision.notes.append(
+        f"serve adds --middleware {routes.MIDDLEWARE} at start: its probe routes {routes.LIVENESS}, "
+        f"{routes.READINESS} and {routes.STARTUP}; {grace}; {health} (docs/serve.md, \"Probe routes\")"
+    )
+
+
+def _planned_release(version: str | None) -> str | None:
+    """The release a dry run plans for: --vllm-version, else the installed vLLM."""
+    from dsv4ctl.planning import installed_vllm_version
+
+    return version or installed_vllm_version()
+
+
+def _say_environment(decision: PreflightDecision, environment: dict[str, str], release: str | None = None) -> None:
+    """What serve sets for vLLM, in the decision (and its --dry-run): the startup plans above all. `release`: the one
+    planned for (default: the installed vLLM)."""
+    from dsv4ctl.planning import startup_plans
 
     decision.environment = dict(environment)
     if environment.get(startup_plans.ENV) == "1":
         decision.notes.append(
-            f"{startup_plans.ENV}=1: vLLM {installed_vllm_version()} keeps the KV memory each GPU worker measured "
+            f"{startup_plans.ENV}=1: vLLM {_planned_release(release)} keeps the KV memory each GPU worker measured "
             f"(startup plans under {startup_plans.cache_root() / 'startup_plan'}) and re-applies it at the next start "
             "while free memory is at least what it started with, so restarts get the same length"
         )
@@ -163,13 +206,14 @@ def run(flags: list[str], options: ServeOptions, view: Any, log_file: Path) -> S
     hook = _RememberReady(log_file, view)
     with ServeSession(log_file, view, make_dirs=options.log_file is None, on_ready=hook) as session:
         namespace = parse_serve_flags(flags)
+        _check_probe_options(namespace, options)
         launch = hook.launch = launch_of(namespace)
         decision = decide(
             namespace, flags, keep_auto=options.keep_auto, pin_length=options.pin_length, fixes=options.fixes,
             no_calibration=options.no_calibration,
         )
         _say_environment(decision, environment)
-        _say_routes(decision, namespace)
+        _say_routes(decision, namespace, options)
         view.decision(decision)
         if decision.action == REFUSE:
             refusal = decision.refusal
@@ -248,10 +292,7 @@ def probe_routes(namespace: Any, options: ServeOptions, *, phase: Any = None, bu
         return []
     from dsv4ctl.health import routes
 
-    if options.probe_grace is not None:
-        os.environ[routes.GRACE_ENV] = f"{options.probe_grace:g}"
-    if options.probe_health:
-        os.environ[routes.HEALTH_ENV] = "1"
+    os.environ.update(probe_environment(options))
     routes.set_sources(busy=busy, phase=phase)
     return ["--middleware", routes.MIDDLEWARE]
 

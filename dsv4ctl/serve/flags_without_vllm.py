@@ -34,6 +34,64 @@ def _refuse_unknown_options(flags: list[str], release: str | None) -> None:
     raise UsageError(f"vLLM {named}'s parser would refuse this: unrecognized arguments: {' '.join(unknown)}",
                      hint=hint + " (read from dsv4ctl's table of its flags: vLLM is not installed here)")
 
+# The `vllm serve` options that take every token up to the next option (argparse nargs='+'), a model written after
+# them included: read from vllm==0.32.0's serve parser (its argparse actions with nargs '+').
+_MANY_VALUES = frozenset({
+    "--lora-modules", "--api-key", "--allowed-media-domains", "--served-model-name", "--sleep-preserve-parameter-names",
+    "--logits-processors", "--ignore-patterns", "--numa-bind-nodes", "--numa-bind-cpus", "--kv-cache-dtype-skip-layers",
+    "--cpu-offload-params", "--offload-params", "--lora-target-modules", "--collect-detailed-traces",
+    "--cudagraph-capture-sizes",
+})
+# The table's kinds of option that take no value (vllm_flags FlagInfo.kind: argparse's action).
+_NO_VALUE = frozenset({"bool", "store_true", "store_false", "store_const", "count", "help", "version"})
+
+
+def _takes(token: str, following: list[str], longs: list[str], release: str | None) -> int:
+    """How many of the `following` tokens the option `token` takes as its values, as vLLM's parser reads them."""
+    from dsv4ctl.catalogue import vllm_flags
+
+    name, eq, _ = token.partition("=")
+    if eq or token in ("-h", "--help", "--version"):
+        return 0
+    if token.startswith("-O") and not token.startswith("--"):  # -O3 is one token; -O 3 two (argparse_utils.py:358-368)
+        return 1 if token == "-O" and following[:1] and following[0] in ("0", "1", "2", "3") else 0
+    if name.startswith("--") and "." in name:
+        return 1  # --speculative-config.method mtp: a key of a JSON option and its value
+    key = _full_name(name.replace("_", "-"), longs) if name.startswith("--") else name
+    info = vllm_flags.flag(key, release)
+    if info is None or info.kind in _NO_VALUE:
+        return 0  # not an option vLLM knows (its parser refuses it) or a switch
+    if info.name in _MANY_VALUES:
+        return next((i for i, t in enumerate(following) if t.startswith("-")), len(following))
+    return 1 if following else 0
+
+
+def model_argument(flags: list[str], release: str | None = None) -> str | None:
+    """The model a `vllm serve` argv names, as vLLM's parser takes it: its positional `model_tag`, before or after the
+    options (`vllm serve -tp 8 MODEL`: 8 is -tp's value), else `--model`'s value (vllm==0.32.0
+    entrypoints/cli/serve.py:56-57: the positional wins). None when it names none. The options are read from
+    dsv4ctl's table of `release`'s flags; without the table, a token after an option is taken as its value."""
+    from dsv4ctl.catalogue import vllm_flags
+
+    longs = sorted(o for o in vllm_flags.option_strings(release) if o.startswith("--"))
+    given = None
+    index = 0
+    while index < len(flags):
+        token = flags[index]
+        if token == "--":
+            return flags[index + 1] if index + 1 < len(flags) else given
+        if not token.startswith("-") or token == "-":
+            return token
+        name, eq, inline = token.partition("=")
+        if _full_name(name.replace("_", "-"), longs) == "--model":
+            given = inline if eq else (flags[index + 1] if index + 1 < len(flags) else None)
+        if longs:
+            index += 1 + _takes(token, flags[index + 1:], longs, release)
+        else:
+            index += 1 if eq or index + 1 >= len(flags) or flags[index + 1].startswith("-") else 2
+    return given
+
+
 # The vLLM serve flags the plan reads (vLLM's names and spellings, 0.27-0.33); every other flag is kept as given.
 # Their types as vLLM's parser has them (vllm==0.33.0 vllm/engine/arg_utils.py:395-410): `length` is
 # human_readable_int_or_auto, `readable` human_readable_int ("10G", "25.6k"), `int` argparse's int.
@@ -66,6 +124,7 @@ _PLANNING_SWITCHES = {
     "--no-enable-extensible-kv-cache": ("enable_extensible_kv_cache", False),
     "--enable-elastic-ep": ("enable_elastic_ep", True), "--no-enable-elastic-ep": ("enable_elastic_ep", False),
     "--enable-dbo": ("enable_dbo", True), "--no-enable-dbo": ("enable_dbo", False),
+    "--headless": ("headless", True),  # no API server on this node (serve adds no probe routes)
 }
 
 
@@ -133,9 +192,8 @@ def parse_planning_flags(flags: list[str], release: str | None = None) -> argpar
                     values[dest] = raw
             except (ValueError, json.JSONDecodeError):
                 raise UsageError(f"{name}: invalid value {raw!r}") from None
-        elif not token.startswith("-") and values["model"] is None and (index == 0 or not flags[index - 1].startswith("-")):
-            values["model"] = token
         index += 1
+    values["model"] = model_argument(flags, release)
     if not values["model"]:
         raise UsageError("no MODEL given", hint="dsv4ctl serve MODEL [flags...]")
     defaults = dict(
@@ -144,6 +202,6 @@ def parse_planning_flags(flags: list[str], release: str | None = None) -> argpar
         data_parallel_size=None, data_parallel_size_local=None, enable_expert_parallel=None, enable_eplb=None,
         async_scheduling=None,
         attention_backend=None, speculative_config=None, uds=None,
-        num_gpu_blocks_override=None, enable_extensible_kv_cache=None, enable_elastic_ep=None,
+        num_gpu_blocks_override=None, enable_extensible_kv_cache=None, enable_elastic_ep=None, headless=False,
     )
     return argparse.Namespace(**{**defaults, **values})

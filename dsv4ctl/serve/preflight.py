@@ -164,15 +164,22 @@ def _trap_notes(namespace: argparse.Namespace, flags: list[str], decision: Prefl
     from dsv4ctl.serve.traps import find_traps
 
     try:
-        names = [d.name for d in (snapshot_reader or _default_snapshot_reader)().devices]
+        devices = (snapshot_reader or _default_snapshot_reader)().devices
     except Dsv4ctlError:
-        names = []
+        devices = []
+    names = [d.name for d in devices]
+    capabilities = sorted({tuple(d.compute_capability) for d in devices if getattr(d, "compute_capability", None)})
     try:
-        dsv4 = decision.plan is not None or bool(load_geometry(decision.model))
+        geometry = load_geometry(decision.model)
     except InputError:
-        dsv4 = False
+        geometry = None
+    dsv4 = decision.plan is not None or bool(geometry)
+    # DeepSeek-V4.1 by the checkpoint's architecture where it is read, else by the model's name.
+    architecture = getattr(geometry, "architecture", None)
+    v41 = architecture == "DeepseekV41ForCausalLM" if architecture else None
     version = (decision.plan or {}).get("vllm_version_planned") or vllm_version or installed_vllm_version()
-    traps = find_traps(namespace, flags, version=version, gpu_names=names, environ=os.environ, dsv4=dsv4)
+    traps = find_traps(namespace, flags, version=version, gpu_names=names, environ=os.environ, dsv4=dsv4, v41=v41,
+                       capabilities=capabilities)
     return [trap.note() for trap in traps]
 
 

@@ -341,14 +341,14 @@ def _stop_resource_tracker() -> None:
             pass
 
 
-def apply_environment(fixes: str | None, env: dict[str, str] | None = None) -> dict[str, str]:
+def apply_environment(fixes: str | None, env: dict[str, str] | None = None, release: str | None = None) -> dict[str, str]:
     """The environment changes `serve` makes before vLLM starts; returns what it set.
 
     - `DSV4CTL_FIXES`: `--fixes` if given, else the caller's `DSV4CTL_FIXES`, else `all`.
     - Ray workers get the environment only for the prefixes vLLM copies; `DSV4CTL_` is added to
       `VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY` so the plugin in a Ray worker sees the same choice.
-    - `VLLM_ENABLE_STARTUP_PLAN=1` where the installed release has startup plans and the operator did not set
-      the variable: every GPU worker records the KV memory it measured and re-applies it at the next start
+    - `VLLM_ENABLE_STARTUP_PLAN=1` where the release (`release`: the one a dry run plans for; default: the installed
+      vLLM, the one that runs) has startup plans and the operator did not set the variable: every GPU worker records the KV memory it measured and re-applies it at the next start
       when free memory allows (dsv4ctl/planning/mirror/startup_plans.py), so restarts get the same length.
     """
     from dsv4ctl.fixes import FIXES_ENV
@@ -360,7 +360,7 @@ def apply_environment(fixes: str | None, env: dict[str, str] | None = None) -> d
         changed[FIXES_ENV] = fixes
     elif FIXES_ENV not in env:
         changed[FIXES_ENV] = "all"
-    if startup_plans.ENV not in env and startup_plans.available_in(installed_vllm_version()):
+    if startup_plans.ENV not in env and startup_plans.available_in(release or installed_vllm_version()):
         changed[startup_plans.ENV] = "1"
     prefixes = [p for p in env.get("VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY", "").split(",") if p.strip()]
     if "DSV4CTL_" not in prefixes:

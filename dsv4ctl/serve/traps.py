@@ -27,7 +27,13 @@ change; one line). Pure: never prints, never reads NVML or the environment itsel
   configuration serves cleanly", open, fix PR vllm#57388); DeepSeek-V4.1 before 0.34 (vllm#56443: a device-side
   assert in `map_draft_to_target` at draft warm-up on H200; in vllm==0.34.0
   `models/deepseek_v41/nvidia/dspark.py:387-388` the mapping is the identity); GB10 with more than one GPU
-  (vllm#54385: Xid 31 on both ranks at the PIECEWISE warm-up, TP=2, open, no workaround found).
+  (vllm#54385: Xid 31 on both ranks at the PIECEWISE warm-up, TP=2, open, no workaround found); on SM90
+  (H100/H200/H20), adaptive verification (`"enable_adaptive_verification": true`, the recipe's NVIDIA line), which
+  vllm#56797 left off "because adaptive DSpark is currently broken on SM90 (#54011)", and on vLLM 0.27 the SM90
+  crashes of DeepSeek-V4 + DSpark (vllm#52065: DeepGEMM's CUDA_ERROR_ILLEGAL_ADDRESS minutes after the draft
+  loads, 0.27.0 on 8 x H100, "works on 0.26.0", open; vllm#54179: FlashMLA's SM90 sparse prefill assertion on a
+  replay step of 512 tokens or fewer, "The released v0.28.0 image also starts cleanly"). Where no GPU is readable
+  (a dry run on a laptop) the GPU-bound reports are named as checks to make on the GPU box.
 """
 
 from __future__ import annotations
@@ -45,6 +51,9 @@ DSPARK_DP_EP = "dspark-flashmla-tensormap-dp-ep"
 DSPARK_V41_SM120 = "dspark-v41-sm120-long-prompt"
 DSPARK_V41_MAP = "dspark-v41-draft-map-assert"
 DSPARK_GB10 = "dspark-gb10-xid31"
+DSPARK_SM90_ADAPTIVE = "dspark-sm90-adaptive-verification"
+DSPARK_SM90_027 = "dspark-sm90-0.27"
+DSPARK_GPUS_UNKNOWN = "dspark-gpus-unknown"
 
 # The releases whose custom all-reduce enters the cross-node rendezvous on every multi-node group (read:
 # vllm 0.27.1 and 0.28.0 custom_all_reduce.py; 0.26.0 returns early, 0.29.0 checks _group_can_attempt_mnnvl).
@@ -53,6 +62,8 @@ _H20 = re.compile(r"\bH20\b")  # "NVIDIA H20" and "H20-3e", never "H200"
 # SM120 boards by NVML's name (the RTX PRO 6000 Blackwell editions, the RTX 50 series); "RTX 6000 Ada" is SM89.
 _SM120 = re.compile(r"RTX PRO 6000|RTX 50[5-9]0\b")
 _GB10 = re.compile(r"\bGB10\b")
+# SM90 boards by NVML's name, where the compute capability is not known (H100, H200, H20, H800, GH200).
+_SM90 = re.compile(r"\b(GH200|H100|H200|H20|H800)\b")
 # The release whose DeepSeek-V4.1 drafter maps draft ids as the identity (vllm==0.34.0
 # models/deepseek_v41/nvidia/dspark.py:387-388).
 DSPARK_V41_IDENTITY = (0, 34)
@@ -96,8 +107,8 @@ def multi_node(namespace: Any, gpus_here: int | None) -> str | None:
     return None
 
 
-def _speculative_method(namespace: Any) -> str | None:
-    """The method of vLLM's parsed `--speculative-config` (a dict; a JSON string read as one)."""
+def _speculative_config(namespace: Any) -> dict[str, Any] | None:
+    """vLLM's parsed `--speculative-config` (a dict; a JSON string read as one)."""
     spec = getattr(namespace, "speculative_config", None)
     if isinstance(spec, str):
         try:
@@ -106,7 +117,12 @@ def _speculative_method(namespace: Any) -> str | None:
             spec = json.loads(spec)
         except ValueError:
             return None
-    method = spec.get("method") if isinstance(spec, dict) else None
+    return spec if isinstance(spec, dict) else None
+
+
+def _speculative_method(namespace: Any) -> str | None:
+    """The method of vLLM's parsed `--speculative-config`."""
+    method = (_speculative_config(namespace) or {}).get("method")
     return method if isinstance(method, str) else None
 
 
@@ -133,11 +149,21 @@ def _is_v41(namespace: Any) -> bool:
 
 
 def dspark_traps(namespace: Any, flags: Sequence[str], *, version: str | None, gpu_names: Sequence[str], dsv4: bool,
-                 v41: bool | None = None) -> list[Trap]:
-    """DSpark's reported crashes whose conditions this launch meets, each with the launch without DSpark."""
+                 v41: bool | None = None, capabilities: Sequence[tuple[int, int]] = ()) -> list[Trap]:
+    """DSpark's reported crashes whose conditions this launch meets, each with the launch without DSpark (or the
+    change the report names); with no GPU readable, the GPU-bound reports as checks to make. `v41`: None reads it
+    from the model's name; `capabilities`: the GPUs' compute capabilities (else SM90 is read from their names)."""
     if _speculative_method(namespace) != "dspark":
         return []
     v41 = _is_v41(namespace) if v41 is None else v41
+    traps = _dspark_reported(namespace, flags, version=version, gpu_names=gpu_names, dsv4=dsv4, v41=v41)
+    return traps + _dspark_sm90(namespace, flags, version=version, gpu_names=gpu_names, dsv4=dsv4, v41=v41,
+                                capabilities=capabilities)
+
+
+def _dspark_reported(namespace: Any, flags: Sequence[str], *, version: str | None, gpu_names: Sequence[str],
+                     dsv4: bool, v41: bool) -> list[Trap]:
+    """DP + EP (vllm#50842), V4.1 on SM120 (vllm#56771), V4.1 before 0.34 (vllm#56443), GB10 (vllm#54385)."""
     release = _release(version)
     plain = _command(without_speculation(flags))
     dp, ep = _int(namespace, "data_parallel_size"), bool(getattr(namespace, "enable_expert_parallel", False))
@@ -180,15 +206,67 @@ def dspark_traps(namespace: Any, flags: Sequence[str], *, version: str | None, g
     return traps
 
 
+def _dspark_sm90(namespace: Any, flags: Sequence[str], *, version: str | None, gpu_names: Sequence[str],
+                 dsv4: bool, v41: bool, capabilities: Sequence[tuple[int, int]]) -> list[Trap]:
+    """SM90's reports (adaptive verification, vllm#54011 via vllm#56797; 0.27's crashes, vllm#52065 and #54179), and
+    the GPU-bound reports named as checks when no GPU is readable here."""
+    import json
+
+    spec = _speculative_config(namespace) or {}
+    adaptive = spec.get("enable_adaptive_verification") is True
+    release = _release(version)
+    plain = _command(without_speculation(flags))
+    sm90 = sorted({n for n in gpu_names if _SM90.search(n)}) if not capabilities else (
+        sorted(set(gpu_names)) if (9, 0) in capabilities else [])
+    traps: list[Trap] = []
+    if adaptive and sm90:
+        off = json.dumps({**spec, "enable_adaptive_verification": False}, separators=(",", ":"))
+        traps.append(Trap(
+            DSPARK_SM90_ADAPTIVE,
+            f"DSpark's adaptive verification on {', '.join(sm90)} (SM90): vllm#56797 (DeepSeek-V4.1-Flash, 2 x 8 H20) "
+            "left it off 'because adaptive DSpark is currently broken on SM90 ([#54011])' (vllm#54011). Turn it off",
+            _command([*without_speculation(flags), "--speculative-config", off]),
+        ))
+    if sm90 and dsv4 and release == (0, 27):
+        traps.append(Trap(
+            DSPARK_SM90_027,
+            f"DeepSeek-V4 with DSpark on {', '.join(sm90)} (SM90), vLLM {version}: vllm#52065 (0.27.0, 8 x H100) "
+            "reports DeepGEMM's CUDA_ERROR_ILLEGAL_ADDRESS minutes after 'DSpark draft model loaded' ('works on "
+            "0.26.0', open); vllm#54179 FlashMLA's SM90 sparse-prefill assertion (phase1.cuh:614) on a replay step of "
+            "512 tokens or fewer, where 'The released v0.28.0 image also starts cleanly'. If it fails so, compare it "
+            "without DSpark",
+            plain,
+        ))
+    if not gpu_names:
+        world = (_int(namespace, "tensor_parallel_size") * _int(namespace, "pipeline_parallel_size")
+                 * _int(namespace, "data_parallel_size"))
+        checks = [c for c, on in (
+            ("SM90 (H100/H200/H20) with adaptive verification (vllm#54011, via vllm#56797)", adaptive),
+            ("SM90 on vLLM 0.27 (vllm#52065, vllm#54179)", dsv4 and release == (0, 27)),
+            ("SM120 with prompts of about 4K tokens and more (vllm#56771)", v41),
+            ("more than one GB10 (vllm#54385: Xid 31 at TP=2)", world > 1),
+        ) if on]
+        if checks:
+            traps.append(Trap(
+                DSPARK_GPUS_UNKNOWN,
+                "DSpark: no GPU readable here, so the reported crashes tied to GPUs are checks to make on the GPU "
+                f"box (a dry run there names those that apply): {'; '.join(checks)}. If it fails so, compare it "
+                "without DSpark",
+                plain,
+            ))
+    return traps
+
+
 def _command(flags: Sequence[str], add: Sequence[str] = (), env: str = "") -> str:
     return f"{env}dsv4ctl serve {shlex.join([*flags, *add])}"
 
 
 def find_traps(
     namespace: Any, flags: Sequence[str], *, version: str | None, gpu_names: Sequence[str],
-    environ: Mapping[str, str], dsv4: bool,
+    environ: Mapping[str, str], dsv4: bool, v41: bool | None = None, capabilities: Sequence[tuple[int, int]] = (),
 ) -> list[Trap]:
-    """The traps this launch walks into, each with the command that avoids it. Pure."""
+    """The traps this launch walks into, each with the command that avoids it. Pure. `v41`: whether the model is
+    DeepSeek-V4.1 (None: read from its name); `capabilities`: the GPUs' compute capabilities, where known."""
     traps: list[Trap] = []
     release = _release(version)
     spans = multi_node(namespace, len(gpu_names) or None)
@@ -219,5 +297,6 @@ def find_traps(
             "taken for a regression). Leave vLLM's default",
             _command(flags, env="env -u VLLM_USE_BREAKABLE_CUDAGRAPH "),
         ))
-    traps += dspark_traps(namespace, flags, version=version, gpu_names=gpu_names, dsv4=dsv4)
+    traps += dspark_traps(namespace, flags, version=version, gpu_names=gpu_names, dsv4=dsv4, v41=v41,
+                          capabilities=capabilities)
     return traps

@@ -9,8 +9,11 @@ from typing import Any
 
 from dsv4ctl.catalogue import message_index
 
-# The subfolders of a model's folder that hold another accelerator's code (vllm/models/deepseek_v4/amd/...).
-OTHER_PLATFORMS = {"nvidia": ("amd", "rocm", "xpu", "tpu", "cpu", "ascend")}
+# The subfolders of a model's folder that hold another accelerator's code (vllm/models/deepseek_v4/amd/...). The
+# releases 0.27.1-0.34.0 have amd/, cpu/, xpu/ beside nvidia/ and common/ (deepseek_v4 and deepseek_v41); the other
+# names are vLLM's other platforms (vllm/platforms/: rocm, tpu) and its out-of-tree platforms', should a release
+# add such a subfolder.
+OTHER_PLATFORMS = {"nvidia": ("amd", "rocm", "xpu", "tpu", "cpu", "ascend", "npu", "hpu", "neuron")}
 
 
 @dataclass(frozen=True)
@@ -55,22 +58,35 @@ def _files(entry: Any, release: str) -> list[str]:
     return [s.file for s in entry.sources if release in s.releases]
 
 
+def _other_platform(file: str, platform: str | None) -> bool:
+    """True for a file in a model folder's subfolder of another accelerator (vllm/models/deepseek_v4/amd/mtp.py on
+    NVIDIA GPUs)."""
+    parts = file.split("/")
+    return len(parts) > 3 and parts[:2] == ["vllm", "models"] and parts[3] in OTHER_PLATFORMS.get(platform or "", ())
+
+
 def _in_family(files: list[str], family: str | None, platform: str | None) -> bool:
     if not family:
         return False
     folder = f"vllm/models/{family}/"
-    others = OTHER_PLATFORMS.get(platform or "", ())
-    return any(f.startswith(folder) and f[len(folder):].split("/", 1)[0] not in others for f in files)
+    return any(f.startswith(folder) and not _other_platform(f, platform) for f in files)
 
 
-def _note(entry: Any, release: str, why: str) -> MessageNote:
-    src = min((s for s in entry.sources if release in s.releases), key=lambda s: (s.file, s.line))
+def _note(entry: Any, release: str, why: str, platform: str | None) -> MessageNote:
+    """The message where the launch's GPUs run it: a statement in another accelerator's subfolder is cited only when
+    the message has no other."""
+    sources = [s for s in entry.sources if release in s.releases]
+    own = [s for s in sources if not _other_platform(s.file, platform)] or sources
+    src = min(own, key=lambda s: (s.file, s.line))
     return MessageNote(entry.template, entry.kind, entry.exception, f"vllm=={release} {src.file}:{src.line}", why)
 
 
 def _why(entry: Any, release: str, family: str | None, platform: str | None, options: set[str]) -> str | None:
-    if _in_family(_files(entry, release), family, platform):
+    files = _files(entry, release)
+    if _in_family(files, family, platform):
         return "model"
+    if files and all(_other_platform(f, platform) for f in files):
+        return None  # raised only in another accelerator's code
     hit = sorted(set(entry.flags) & options)
     return f"flag {hit[0]}" if hit else None
 
@@ -100,7 +116,7 @@ def messages_diff(a: str, b: str, *, architecture: str | None, options: set[str]
         counts[side == a] += 1
         why = _why(entry, side, family, platform, options)
         if why is not None:
-            (appeared if side == b else vanished).append(_note(entry, side, why))
+            (appeared if side == b else vanished).append(_note(entry, side, why, platform))
     order = lambda m: (m.why != "model", m.where)  # noqa: E731
     return MessagesDiff(True, None, family, counts[0], counts[1], tuple(sorted(appeared, key=order)),
                         tuple(sorted(vanished, key=order)))

@@ -285,3 +285,12 @@ def test_an_unknown_release_is_one_line_not_a_traceback(tmp_path, capsys):
         add_release.main(["9.9.9", "--wheels", str(tmp_path), "--report-only"])
     assert e.value.code == 2
     assert "holds no vllm/" in capsys.readouterr().err
+
+
+def test_the_help_says_the_default_run_rewrites_the_tables_and_needs_the_network(capsys):
+    with pytest.raises(SystemExit) as done:
+        add_release.main(["--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "rewrites the tables" in text and "needs the network" in text and "unless --wheel" in text
+    assert "--report-only reads only what is unpacked and writes nothing" in text

@@ -426,6 +426,7 @@ def test_dry_run_without_vllm_plans_with_the_chosen_release(cli, monkeypatch):
     monkeypatch.setattr(vllm_entry, "parse_serve_flags", no_vllm)
     monkeypatch.setattr(versions, "installed_vllm_version", lambda: None)
     monkeypatch.setattr("dsv4ctl.planning.installed_vllm_version", lambda: None)  # the face's name too (serve's environment reads it)
+    monkeypatch.delenv("VLLM_ENABLE_STARTUP_PLAN", raising=False)
     flags = ["deepseek-ai/DeepSeek-V4-Flash", "-tp", "8", "--max-model-len", "auto", "--kv-cache-memory-bytes", "10533407294",
              "--max-num-batched-tokens", "8192"]
     res = cli("serve", *flags, "--dry-run", "--json", "--vllm-version", "0.28.0", "--fixes", "none")
@@ -438,7 +439,8 @@ def test_dry_run_without_vllm_plans_with_the_chosen_release(cli, monkeypatch):
     assert decision["vllm_argv"] == ["vllm", "serve", *flags]
     res = cli("serve", *flags, "--dry-run", "--vllm-version", "0.29.0", "--fixes", "none")
     assert res.exit_code == 0, res.output
-    assert res.stdout.startswith("vllm serve deepseek-ai/DeepSeek-V4-Flash -tp 8 --max-model-len ")  # pinned on 0.29 without the fix
+    # pinned on 0.29 without the fix; 0.29 has startup plans, turned on for the release planned (none is installed)
+    assert res.stdout.startswith("VLLM_ENABLE_STARTUP_PLAN=1 vllm serve deepseek-ai/DeepSeek-V4-Flash -tp 8 --max-model-len ")
     assert "--max-model-len auto" not in res.stdout
 
 

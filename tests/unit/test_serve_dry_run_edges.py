@@ -94,6 +94,118 @@ def test_the_command_carries_the_fix_the_plan_relies_on(cli, no_vllm, monkeypatc
     assert not any(a.startswith("DSV4CTL_FIXES=") for a in argv) and argv[argv.index("--max-model-len") + 1].isdigit()
 
 
+@pytest.mark.parametrize("release, on", [("0.34.0", False), ("0.32.0", True)])
+def test_startup_plans_follow_the_release_planned_not_the_one_installed(cli, monkeypatch, release, on):
+    """0.32 installed, the dry run plans 0.34: 0.34's startup plans are not turned on (planning's
+    startup_plans.available_in), so neither the command nor the notes carry VLLM_ENABLE_STARTUP_PLAN=1."""
+    from dsv4ctl.planning import startup_plans
+    from dsv4ctl.planning.mirror import versions
+
+    _no_gpu(monkeypatch)
+    monkeypatch.delenv(startup_plans.ENV, raising=False)
+    monkeypatch.setattr(versions, "installed_vllm_version", lambda: "0.32.0")
+    monkeypatch.setattr("dsv4ctl.planning.installed_vllm_version", lambda: "0.32.0")
+    res = cli("serve", "--dry-run", "--vllm-version", release, FLASH, "-tp", "8", "--max-model-len", "auto",
+              "--kv-cache-memory-bytes", "10G")
+    assert res.exit_code == 0, res.stderr
+    assert (f"{startup_plans.ENV}=1" in shlex.split(res.stdout)) is on
+    assert (f"{startup_plans.ENV}=1: vLLM {release} keeps" in res.stderr) is on
+    assert "vLLM 0.32.0 keeps" not in res.stderr or release == "0.32.0"
+
+
+@pytest.mark.parametrize("argv", [
+    ["-tp", "8", FLASH], ["--headless", FLASH], ["--enable-expert-parallel", "-tp", "8", FLASH],
+    ["--port", "8001", FLASH, "-tp", "2"], ["--speculative-config.method", "mtp", FLASH], ["-O", "3", FLASH],
+    ["--tensor-parallel", "8", FLASH], ["-tp", "2", "--model", FLASH],
+])
+def test_the_model_is_taken_where_vllms_parser_takes_it(cli, no_vllm, monkeypatch, argv):
+    """`vllm serve -tp 8 MODEL`: vLLM's parser takes the positional model after options too (model_tag, nargs '?'),
+    8 being -tp's value; the dry run plans that model and prints the argv as given."""
+    _no_gpu(monkeypatch)
+    res = cli("serve", "--dry-run", *argv, "--kv-cache-memory-bytes", "10G")
+    assert res.exit_code == 0, res.stderr
+    printed = shlex.split(res.stdout)
+    assert printed[printed.index("serve") + 1:][:len(argv)] == argv
+
+
+@pytest.mark.parametrize("argv", [["-tp", "8"], ["--served-model-name", "x", FLASH], ["--port", "8001"]])
+def test_an_argv_without_a_model_is_refused(cli, no_vllm, monkeypatch, argv):
+    # --served-model-name takes every token up to the next option (nargs '+'), the model too: vLLM would serve its
+    # default model, so serve asks for one.
+    _no_gpu(monkeypatch)
+    res = cli("serve", "--dry-run", *argv)
+    assert res.exit_code == 2 and "no MODEL given" in res.stderr and res.stdout == ""
+
+
+def test_serve_says_it_has_no_gpus_option(cli, no_vllm, monkeypatch):
+    _no_gpu(monkeypatch)
+    res = cli("serve", "--dry-run", "--gpus", "snap.json", FLASH, "-tp", "8")
+    assert res.exit_code == 2 and res.stdout == ""
+    assert "serve has no --gpus" in res.stderr and "fit-length MODEL --gpus" in res.stderr
+    assert "no MODEL given" not in res.stderr
+
+
+def test_the_model_reader_agrees_with_vllms_parser():
+    """dsv4ctl's reading of the model (for the dry run without vLLM and serve's own check) against the parser of the
+    vLLM installed here, on argvs with the model before and after options of each kind."""
+    pytest.importorskip("vllm")
+    from dsv4ctl.planning import installed_vllm_version
+    from dsv4ctl.serve.flags_without_vllm import model_argument
+    from dsv4ctl.serve.vllm_entry import parse_serve_flags
+
+    release = installed_vllm_version()
+    for argv in (["-tp", "8", "M"], ["--headless", "M"], ["--no-enable-prefix-caching", "M"], ["-O3", "M"],
+                 ["--port", "8001", "M", "-tp", "2"], ["--max-model-len=4096", "M"], ["--model", "A", "-tp", "2"],
+                 ["--speculative-config.method", "mtp", "M"], ["-tp", "2", "--", "M"]):
+        assert model_argument(argv, release) == parse_serve_flags(argv).model, argv
+
+
+def test_the_dry_run_shows_the_probe_settings_serve_adds(cli, no_vllm, monkeypatch):
+    from dsv4ctl.health import routes
+
+    _no_gpu(monkeypatch)
+    monkeypatch.delenv(routes.GRACE_ENV, raising=False)
+    monkeypatch.delenv(routes.HEALTH_ENV, raising=False)
+    argv = ("serve", "--dry-run", "--probe-grace", "5", "--probe-health", FLASH, "-tp", "8", "--kv-cache-memory-bytes",
+            "10G")
+    res = cli(*argv)
+    assert res.exit_code == 0, res.stderr
+    assert {f"{routes.GRACE_ENV}=5", f"{routes.HEALTH_ENV}=1"} <= set(shlex.split(res.stdout))
+    assert f"--middleware {routes.MIDDLEWARE}" in res.stderr and "--probe-grace" in res.stderr
+    doc = json.loads(cli(*argv, "--json").stdout)["serve_preflight"]
+    assert doc["environment"][routes.GRACE_ENV] == "5" and doc["environment"][routes.HEALTH_ENV] == "1"
+    assert any(routes.MIDDLEWARE in n and f"{routes.GRACE_ENV}=5" in n for n in doc["notes"])
+    plain = json.loads(cli("serve", "--dry-run", FLASH, "--kv-cache-memory-bytes", "10G", "--json").stdout)
+    assert routes.GRACE_ENV not in plain["serve_preflight"]["environment"]
+
+
+@pytest.mark.parametrize("probe", [["--probe-grace", "5"], ["--probe-health"]])
+def test_probe_options_are_refused_on_a_headless_node(cli, no_vllm, monkeypatch, probe):
+    _no_gpu(monkeypatch)
+    res = cli("serve", "--dry-run", *probe, "--headless", FLASH, "--kv-cache-memory-bytes", "10G")
+    assert res.exit_code == 2 and res.stdout == ""
+    assert f"{probe[0]} with --headless" in res.stderr and "no API server" in res.stderr
+
+
+def test_compare_without_a_gpu_names_what_works_on_serve(cli, no_vllm, monkeypatch):
+    """The upgrade view plans under both releases: without a GPU here, the hint names serve's own way (the launch's
+    --kv-cache-memory-bytes, which then compares) and fit-length's snapshot, not only fit-length."""
+    from dsv4ctl.errors import GpuUnavailableError
+
+    def no_driver(*args, **kwargs):
+        raise GpuUnavailableError("no NVIDIA driver here")
+
+    _no_gpu(monkeypatch)
+    monkeypatch.setattr("dsv4ctl.gpu.read_snapshot", no_driver)
+    res = cli("serve", "--dry-run", "--vllm-version", "0.33.0", "--compare", "0.34.0", FLASH, "-tp", "8")
+    assert res.exit_code != 0 and "no NVIDIA driver here" in res.stderr
+    hint = res.stderr.split("Hint:", 1)[1]
+    assert "--kv-cache-memory-bytes 10G" in hint and "fit-length MODEL --gpus" in hint
+    ok = cli("serve", "--dry-run", "--vllm-version", "0.33.0", "--compare", "0.34.0", FLASH, "-tp", "8",
+             "--kv-cache-memory-bytes", "10G")
+    assert ok.exit_code == 0, ok.stderr
+
+
 def test_the_watchdog_refuses_a_unix_socket_in_the_dry_run_too(cli, no_vllm, monkeypatch):
     _no_gpu(monkeypatch)
     res = cli("serve", FLASH, "--watchdog", "120", "--uds", "/tmp/x.sock", "--dry-run")

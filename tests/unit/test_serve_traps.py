@@ -198,3 +198,61 @@ def test_the_dspark_commands_parse_with_vllms_parser(vllm_available):
         argv = shlex.split(trap.command)
         parsed = parser.parse_args(["serve", *argv[2:]])
         assert parsed.data_parallel_size == 8 and parsed.speculative_config is None
+
+
+ADAPTIVE = '{"method": "dspark", "num_speculative_tokens": 5, "enable_adaptive_verification": true}'
+
+
+def test_dspark_adaptive_verification_on_sm90_is_turned_off_in_the_command():
+    flags = [MODEL, "-tp", "8", "--speculative-config", ADAPTIVE]
+    ns = _ns(MODEL, tensor_parallel_size=8, speculative_config=json.loads(ADAPTIVE))
+    found = traps.find_traps(ns, flags, version="0.34.0", gpu_names=H200, environ={}, dsv4=True,
+                             capabilities=[(9, 0)])
+    trap = {t.rule: t for t in found}[traps.DSPARK_SM90_ADAPTIVE]
+    assert "vllm#54011" in trap.text and "vllm#56797" in trap.text and "NVIDIA H200" in trap.text
+    argv = shlex.split(trap.command)
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert spec == {**json.loads(ADAPTIVE), "enable_adaptive_verification": False}
+    # not on SM90 (by the capability, whatever the name), and not with adaptive verification off
+    assert traps.DSPARK_SM90_ADAPTIVE not in {t.rule for t in traps.find_traps(
+        ns, flags, version="0.34.0", gpu_names=["NVIDIA B200"] * 8, environ={}, dsv4=True, capabilities=[(10, 0)])}
+    assert traps.DSPARK_SM90_ADAPTIVE not in rules(_ns(MODEL, speculative_config=DSPARK), [MODEL, "-sc", DSPARK],
+                                                   version="0.34.0")
+
+
+def test_dspark_on_sm90_with_027_names_its_crash_reports():
+    flags = [MODEL, "-tp", "8", "-sc", DSPARK]
+    ns = _ns(MODEL, tensor_parallel_size=8, speculative_config=DSPARK)
+    found = rules(ns, flags, version="0.27.1")
+    assert "vllm#52065" in found[traps.DSPARK_SM90_027].text and "vllm#54179" in found[traps.DSPARK_SM90_027].text
+    assert found[traps.DSPARK_SM90_027].command == "dsv4ctl serve " + shlex.join([MODEL, "-tp", "8"])
+    assert traps.DSPARK_SM90_027 not in rules(ns, flags, version="0.28.0")
+
+
+def test_dspark_without_a_readable_gpu_names_the_checks_to_make():
+    flags = [V41, "-tp", "2", "-sc", ADAPTIVE]
+    ns = _ns(V41, tensor_parallel_size=2, speculative_config=ADAPTIVE)
+    found = rules(ns, flags, version="0.34.0", names=[])
+    text = found[traps.DSPARK_GPUS_UNKNOWN].text
+    assert "vllm#54011" in text and "vllm#56771" in text and "vllm#54385" in text
+    assert not {traps.DSPARK_SM90_ADAPTIVE, traps.DSPARK_V41_SM120, traps.DSPARK_GB10} & set(found)
+    assert traps.DSPARK_GPUS_UNKNOWN not in rules(ns, flags, version="0.34.0")  # GPUs known: the rules decide
+    plain = _ns(MODEL, speculative_config=DSPARK)  # one GPU, no adaptive verification, V4 on 0.34: nothing to check
+    assert traps.DSPARK_GPUS_UNKNOWN not in rules(plain, [MODEL, "-sc", DSPARK], version="0.34.0", names=[])
+
+
+def test_the_preflight_reads_v41_from_the_architecture_and_the_gpus_capability(monkeypatch):
+    """The dry run's trap notes: V4.1 by the checkpoint's architecture, not only by a name with 'V4.1' in it."""
+    from types import SimpleNamespace
+
+    from dsv4ctl.planning import load_geometry
+
+    geometry = load_geometry("deepseek-ai/DeepSeek-V4.1-Flash")
+    monkeypatch.setattr("dsv4ctl.planning.load_geometry", lambda model: geometry)
+    ns = _ns("/models/flash-next", speculative_config=DSPARK, tensor_parallel_size=4)
+    decision = SimpleNamespace(model="/models/flash-next", plan=None)
+    rtx = SimpleNamespace(devices=[SimpleNamespace(name="NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                                                   compute_capability=(12, 0))] * 4)
+    notes = preflight._trap_notes(ns, ["/models/flash-next", "-tp", "4", "-sc", DSPARK], decision, lambda: rtx,
+                                  "0.34.0")
+    assert any("vllm#56771" in n for n in notes)

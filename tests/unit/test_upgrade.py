@@ -179,6 +179,24 @@ def test_launch_flags_of_a_request_and_of_an_argv():
     assert not by_option["--max-model-len"].given
 
 
+@pytest.mark.parametrize("architecture,family", [("DeepseekV4ForCausalLM", "deepseek_v4"),
+                                                  ("DeepseekV41ForCausalLM", "deepseek_v41")])
+def test_on_nvidia_no_message_cites_another_accelerators_subfolder(architecture, family):
+    # 0.33.0 -> 0.34.0: the MTP "weights missing" message is in amd/, nvidia/ and xpu/ mtp.py of deepseek_v4; the
+    # V4.1 folder's amd/model.py and amd/vl_model.py messages have nvidia/ twins. Each is cited where NVIDIA runs it.
+    others = messages.OTHER_PLATFORMS["nvidia"]
+    diff = messages.messages_diff("0.33.0", "0.34.0", architecture=architecture, options=set(), platform="nvidia")
+    notes = (*diff.relevant_appeared, *diff.relevant_vanished)
+    assert diff.family == family and notes
+    for note in notes:
+        path = note.where.split(" ", 1)[1]
+        parts = path.split("/")
+        assert parts[3] not in others, note.where
+    unknown = messages.messages_diff("0.33.0", "0.34.0", architecture=architecture, options=set(), platform=None)
+    cited = {n.where.split(" ", 1)[1].split("/")[3] for n in (*unknown.relevant_appeared, *unknown.relevant_vanished)}
+    assert cited & set(others)  # GPUs not known: another accelerator's code is not left out
+
+
 def test_family_of_an_architecture():
     assert messages.family_of("DeepseekV4ForCausalLM") == "deepseek_v4"
     assert messages.family_of("DeepseekV41ForCausalLM") == "deepseek_v41"
