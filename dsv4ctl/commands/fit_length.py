@@ -142,7 +142,6 @@ def _render_upgrade(request: Any, compare: str, log_facts: Any, json_output: boo
     """--compare: the launch under its release and under COMPARE (dsv4ctl.upgrade); exit 6 when it does not fit
     under COMPARE, the release being considered."""
     from dsv4ctl.planning import plan_fit
-    from dsv4ctl.render import emit_json, out_console
     from dsv4ctl.upgrade import compare_releases
 
     def plan(req: Any, snapshot: Any = None, log_facts: Any = None) -> Any:
@@ -150,7 +149,14 @@ def _render_upgrade(request: Any, compare: str, log_facts: Any, json_output: boo
                                                                                            log_facts=log_facts),
                                                        req, log_facts)
 
-    view = compare_releases(request, compare, plan=plan, log_facts=log_facts)
+    show_upgrade_view(compare_releases(request, compare, plan=plan, log_facts=log_facts), json_output)
+
+
+def show_upgrade_view(view: Any, json_output: bool) -> None:
+    """The upgrade view on stdout (`fit-length --compare`, `serve --dry-run --compare`); exit 6 when the launch does not
+    fit under the release compared to."""
+    from dsv4ctl.render import emit_json, out_console
+
     if json_output:
         emit_json(view.to_json())
     else:

@@ -168,7 +168,6 @@ def _upgrade_view(flags: list[str], options, compare: str, json_output: bool) ->
     import dataclasses
 
     from dsv4ctl.errors import EngineUnavailableError, GpuUnavailableError
-    from dsv4ctl.render import emit_json, out_console
     from dsv4ctl.serve.flags_without_vllm import parse_planning_flags
     from dsv4ctl.serve.preflight import fit_request_from
     from dsv4ctl.serve.vllm_entry import parse_serve_flags
@@ -190,18 +189,13 @@ def _upgrade_view(flags: list[str], options, compare: str, json_output: bool) ->
         raise GpuUnavailableError(
             exc.message,
             hint="without a GPU here, give the launch the KV memory per GPU: --kv-cache-memory-bytes 10G (10 GiB as "
-            "vLLM reads it; the figure of vLLM's \"Available KV cache memory\" line); or compare on a snapshot of the GPU box: dsv4ctl fit-length MODEL "
-            "--gpus snapshot.json --vllm-version A --compare B [flags...]",
+            "vLLM reads it; the figure of vLLM's \"Available KV cache memory\" line); or compare on a snapshot of the "
+            "GPU box: dsv4ctl fit-length MODEL --gpus snapshot.json --vllm-version A --compare B [flags...]",
             exit_code=exc.exit_code,
         ) from None
-    if json_output:
-        emit_json(view.to_json())
-    else:
-        from dsv4ctl.render.upgrade import render_upgrade
+    from dsv4ctl.commands.fit_length import show_upgrade_view
 
-        render_upgrade(view, out_console())
-    if not view.fits_after:
-        raise typer.Exit(int(ExitCode.DOES_NOT_FIT))
+    show_upgrade_view(view, json_output)
 
 
 def _names_a_model(flags: list[str], release: Optional[str]) -> bool:

@@ -336,7 +336,9 @@ class _Context:
         self.recommended = int(result.recommended_max_model_len)
         self.autofit = int(result.autofit_max_model_len)
         self.basis = EXACT if kv_bytes is not None else (
-            {"calibrated": CALIBRATED, "startup_plan": MEASURED}.get(result.kv_cache_memory_source, ESTIMATED))
+            # --num-gpu-blocks-override: vLLM sizes the cache as those blocks exactly (planning's "override" source)
+            {"calibrated": CALIBRATED, "startup_plan": MEASURED, "override": EXACT}.get(result.kv_cache_memory_source,
+                                                                                        ESTIMATED))
         self.version = result.version.planned
         self.stale_fix = stale_fix
         predicted = (f"predicted {self.autofit:,} on vLLM {self.version}'s planner" if self.autofit > 0
