@@ -212,7 +212,8 @@ def _check_options(flags: list[str], *, fixes: Optional[str], json_output: bool,
     from dsv4ctl.errors import UsageError
 
     if any(f.split("=", 1)[0] == "--gpus" for f in flags):
-        raise UsageError("serve has no --gpus: it plans on the GPUs of this node, the ones vLLM starts on",
+        raise UsageError("a GPU snapshot is fit-length's (fit-length --gpus FILE); serve takes none: it plans on the GPUs "
+                         "of this node, the ones vLLM starts on",
                          hint="plan on a snapshot of other GPUs with dsv4ctl fit-length MODEL --gpus FILE [flags...]")
     if not _names_a_model(flags, vllm_version):
         raise UsageError("no MODEL given", hint="dsv4ctl serve MODEL [flags...] (or vLLM's --model / --config)")

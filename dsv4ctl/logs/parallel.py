@@ -134,6 +134,7 @@ class _RangeReader:
 _PARENT_ENDS: list = []
 # Children of scans in progress in this process (see `end_scanners`).
 _RUNNING: list = []
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())}
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -143,6 +144,8 @@ def _die_with_parent(parent_pid: int) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked child inherits the CLI's handlers
     if hasattr(signal, "SIGHUP"):
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):  # started with them blocked (_start_scanners): now they act as set above
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     for conn in _PARENT_ENDS:
         conn.close()
     _PARENT_ENDS.clear()
@@ -315,7 +318,16 @@ def _start_scanners(ctx, path: str, chunks: list[tuple[int, int]], n: int, engin
             daemon=True,
         )
         _PARENT_ENDS.append(recv)
-        proc.start()
+        # A stop signal to the process group between the fork and the child's own handlers would run the CLI's
+        # handler in the child (a traceback of Stopped from multiprocessing's bootstrap): blocked until the child has
+        # set its own (_die_with_parent), and here until the child is started.
+        masked = hasattr(signal, "pthread_sigmask")
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS) if masked else None
+        try:
+            proc.start()
+        finally:
+            if masked:
+                signal.pthread_sigmask(signal.SIG_SETMASK, before)
         send.close()
         started.append((proc, recv))
         _RUNNING.append((proc, recv))

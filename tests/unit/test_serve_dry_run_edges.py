@@ -141,7 +141,7 @@ def test_serve_says_it_has_no_gpus_option(cli, no_vllm, monkeypatch):
     _no_gpu(monkeypatch)
     res = cli("serve", "--dry-run", "--gpus", "snap.json", FLASH, "-tp", "8")
     assert res.exit_code == 2 and res.stdout == ""
-    assert "serve has no --gpus" in res.stderr and "fit-length MODEL --gpus" in res.stderr
+    assert "serve takes none" in res.stderr and "fit-length MODEL --gpus" in res.stderr
     assert "no MODEL given" not in res.stderr
 
 
