@@ -472,7 +472,7 @@ def _strtoul(text: str) -> int:
     """The leading integer of `text` (`1gpu` -> 1) as CUDA's strtoul-style parsing reads it, or -1."""
     digits = ""
     for i, ch in enumerate(text):
-        if ch.isdigit() or (i == 0 and ch in "+-"):
+        if ch.isdecimal() or (i == 0 and ch in "+-"):
             digits += ch
         else:
             break

@@ -75,7 +75,7 @@ def parse_size(text: str, *, what: str = "size") -> int:
     factor = _SPELLED_UNITS.get(unit.lower())
     if factor is None:
         raise UsageError(f"invalid {what} {text!r}: unknown unit {unit!r}", hint=_SIZE_HINT)
-    if number.isdigit():
+    if number.isdecimal():
         return int(number) * factor  # exact for integers of any size
     size = float(number) * factor
     if not math.isfinite(size):

@@ -148,7 +148,7 @@ class IndexedMessage:
 
 
 def _version_key(v: str) -> tuple:
-    return tuple(int(x) if x.isdigit() else 0 for x in re.split(r"[.+-]", v))
+    return tuple(int(x) if x.isdecimal() else 0 for x in re.split(r"[.+-]", v))
 
 
 def escape(text: str) -> str:

@@ -59,7 +59,7 @@ def releases() -> tuple[str, ...]:
 
 
 def _version_key(v: str) -> tuple:
-    return tuple(int(x) if x.isdigit() else -1 for x in v.split("."))
+    return tuple(int(x) if x.isdecimal() else -1 for x in v.split("."))
 
 
 def keys() -> tuple[str, ...]:

@@ -142,7 +142,7 @@ def _npu(d: Details, tl: StartupTimeline) -> Details | None:
         meaning, a1, a2 = _NPU[key]
         return {"npu_code": code or kind, "npu_meaning": meaning.format(code=code), "npu_action": a1, "npu_action_2": a2}
     detail = next((m.group("detail").strip().rstrip(".") for m in _CANN_DETAIL_RE.finditer(texts)), None)
-    acl = gpu_errors.acl(code) if code.isdigit() else None
+    acl = gpu_errors.acl(code) if code.isdecimal() else None
     if acl is None and not re.match(r"E[0-9A-Z][0-9]{4}", code):
         # A code torch_npu's table does not name: CANN's own code for the same report, where the log prints one.
         m = re.search(r"(?<![A-Za-z0-9])(E[0-9A-Z][0-9]{4})(?=[:\[)])", texts)

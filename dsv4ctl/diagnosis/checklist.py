@@ -129,7 +129,7 @@ def _assertion_not_oom(findings: list[Finding], pre_exc: list[ErrorRecord]) -> C
 
 def _explicit_length(tl: StartupTimeline, findings: list[Finding]) -> ChecklistItem:
     q, arg = CHECKLIST_QUESTIONS[4], tl.max_model_len_arg
-    if not (arg is not None and arg.lstrip("-").isdigit() and int(arg) > 0):
+    if not (arg is not None and arg.removeprefix("-").isdecimal() and int(arg) > 0):
         return ChecklistItem(q, "not in log", None, EXPLICIT_LENGTH_UNKNOWN)
     ev = ref_evidence(tl.refs.get("max_model_len_arg"))
     if tl.ready:

@@ -121,7 +121,7 @@ def conclude(readings: list[MemberReading], sources: list[str], bundle: str | No
 
 def _findings(vllm: list[MemberReading], silent: list[MemberReading]) -> list[GroupFinding]:
     out: list[GroupFinding] = []
-    sizes = {int(r.args["data_parallel_size"]) for r in vllm if str(r.args.get("data_parallel_size", "")).isdigit()}
+    sizes = {int(r.args["data_parallel_size"]) for r in vllm if str(r.args.get("data_parallel_size", "")).isdecimal()}
     present = {rank for r in vllm for rank in r.ranks}
     if len(sizes) == 1 and (size := sizes.pop()) > 1:
         missing = [rank for rank in range(size) if rank not in present]
@@ -193,7 +193,7 @@ def shown_value(r: MemberReading, key: str) -> Any:
 def _normal(key: str, value: Any) -> Any:
     if isinstance(value, str):
         text = value.strip().removeprefix("torch.")
-        if text.lstrip("-").isdigit():
+        if re.fullmatch(r"-?[0-9]+", text):  # ASCII digits only: str.isdecimal() also takes '²', which int() refuses
             value = int(text)
         elif text in ("True", "False", "true", "false"):
             value = text.lower() == "true"

@@ -112,7 +112,7 @@ def record_lines(obj: dict) -> list[str] | None:
 def _ns(value: Any) -> int | None:
     """Nanoseconds since the epoch of an export's time (exact: lines a nanosecond apart keep their order):
     nanoseconds as a string (Loki, Grafana), epoch seconds/ms/µs/ns, ISO strings (Datadog, Grafana's `date`)."""
-    if isinstance(value, str) and value.isdigit():
+    if isinstance(value, str) and value.isdecimal():
         value = int(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
         scale = 10**9

@@ -259,9 +259,9 @@ def demangle(name: str) -> str:
         while i < len(name) and name[i] in "rVKRO":  # cv- and ref-qualifiers of a member function
             i += 1
     parts: list[str] = []
-    while i < len(name) and name[i].isdigit():
+    while i < len(name) and name[i].isdecimal():
         j = i
-        while j < len(name) and name[j].isdigit():
+        while j < len(name) and name[j].isdecimal():
             j += 1
         n = int(name[i:j])
         if n <= 0:

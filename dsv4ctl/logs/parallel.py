@@ -62,7 +62,7 @@ def usable_cpus() -> int:
 def default_workers() -> int:
     """`DSV4CTL_DIAGNOSE_WORKERS` when set to a positive integer, else min(usable CPUs, MAX_WORKERS)."""
     value = os.environ.get(WORKERS_ENV, "").strip()
-    if value.isdigit() and int(value) > 0:
+    if value.isdecimal() and int(value) > 0:
         return int(value)
     return max(1, min(usable_cpus(), MAX_WORKERS))
 

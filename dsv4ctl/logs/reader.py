@@ -253,7 +253,7 @@ def parse_line(raw: str, source: str = "-", lineno: int = 0) -> LogLine:
             if name == "process":
                 if process is None or m.group(1):
                     process = m.group(1) or process
-                    pid = int(m.group(2)) if m.group(2).isdigit() else pid
+                    pid = int(m.group(2)) if m.group(2).isdecimal() else pid
             elif name == "ray":
                 process = process or gd["rproc"]
             elif name == "coredump":
@@ -289,7 +289,7 @@ def parse_line(raw: str, source: str = "-", lineno: int = 0) -> LogLine:
             pm = _PROC_AT_END_RE.search(head)
             if pm and process is None:
                 process = pm.group(1)
-                pid = int(pm.group(2)) if pm.group(2).isdigit() else None
+                pid = int(pm.group(2)) if pm.group(2).isdecimal() else None
     if m is not None:
         level = m.group("level")
         if level == "WARN":

@@ -58,7 +58,7 @@ class EngineDeath:
     def rank(self) -> int | None:
         """The data-parallel rank from vLLM's process name (`EngineCore_DP{rank}`, vllm/v1/engine/utils.py:284)."""
         head, _, tail = self.name.rpartition("_DP")
-        return int(tail) if head and tail.isdigit() else None
+        return int(tail) if head and tail.isdecimal() else None
 
     @property
     def signal_name(self) -> str | None:

@@ -233,7 +233,7 @@ def _plan(
     except GpuUnavailableError as exc:
         notes.append(f"no NVIDIA GPU readable here ({exc.message}): GPU-memory checks skipped")
         cpu_space = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "").strip()
-        if cpu_space.isdigit() and int(cpu_space) > 0:
+        if cpu_space.isdecimal() and int(cpu_space) > 0:
             # vLLM's CPU backend takes its KV budget from this variable (GiB), over --kv-cache-memory-bytes.
             kv_bytes = int(cpu_space) * GiB
             notes.append(f"KV budget from VLLM_CPU_KVCACHE_SPACE={cpu_space} (GiB), as vLLM's CPU backend does")

@@ -216,8 +216,9 @@ def test_killed_headless_engine_is_the_groups_root_cause(cli, tmp_path, model):
     assert code == 3, group.node.stderr()[-3000:]
     log = group.node.log_file.read_text(errors="replace")
     line = f"dsv4ctl serve: engine process EngineCore_DP1 (pid {engine.pid}, DP rank 1) was killed by signal 9 (SIGKILL)"
+    # In the log, wherever it falls against vLLM's own "Shutting down.": serve and vLLM's monitor wait on the same
+    # sentinel, and which thread writes first is the scheduler's choice (seen both ways on a loaded 2-core machine).
     assert line in log
-    assert log.index(line) < log.rindex("Shutting down.")
     assert "A vLLM engine process died" in group.node.stderr()
     assert head_health == 200  # the head alone does not notice: the group looks healthy from it
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dsv4ctl.group.conclude import MUST_MATCH, conclude, shown_value
@@ -61,6 +61,7 @@ def test_values_decided_later_are_not_compared():
 
 @settings(deadline=None)  # the first example loads the flag table
 @given(st.sampled_from(MUST_MATCH), st.one_of(st.integers(-2, 1 << 20), st.booleans(), st.text(max_size=8)))
+@example("model", "\u00b2")  # a digit to str.isdigit(), not to int()
 def test_a_worker_log_never_makes_the_nodes_differ(key, value):
     head = member("head.log", args={**HEAD_ARGS, key: value}, ray="launch")
     workers = member("node1.log", args=None, role="ray_worker", ray="worker")
