@@ -74,8 +74,9 @@ def compiler_processes(root_pid: int, names: frozenset[str]) -> list[tuple[int, 
         for proc in children:
             try:
                 name = proc.name()
-                if name in names:
-                    found.append((proc.create_time(), proc.pid, name, " ".join(proc.cmdline())))
+                command = " ".join(proc.cmdline()) if name in names else ""
+                if command:  # no command line: a process between fork and exec, or ending (nothing compiling)
+                    found.append((proc.create_time(), proc.pid, name, command))
             except psutil.Error:
                 continue
     return [(pid, name, command) for _, pid, name, command in sorted(found)]
