@@ -32,14 +32,21 @@ class LogLine:
         return f"vllm=={release} {self.where}"
 
 
-def _read(path: Path) -> dict:
+class SchemaError(ValueError):
+    """The file is JSON but not this schema (another schema_version, or no `releases` table)."""
+
+
+def read_file(path: Path) -> dict:
+    """The file's document, checked: OSError when unreadable, ValueError when not JSON, SchemaError when not this
+    schema. The upgrade view reads a file given to it through this too."""
     data = json.loads(path.read_text(encoding="utf-8"))
-    if data.get("schema_version") != SCHEMA:
-        raise ValueError(f"schema_version {data.get('schema_version')!r}, expected {SCHEMA}")
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA or not isinstance(data.get("releases"), dict):
+        found = data.get("schema_version") if isinstance(data, dict) else None
+        raise SchemaError(f"schema_version {found!r}, expected {SCHEMA}")
     return data
 
 
-_DATA = LazyData(DATA, _read)
+_DATA = LazyData(DATA, read_file)
 
 
 def reset(path: str | Path | None = None) -> None:

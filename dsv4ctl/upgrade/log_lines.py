@@ -10,13 +10,14 @@ misses it in the other. A release or a key the file lacks is not recorded, and s
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DATA = Path(__file__).resolve().parents[1] / "catalogue" / "vllm_log_lines.json"
-SCHEMA_VERSION = 1
+from dsv4ctl.catalogue import vllm_log_lines
+
+DATA = vllm_log_lines.DATA
+SCHEMA_VERSION = vllm_log_lines.SCHEMA
 
 GONE = "gone"
 REWORDED = "reworded"
@@ -57,14 +58,13 @@ def read_table(path: str | Path | None = None) -> tuple[dict[str, dict[str, Any]
     """(the releases' lines, None) or (None, why not): a missing, unreadable or foreign file is not recorded."""
     p = Path(path) if path is not None else DATA
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = vllm_log_lines.read_file(p)
     except FileNotFoundError:
         return None, f"not recorded: no table of vLLM's log lines ({p.name})"
+    except vllm_log_lines.SchemaError:
+        return None, f"not recorded: {p.name} is not schema_version {SCHEMA_VERSION}"
     except (OSError, ValueError) as exc:
         return None, f"not recorded: {p.name} is unreadable ({type(exc).__name__})"
-    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION or \
-            not isinstance(data.get("releases"), dict):
-        return None, f"not recorded: {p.name} is not schema_version {SCHEMA_VERSION}"
     return {str(r): lines for r, lines in data["releases"].items() if isinstance(lines, dict)}, None
 
 
